@@ -1,0 +1,146 @@
+//! The bundle's smaller sections: environment names, the agent cooperation snapshot,
+//! lineage, the operation and its observations, and artifact references.
+//!
+//! Owns `EnvironmentProjection`, `AgentCtlSnapshot`, `RunLineage`, `Operation`,
+//! `OperationObservation` and `BundleArtifact`. None of these is enforcement evidence; that
+//! lives only in `executor_observations`. It may not read the environment or any file.
+
+use super::executor::ControlMechanism;
+use crate::containment::ContainmentClass;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// `environment`: which variable names the workload got. Values are never recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EnvironmentProjection {
+    /// Whether the host environment was inherited wholesale. Always `false` for cofferdam.
+    #[serde(default)]
+    pub inherits_host: bool,
+    /// Host variable names passed through (`PATH`, `LANG`, `LC_*`, `TERM`, ..., `--env`).
+    #[serde(default)]
+    pub projected_keys: Vec<String>,
+    /// Names cofferdam set itself (`HOME`, `USER`, `TMPDIR`, `COFFERDAM_RUN_ID`, proxies).
+    #[serde(default)]
+    pub runtime_injected_keys: Vec<String>,
+}
+
+/// `agentctl`: the agent cooperation snapshot. cofferdam has no agent control protocol yet,
+/// so it writes `{"clients": [], "directives": []}`. When one exists, cooperating clients
+/// and the directives they received are listed here. It is never evidence that anything was
+/// installed or enforced.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentCtlSnapshot {
+    /// The control protocol spoken, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Clients that connected.
+    #[serde(default)]
+    pub clients: Vec<AgentCtlClient>,
+    /// Directives sent to clients.
+    #[serde(default)]
+    pub directives: Vec<AgentCtlDirective>,
+}
+
+/// A cooperating agent client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentCtlClient {
+    /// The client's self-reported name.
+    pub name: String,
+    /// The client's self-reported version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// A directive sent to a cooperating client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentCtlDirective {
+    /// The client it was sent to (its `name`).
+    pub client: String,
+    /// The directive.
+    pub directive: String,
+    /// When it was sent, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_unix_ms: Option<u64>,
+}
+
+/// `lineage`: fork ancestry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunLineage {
+    /// The run this one was forked from.
+    pub parent_run_id: String,
+    /// The checkpoint of the parent's stage the fork started from.
+    pub checkpoint_id: String,
+}
+
+/// `operation`: the operation as the user asked for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Operation {
+    /// What kind of operation.
+    pub kind: OperationKind,
+    /// The working directory the run targeted.
+    pub workdir: PathBuf,
+    /// The containment floor declared for it.
+    pub containment: ContainmentClass,
+    /// The manifest it was read from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<PathBuf>,
+}
+
+/// The operations cofferdam performs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationKind {
+    /// `cofferdam run`.
+    Run,
+    /// A run whose lowers are a parent's stage (`lineage` is set).
+    Fork,
+}
+
+/// `run_observation`: what the workload actually did at the boundary, where observable.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct OperationObservation {
+    /// File accesses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<AccessObservation>,
+    /// Network accesses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<AccessObservation>,
+}
+
+/// Access decisions in one dimension. Counters are `null` when not observable (Landlock,
+/// for one, does not report denials to cofferdam).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AccessObservation {
+    /// Accesses allowed.
+    pub allowed: Option<u64>,
+    /// Accesses denied.
+    pub denied: Option<u64>,
+    /// Attributable denials, as far as they were recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denials: Vec<AccessDenial>,
+}
+
+/// One attributable denial.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AccessDenial {
+    /// The path or `host:port` that was denied.
+    pub target: String,
+    /// The access, e.g. `read`, `write`, `execute`, `connect`, `resolve`.
+    pub access: String,
+    /// The mechanism that denied it, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mechanism: Option<ControlMechanism>,
+    /// When, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_unix_ms: Option<u64>,
+}
+
+/// `artifacts[]`: a reference to a local file. Contents are never embedded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct BundleArtifact {
+    /// The artifact's role, e.g. `run-record`, `trace`, `capture`.
+    pub kind: String,
+    /// Where it is; resolve and retain it separately.
+    pub path: PathBuf,
+}
