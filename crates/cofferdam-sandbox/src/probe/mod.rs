@@ -1,0 +1,116 @@
+//! The host probe: establishes, once per command, the [`HostFacts`] every decision (tier,
+//! class, scope report, doctor) is a pure function of.
+//!
+//! Owns the probing syscalls and file reads and nothing else: it decides no policy, and it
+//! must not change the host or the prober. Queries that are harmless run in the calling
+//! process (uname, ids, the Landlock ABI *version query*, sysctls, cgroup files, CA
+//! locations); everything that would change the caller (namespaces, mounts, a seccomp
+//! filter) runs in one forked child (`child`). It never creates or writes a cgroup, never
+//! writes a sysctl and never touches the host's filesystems: the child's mounts are on its
+//! own tmpfs in its own mount namespace.
+//!
+//! Infallible: a fact that cannot be established is `None` (or `false` plus an error, where
+//! the type says so), never a guess.
+//!
+//! Submodules: `child` (the forked probes and their wire protocol), `cgroup` (mountinfo /
+//! `/proc/self/cgroup` parsers and delegation), `userns` (sysctls, AppArmor label and the
+//! [`userns::userns_grant`] mapping), `names` (errno and signal names).
+
+pub mod cgroup;
+pub mod child;
+pub mod names;
+pub mod userns;
+
+use cofferdam_record::{HostFacts, UsernsFacts};
+
+/// Host CA trust-store locations checked (existence only), in this order.
+pub const TRUST_STORE_CANDIDATES: &[&str] = &[
+    "/etc/ssl/certs",
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs",
+    "/etc/ssl/cert.pem",
+    "/etc/pki/ca-trust/extracted",
+];
+
+/// `LANDLOCK_CREATE_RULESET_VERSION` (uapi `linux/landlock.h`).
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
+
+/// Probe the host. Runs one forked child for the namespace, overlay and seccomp probes;
+/// everything else is read in the calling process.
+pub fn probe_host() -> HostFacts {
+    let uname = rustix::system::uname();
+    let euid = rustix::process::geteuid();
+    let egid = rustix::process::getegid();
+    let is_root = euid.is_root();
+
+    // Fork first, so the child's work (≈1 ms, mostly creating the network namespace)
+    // overlaps the reads done here.
+    let running = child::RunningChild::spawn();
+    let settings = userns::read_settings();
+    let cgroup = cgroup::probe_cgroup();
+    let trust_store = trust_store();
+    let landlock_abi = landlock_abi();
+    let report = match running {
+        Ok(child) => child.finish(),
+        Err(e) => child::ChildReport::failed(e),
+    };
+    let ns = child::NamespaceFacts::from_report(&report);
+    let grant = userns::userns_grant(
+        ns.userns_can_create,
+        settings.apparmor_restrict,
+        settings.apparmor_label.as_deref(),
+    );
+
+    HostFacts {
+        kernel_release: uname.release().to_string_lossy().into_owned(),
+        arch: uname.machine().to_string_lossy().into_owned(),
+        landlock_abi,
+        seccomp_filter: ns.seccomp_filter,
+        userns: UsernsFacts {
+            can_create: ns.userns_can_create,
+            error: ns.userns_error,
+            grant,
+            max_user_namespaces: settings.max_user_namespaces,
+            unprivileged_userns_clone: settings.unprivileged_userns_clone,
+            apparmor_restrict: settings.apparmor_restrict,
+            apparmor_label: settings.apparmor_label,
+        },
+        overlay_in_userns: ns.overlay_in_userns,
+        netns: ns.netns,
+        pidns: ns.pidns,
+        cgroup,
+        is_root,
+        uid: euid.as_raw(),
+        gid: egid.as_raw(),
+        trust_store,
+    }
+}
+
+/// The Landlock ABI version: `landlock_create_ruleset(NULL, 0,
+/// LANDLOCK_CREATE_RULESET_VERSION)`, a pure query that creates nothing and restricts
+/// nothing. 0 when it fails: `ENOSYS` (not built in), `EOPNOTSUPP` (built in but not
+/// enabled at boot), or any other error (e.g. a container's seccomp filter returning
+/// `EPERM`), since in every case Landlock is not usable by us.
+pub fn landlock_abi() -> u32 {
+    // SAFETY: with a NULL attribute pointer, size 0 and the VERSION flag the kernel reads
+    // no memory and returns the ABI version (or an error); no fd is created.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(r).unwrap_or(0)
+}
+
+/// Which of [`TRUST_STORE_CANDIDATES`] exist (following symlinks: a dangling link does not
+/// count).
+pub fn trust_store() -> Vec<String> {
+    TRUST_STORE_CANDIDATES
+        .iter()
+        .filter(|p| std::path::Path::new(p).exists())
+        .map(|p| (*p).to_owned())
+        .collect()
+}
