@@ -1,0 +1,26 @@
+//! cofferdam's pure decisions.
+//!
+//! Owns the manifest and its parser, the run flags and how they combine with the manifest,
+//! the containment floor, the mapping from host facts to tier and class, the scope report
+//! builder and the doctor checklist. Everything here is a pure function of values: it may not
+//! make syscalls, read files or look at the environment (callers pass text, paths and
+//! `HostFacts` in), so every decision is unit-tested without privileges.
+
+pub mod manifest;
+pub mod units;
+
+pub use manifest::{Manifest, ManifestError, MountMode, parse_manifest};
+pub mod tier;
+
+pub use tier::{ContainmentDecision, Missing, TierDecision, decide_containment, decide_tier};
+pub mod policy;
+
+pub use policy::{LoadedManifest, Places, Policy, RunFlags, resolve_policy};
+pub mod scope;
+pub mod secrets;
+
+pub use scope::{ScopeInputs, build_scope_report};
+pub mod doctor;
+
+pub use doctor::{CheckStatus, DoctorReport, doctor};
+pub mod plan;

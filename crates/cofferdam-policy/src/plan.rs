@@ -1,0 +1,408 @@
+//! The sandbox plan: every decision the sandbox init needs, resolved in advance, so the init
+//! (a single-threaded re-executed process) decides nothing and only turns each part into an
+//! observation. Built by [`build_plan`] as a pure function of the policy, the host facts and
+//! the job's paths; serialized to the init over an inherited pipe (it carries environment
+//! values, so it is never written to disk).
+
+use crate::manifest::MountMode;
+use crate::policy::{DEFAULT_PROJECTED_ENV, Policy};
+use crate::scope::LANDLOCK_TARGET_ABI;
+use crate::secrets::secret_paths;
+use crate::tier::decide_containment;
+use cofferdam_record::{EnforcementTier, HostFacts};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// System directories bound read-only into the composed root (those that exist).
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc", "/opt",
+];
+
+/// Everything the init does, decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxPlan {
+    /// The tier to install.
+    pub tier: EnforcementTier,
+    /// The run id (`run-<uuid>`), injected as `COFFERDAM_RUN_ID`.
+    pub run_id: String,
+    /// Host uid mapped to itself inside the user namespace.
+    pub uid: u32,
+    /// Host gid mapped to itself inside the user namespace.
+    pub gid: u32,
+    /// The command: `argv[0]` is looked up in the sandbox's `PATH` when it has no `/`.
+    pub argv: Vec<String>,
+    /// The workload's environment, names and values (never recorded).
+    pub env: Vec<(String, String)>,
+    /// Filesystem composition.
+    pub fs: FsPlan,
+    /// Landlock rules.
+    pub landlock: LandlockPlan,
+    /// Resource limits applied with `setrlimit`.
+    pub rlimits: RlimitPlan,
+    /// The UTS hostname inside.
+    pub hostname: String,
+}
+
+/// How the root is composed (sealed tier).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsPlan {
+    /// An empty directory in the job, the mount point of the new root's tmpfs.
+    pub new_root: PathBuf,
+    /// System directories to bind read-only (or recreate as symlinks).
+    pub system_ro: Vec<PathBuf>,
+    /// The workdir: overlay lower, mounted at the same path inside.
+    pub workdir: PathBuf,
+    /// The overlay upper directory (the stage).
+    pub upper: PathBuf,
+    /// The overlay work directory (same filesystem as `upper`).
+    pub overlay_work: PathBuf,
+    /// Absolute paths inside the workdir made read-only by a read-only bind.
+    pub read_only: Vec<PathBuf>,
+    /// The home directory: a private tmpfs inside.
+    pub home: PathBuf,
+    /// Lent host paths.
+    pub mounts: Vec<MountPlan>,
+    /// Paths never visible: masked when they fall inside a visible tree.
+    pub hidden: Vec<PathBuf>,
+    /// The size of /tmp's tmpfs, bytes.
+    pub tmp_size: Option<u64>,
+    /// Whether the workdir, HOME and /tmp allow exec.
+    pub workdir_exec: bool,
+}
+
+/// One lent host path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountPlan {
+    /// Host path.
+    pub source: PathBuf,
+    /// Path inside.
+    pub target: PathBuf,
+    /// `read`, `stage`, `write` or `hide`.
+    pub mode: PlanMountMode,
+}
+
+/// The mount modes, as the init sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanMountMode {
+    /// Read-only bind.
+    Read,
+    /// Overlay with its own upper in the job.
+    Stage,
+    /// Writable bind.
+    Write,
+    /// Masked.
+    Hide,
+}
+
+/// The Landlock ruleset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandlockPlan {
+    /// The highest ABI to build the ruleset at (the kernel's, capped).
+    pub abi: u32,
+    /// Trees granted read and execute.
+    pub read_exec: Vec<PathBuf>,
+    /// Trees granted read, write (create, remove, rename, truncate…), and execute when
+    /// `exec_in_read_write` is set.
+    pub read_write: Vec<PathBuf>,
+    /// Whether `read_write` trees also grant execute.
+    pub exec_in_read_write: bool,
+    /// Device files granted read and write (`/dev/null`, `/dev/tty`, …) and ioctl on them.
+    pub devices: Vec<PathBuf>,
+    /// TCP port rules; `None` leaves TCP to the network namespace.
+    pub tcp: Option<TcpRules>,
+    /// Scope signals to the sandbox (ABI 6).
+    pub scope_signals: bool,
+    /// Scope abstract unix sockets to the sandbox (ABI 6).
+    pub scope_abstract_unix: bool,
+}
+
+/// Landlock TCP rules (ABI 4): the only ports that may be bound and connected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpRules {
+    /// Ports `connect(2)` may reach.
+    pub connect: Vec<u16>,
+    /// Ports `bind(2)` may take.
+    pub bind: Vec<u16>,
+}
+
+/// `setrlimit` values; `None` leaves the inherited limit.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RlimitPlan {
+    /// `RLIMIT_DATA`, bytes.
+    pub data: Option<u64>,
+    /// `RLIMIT_NPROC`.
+    pub nproc: Option<u64>,
+    /// `RLIMIT_CPU`, seconds.
+    pub cpu_seconds: Option<u64>,
+    /// `RLIMIT_FSIZE`, bytes.
+    pub fsize: Option<u64>,
+    /// `RLIMIT_NOFILE`.
+    pub nofile: Option<u64>,
+    /// `RLIMIT_CORE` = 0.
+    pub core_zero: bool,
+}
+
+/// The job paths the plan refers to.
+#[derive(Debug, Clone)]
+pub struct JobPaths {
+    /// The run id.
+    pub run_id: String,
+    /// Mount point for the new root.
+    pub new_root: PathBuf,
+    /// Overlay upper.
+    pub upper: PathBuf,
+    /// Overlay work.
+    pub overlay_work: PathBuf,
+    /// The storage root (hidden).
+    pub storage_root: PathBuf,
+}
+
+/// The invoking process's identity and environment.
+#[derive(Debug, Clone)]
+pub struct Invoker {
+    /// Effective uid.
+    pub uid: u32,
+    /// Effective gid.
+    pub gid: u32,
+    /// User name for `USER`.
+    pub user: String,
+    /// Home directory.
+    pub home: PathBuf,
+    /// The host environment (names and values).
+    pub env: Vec<(String, String)>,
+}
+
+/// Whether `name` is projected by the default list or `allow` (`LC_*` is a prefix pattern).
+pub fn is_projected(name: &str, allow: &[String]) -> bool {
+    DEFAULT_PROJECTED_ENV
+        .iter()
+        .copied()
+        .chain(allow.iter().map(String::as_str))
+        .any(|p| match p.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == p,
+        })
+}
+
+/// The workload's environment: projected host variables, then the injected ones.
+pub fn project_env(policy: &Policy, inv: &Invoker, run_id: &str) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = inv
+        .env
+        .iter()
+        .filter(|(k, _)| is_projected(k, &policy.env_allow))
+        .filter(|(k, _)| !matches!(k.as_str(), "HOME" | "USER" | "TMPDIR" | "COFFERDAM_RUN_ID"))
+        .cloned()
+        .collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push((
+            "PATH".into(),
+            "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin".into(),
+        ));
+    }
+    env.push(("HOME".into(), inv.home.to_string_lossy().into_owned()));
+    env.push(("USER".into(), inv.user.clone()));
+    env.push(("TMPDIR".into(), "/tmp".into()));
+    env.push(("COFFERDAM_RUN_ID".into(), run_id.to_owned()));
+    env
+}
+
+/// Build the sealed tier's plan.
+pub fn build_plan(
+    policy: &Policy,
+    facts: &HostFacts,
+    inv: &Invoker,
+    job: &JobPaths,
+    argv: Vec<String>,
+) -> SandboxPlan {
+    let decision = decide_containment(facts, policy.floor);
+    let mut hidden = secret_paths(&inv.home);
+    hidden.push(job.storage_root.clone());
+    hidden.extend(
+        policy
+            .mounts
+            .iter()
+            .filter(|m| m.mode == MountMode::Hide)
+            .map(|m| m.source.clone()),
+    );
+    let mounts = policy
+        .mounts
+        .iter()
+        .map(|m| MountPlan {
+            source: m.source.clone(),
+            target: m.target.clone(),
+            mode: match m.mode {
+                MountMode::Read => PlanMountMode::Read,
+                MountMode::Stage => PlanMountMode::Stage,
+                MountMode::Write => PlanMountMode::Write,
+                MountMode::Hide => PlanMountMode::Hide,
+            },
+        })
+        .collect::<Vec<_>>();
+    let mut read_write = vec![
+        policy.workdir.clone(),
+        inv.home.clone(),
+        PathBuf::from("/tmp"),
+    ];
+    read_write.extend(
+        mounts
+            .iter()
+            .filter(|m| matches!(m.mode, PlanMountMode::Stage | PlanMountMode::Write))
+            .map(|m| m.target.clone()),
+    );
+    let r = &policy.resources;
+    SandboxPlan {
+        tier: decision.tier,
+        run_id: job.run_id.clone(),
+        uid: inv.uid,
+        gid: inv.gid,
+        argv,
+        env: project_env(policy, inv, &job.run_id),
+        fs: FsPlan {
+            new_root: job.new_root.clone(),
+            system_ro: SYSTEM_DIRS.iter().map(PathBuf::from).collect(),
+            workdir: policy.workdir.clone(),
+            upper: job.upper.clone(),
+            overlay_work: job.overlay_work.clone(),
+            read_only: policy
+                .read_only
+                .iter()
+                .map(|p| policy.workdir.join(p))
+                .collect(),
+            home: inv.home.clone(),
+            mounts,
+            hidden,
+            tmp_size: r.tmp_size.map(|s| s.0),
+            workdir_exec: policy.workdir_exec,
+        },
+        landlock: LandlockPlan {
+            abi: facts.landlock_abi.min(LANDLOCK_TARGET_ABI),
+            read_exec: vec![PathBuf::from("/")],
+            read_write,
+            exec_in_read_write: policy.workdir_exec,
+            devices: [
+                "/dev/null",
+                "/dev/zero",
+                "/dev/full",
+                "/dev/tty",
+                "/dev/ptmx",
+                "/dev/pts",
+                "/dev/shm",
+            ]
+            .map(PathBuf::from)
+            .to_vec(),
+            tcp: None,
+            scope_signals: true,
+            scope_abstract_unix: true,
+        },
+        rlimits: RlimitPlan {
+            data: r.memory.map(|s| s.0),
+            nproc: r.pids,
+            cpu_seconds: r.cpu_time.map(|t| t.0.as_secs().max(1)),
+            fsize: r.max_file_size.map(|s| s.0),
+            nofile: r.open_files,
+            core_zero: true,
+        },
+        hostname: "cofferdam".into(),
+    }
+}
+
+/// Whether `path` lies inside `dir` (component-wise).
+pub fn is_within(path: &Path, dir: &Path) -> bool {
+    path.starts_with(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Places, RunFlags, resolve_policy};
+
+    fn inv() -> Invoker {
+        Invoker {
+            uid: 1000,
+            gid: 1000,
+            user: "u".into(),
+            home: "/home/u".into(),
+            env: vec![
+                ("PATH".into(), "/usr/bin:/bin".into()),
+                ("LC_ALL".into(), "C.UTF-8".into()),
+                ("SECRET_TOKEN".into(), "hunter2".into()),
+                ("ANTHROPIC_API_KEY".into(), "k".into()),
+                ("HOME".into(), "/elsewhere".into()),
+            ],
+        }
+    }
+
+    fn job() -> JobPaths {
+        JobPaths {
+            run_id: "run-1".into(),
+            new_root: "/s/jobs/run-1/root".into(),
+            upper: "/s/jobs/run-1/upper".into(),
+            overlay_work: "/s/jobs/run-1/work".into(),
+            storage_root: "/s".into(),
+        }
+    }
+
+    fn policy(flags: RunFlags) -> Policy {
+        let places = Places {
+            cwd: "/home/u/proj".into(),
+            home: "/home/u".into(),
+        };
+        resolve_policy(None, &flags, &places).unwrap()
+    }
+
+    #[test]
+    fn env_projects_only_allowed_names_and_injects_ours() {
+        let p = policy(RunFlags {
+            env: vec!["ANTHROPIC_API_KEY".into()],
+            ..RunFlags::default()
+        });
+        let env = project_env(&p, &inv(), "run-1");
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "PATH",
+                "LC_ALL",
+                "ANTHROPIC_API_KEY",
+                "HOME",
+                "USER",
+                "TMPDIR",
+                "COFFERDAM_RUN_ID"
+            ]
+        );
+        assert!(!env.iter().any(|(_, v)| v == "hunter2"));
+        assert!(env.contains(&("HOME".into(), "/home/u".into())));
+    }
+
+    #[test]
+    fn plan_hides_secrets_and_the_store_and_limits_from_policy() {
+        let p = policy(RunFlags {
+            read_only: vec![".git".into()],
+            memory: Some("1GiB".into()),
+            ..RunFlags::default()
+        });
+        let plan = build_plan(
+            &p,
+            &HostFacts::capable_example(),
+            &inv(),
+            &job(),
+            vec!["true".into()],
+        );
+        assert_eq!(plan.tier, EnforcementTier::MountnsPivotRootLandlockSeccomp);
+        assert!(plan.fs.hidden.contains(&PathBuf::from("/home/u/.ssh")));
+        assert!(plan.fs.hidden.contains(&PathBuf::from("/s")));
+        assert_eq!(plan.fs.read_only, vec![PathBuf::from("/home/u/proj/.git")]);
+        assert_eq!(plan.rlimits.data, Some(1 << 30));
+        assert!(plan.rlimits.core_zero);
+        assert_eq!(plan.landlock.abi, 7);
+        assert!(
+            plan.landlock
+                .read_write
+                .contains(&PathBuf::from("/home/u/proj"))
+        );
+        let json = serde_json::to_string(&plan).unwrap();
+        let back: SandboxPlan = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, plan);
+    }
+}

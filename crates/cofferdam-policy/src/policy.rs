@@ -1,0 +1,680 @@
+//! The effective policy of one run: the manifest combined with the command-line flags.
+//!
+//! Owns the combination rules: scalar flags override the manifest, list flags add to it, and
+//! the containment floor is the strongest of the manifest's `containment`, `--containment`
+//! and the default `scoped`. Paths are resolved lexically (`~`, relative to the manifest's
+//! folder or the current directory, `.` and `..` folded) without touching the filesystem;
+//! the caller canonicalizes the workdir before handing it in.
+
+use crate::manifest::{Manifest, MountMode, is_env_name, is_relative_subpath, valid_cpus};
+use crate::units::{ByteSize, Span, parse_duration, parse_size};
+use cofferdam_net::{AllowEntry, NetworkMode};
+use cofferdam_record::ContainmentClass;
+use std::path::{Component, Path, PathBuf};
+
+/// The default floor when neither the manifest nor a flag declares one.
+pub const DEFAULT_FLOOR: ContainmentClass = ContainmentClass::Scoped;
+
+/// Host variables projected into every run (DESIGN.md §8).
+pub const DEFAULT_PROJECTED_ENV: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LC_*",
+    "TERM",
+    "TZ",
+    "COLORTERM",
+    "NO_COLOR",
+];
+
+/// Variables cofferdam sets inside every run.
+pub const INJECTED_ENV: &[&str] = &["HOME", "USER", "TMPDIR", "COFFERDAM_RUN_ID"];
+
+/// Proxy variables set inside when the network mode is `allow`.
+pub const PROXY_ENV: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
+/// Run flags as given on the command line, before parsing their values. The CLI fills this;
+/// [`resolve_policy`] validates it, so every flag error is reported the same way.
+#[derive(Debug, Clone, Default)]
+pub struct RunFlags {
+    /// `--workdir`, already absolute (the caller canonicalizes it).
+    pub workdir: Option<PathBuf>,
+    /// `--containment`.
+    pub containment: Option<ContainmentClass>,
+    /// `--mount SRC[:TGT][:MODE]`, repeatable.
+    pub mounts: Vec<String>,
+    /// `--read-only PATH`, repeatable.
+    pub read_only: Vec<String>,
+    /// `--env NAME`, repeatable.
+    pub env: Vec<String>,
+    /// `--network none|allow|host`.
+    pub network: Option<String>,
+    /// `--allow-net HOST[:PORT]`, repeatable.
+    pub allow_net: Vec<String>,
+    /// `--memory SIZE`.
+    pub memory: Option<String>,
+    /// `--pids N`.
+    pub pids: Option<u64>,
+    /// `--cpus FLOAT`.
+    pub cpus: Option<f64>,
+    /// `--timeout DURATION`.
+    pub timeout: Option<String>,
+    /// `--cpu-time DURATION`.
+    pub cpu_time: Option<String>,
+    /// `--max-file-size SIZE`.
+    pub max_file_size: Option<String>,
+    /// `--open-files N`.
+    pub open_files: Option<u64>,
+    /// `--io-bps SIZE`.
+    pub io_bps: Option<String>,
+    /// `--tmp-size SIZE`.
+    pub tmp_size: Option<String>,
+    /// `--stage-size SIZE`.
+    pub stage_size: Option<String>,
+}
+
+/// A manifest that was read, with where it came from.
+#[derive(Debug, Clone)]
+pub struct LoadedManifest {
+    /// The manifest's path (absolute).
+    pub path: PathBuf,
+    /// Its parsed content.
+    pub manifest: Manifest,
+}
+
+/// Where the run is, for resolving paths.
+#[derive(Debug, Clone)]
+pub struct Places {
+    /// The current directory (absolute).
+    pub cwd: PathBuf,
+    /// The invoking user's home directory (absolute).
+    pub home: PathBuf,
+}
+
+/// A host path lent to the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// Resolved host path.
+    pub source: PathBuf,
+    /// Path inside the sandbox.
+    pub target: PathBuf,
+    /// What the command may do there.
+    pub mode: MountMode,
+    /// Where it was declared: `--mount` or `filesystem.mounts[N]`.
+    pub origin: String,
+    /// The source as written.
+    pub written: String,
+}
+
+/// Requested resource limits; `None` is "no limit requested".
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResourceRequest {
+    /// Bytes.
+    pub memory: Option<ByteSize>,
+    /// Processes and threads.
+    pub pids: Option<u64>,
+    /// CPUs.
+    pub cpus: Option<f64>,
+    /// Wall clock.
+    pub timeout: Option<Span>,
+    /// CPU time.
+    pub cpu_time: Option<Span>,
+    /// Bytes.
+    pub max_file_size: Option<ByteSize>,
+    /// Descriptors.
+    pub open_files: Option<u64>,
+    /// Bytes per second.
+    pub io_bps: Option<ByteSize>,
+    /// Bytes.
+    pub tmp_size: Option<ByteSize>,
+    /// Bytes.
+    pub stage_size: Option<ByteSize>,
+}
+
+/// The network part of the policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NetworkPolicy {
+    /// The mode.
+    pub mode: NetworkMode,
+    /// Allowed destinations (mode `allow`).
+    pub allow: Vec<AllowEntry>,
+}
+
+/// The effective policy of one run.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// The containment floor.
+    pub floor: ContainmentClass,
+    /// The workdir (absolute).
+    pub workdir: PathBuf,
+    /// Whether workdir files may be executed.
+    pub workdir_exec: bool,
+    /// Workdir-relative read-only subtrees.
+    pub read_only: Vec<String>,
+    /// Lent host paths.
+    pub mounts: Vec<Mount>,
+    /// Network.
+    pub network: NetworkPolicy,
+    /// Extra projected variable names.
+    pub env_allow: Vec<String>,
+    /// `[exec] allow`.
+    pub exec_allow: Vec<String>,
+    /// Resource limits.
+    pub resources: ResourceRequest,
+    /// The manifest, when one was used.
+    pub manifest_path: Option<PathBuf>,
+}
+
+/// A flag whose value cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag} {value}: {message}")]
+pub struct FlagError {
+    /// The flag, e.g. `--memory`.
+    pub flag: &'static str,
+    /// Its value as given.
+    pub value: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+fn flag_err(flag: &'static str, value: &str, message: impl Into<String>) -> FlagError {
+    FlagError {
+        flag,
+        value: value.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// Combine `manifest` and `flags` into the run's policy.
+pub fn resolve_policy(
+    manifest: Option<&LoadedManifest>,
+    flags: &RunFlags,
+    places: &Places,
+) -> Result<Policy, FlagError> {
+    let empty = Manifest::default();
+    let m = manifest.map_or(&empty, |l| &l.manifest);
+    let manifest_dir = manifest
+        .and_then(|l| l.path.parent())
+        .map_or_else(|| places.cwd.clone(), Path::to_path_buf);
+
+    let floor = [Some(DEFAULT_FLOOR), m.containment, flags.containment]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(DEFAULT_FLOOR);
+
+    let workdir = match (&flags.workdir, &m.filesystem.workdir) {
+        (Some(w), _) => normalize(&places.cwd.join(w)),
+        (None, Some(w)) => resolve_path(w, &manifest_dir, &places.home),
+        (None, None) => places.cwd.clone(),
+    };
+
+    let mut read_only = m.filesystem.read_only.clone();
+    for p in &flags.read_only {
+        let rel = p.trim_end_matches('/');
+        if !is_relative_subpath(rel) {
+            return Err(flag_err(
+                "--read-only",
+                p,
+                "give a path inside the workdir, relative to it, without `..`",
+            ));
+        }
+        push_unique(&mut read_only, rel.to_owned());
+    }
+
+    let mut mounts = Vec::new();
+    for (i, e) in m.filesystem.mounts.iter().enumerate() {
+        let source = resolve_path(&e.source, &manifest_dir, &places.home);
+        let target = e.target.as_deref().map_or_else(
+            || source.clone(),
+            |t| resolve_path(t, &manifest_dir, &places.home),
+        );
+        mounts.push(Mount {
+            source,
+            target,
+            mode: e.mode,
+            origin: format!("filesystem.mounts[{i}]"),
+            written: e.source.clone(),
+        });
+    }
+    for spec in &flags.mounts {
+        mounts.push(parse_mount_flag(spec, places)?);
+    }
+
+    let mut env_allow = m.env.allow.clone();
+    for n in &flags.env {
+        if !is_env_name(n) {
+            return Err(flag_err(
+                "--env",
+                n,
+                "give a variable name (letters, digits and `_`); values are never taken from flags",
+            ));
+        }
+        push_unique(&mut env_allow, n.clone());
+    }
+
+    let network = resolve_network(m, flags)?;
+    let resources = resolve_resources(m, flags)?;
+
+    Ok(Policy {
+        floor,
+        workdir,
+        workdir_exec: m.filesystem.workdir_exec.unwrap_or(true),
+        read_only,
+        mounts,
+        network,
+        env_allow,
+        exec_allow: m.exec.allow.clone(),
+        resources,
+        manifest_path: manifest.map(|l| l.path.clone()),
+    })
+}
+
+fn push_unique(v: &mut Vec<String>, s: String) {
+    if !v.contains(&s) {
+        v.push(s);
+    }
+}
+
+fn resolve_network(m: &Manifest, flags: &RunFlags) -> Result<NetworkPolicy, FlagError> {
+    let flag_mode = match &flags.network {
+        Some(w) => Some(
+            w.parse::<NetworkMode>()
+                .map_err(|e| flag_err("--network", w, e.to_string()))?,
+        ),
+        None => None,
+    };
+    let mut allow = m.network.allow.clone();
+    for w in &flags.allow_net {
+        let entry: AllowEntry = w
+            .parse()
+            .map_err(|e: cofferdam_net::AllowError| flag_err("--allow-net", w, e.to_string()))?;
+        if !allow.contains(&entry) {
+            allow.push(entry);
+        }
+    }
+    let mode = match (flag_mode, flags.allow_net.is_empty()) {
+        (Some(NetworkMode::Allow) | None, false) => NetworkMode::Allow,
+        (Some(other), false) => {
+            return Err(flag_err(
+                "--network",
+                other.wire_name(),
+                "conflicts with --allow-net, which implies --network allow: drop one of them",
+            ));
+        }
+        (Some(mode), true) => mode,
+        (None, true) => m.network.mode.unwrap_or(if allow.is_empty() {
+            NetworkMode::None
+        } else {
+            NetworkMode::Allow
+        }),
+    };
+    if mode != NetworkMode::Allow {
+        allow.clear();
+    }
+    Ok(NetworkPolicy { mode, allow })
+}
+
+fn resolve_resources(m: &Manifest, f: &RunFlags) -> Result<ResourceRequest, FlagError> {
+    let r = &m.resources;
+    let size = |flag: &'static str, v: &Option<String>, base: Option<ByteSize>| match v {
+        Some(t) => parse_size(t)
+            .map(Some)
+            .map_err(|e| flag_err(flag, t, e.to_string())),
+        None => Ok(base),
+    };
+    let span = |flag: &'static str, v: &Option<String>, base: Option<Span>| match v {
+        Some(t) => parse_duration(t)
+            .map(Some)
+            .map_err(|e| flag_err(flag, t, e.to_string())),
+        None => Ok(base),
+    };
+    let positive = |flag: &'static str, v: Option<u64>, base: Option<u64>| match v {
+        Some(0) => Err(flag_err(
+            flag,
+            "0",
+            "must be above zero; leave the flag out for no limit",
+        )),
+        Some(n) => Ok(Some(n)),
+        None => Ok(base),
+    };
+    let cpus = match f.cpus {
+        Some(c) if !valid_cpus(c) => {
+            return Err(flag_err(
+                "--cpus",
+                &c.to_string(),
+                "must be above 0 and at most 4096",
+            ));
+        }
+        Some(c) => Some(c),
+        None => r.cpus,
+    };
+    Ok(ResourceRequest {
+        memory: size("--memory", &f.memory, r.memory)?,
+        pids: positive("--pids", f.pids, r.pids)?,
+        cpus,
+        timeout: span("--timeout", &f.timeout, r.timeout)?,
+        cpu_time: span("--cpu-time", &f.cpu_time, r.cpu_time)?,
+        max_file_size: size("--max-file-size", &f.max_file_size, r.max_file_size)?,
+        open_files: positive("--open-files", f.open_files, r.open_files)?,
+        io_bps: size("--io-bps", &f.io_bps, r.io_bps)?,
+        tmp_size: size("--tmp-size", &f.tmp_size, r.tmp_size)?,
+        stage_size: size("--stage-size", &f.stage_size, r.stage_size)?,
+    })
+}
+
+/// Parse `--mount SRC[:TGT][:MODE]`. The mode, when present, is the last field; the default
+/// mode is `read`. Paths containing `:` must be declared in the manifest instead.
+pub fn parse_mount_flag(spec: &str, places: &Places) -> Result<Mount, FlagError> {
+    let mut parts: Vec<&str> = spec.split(':').collect();
+    let mode = match parts.last().and_then(|w| MountMode::parse(w)) {
+        Some(mode) if parts.len() > 1 => {
+            parts.pop();
+            mode
+        }
+        _ => MountMode::Read,
+    };
+    let (src, tgt) = match parts.as_slice() {
+        [s] => (*s, None),
+        [s, t] => (*s, Some(*t)),
+        _ => {
+            return Err(flag_err(
+                "--mount",
+                spec,
+                "expected SRC[:TGT][:MODE] with MODE one of read, stage, write, hide; declare \
+                 paths containing `:` in cofferdam.toml [filesystem] mounts",
+            ));
+        }
+    };
+    if src.is_empty() || tgt.is_some_and(str::is_empty) {
+        return Err(flag_err(
+            "--mount",
+            spec,
+            "the source and target must not be empty",
+        ));
+    }
+    if tgt.is_some_and(|t| !t.starts_with('/')) {
+        return Err(flag_err(
+            "--mount",
+            spec,
+            "the target must be an absolute path",
+        ));
+    }
+    let source = resolve_path(src, &places.cwd, &places.home);
+    let target = tgt.map_or_else(|| source.clone(), |t| normalize(Path::new(t)));
+    Ok(Mount {
+        source,
+        target,
+        mode,
+        origin: "--mount".to_owned(),
+        written: src.to_owned(),
+    })
+}
+
+/// Resolve `written` (absolute, `~`, `~/…` or relative to `base`) lexically.
+pub fn resolve_path(written: &str, base: &Path, home: &Path) -> PathBuf {
+    let joined = if written == "~" {
+        home.to_path_buf()
+    } else if let Some(rest) = written.strip_prefix("~/") {
+        home.join(rest)
+    } else {
+        base.join(written)
+    };
+    normalize(&joined)
+}
+
+/// How `written` resolves: `absolute`, `home` or `manifest-folder`.
+pub fn resolved_from(written: &str) -> &'static str {
+    if written.starts_with('/') {
+        "absolute"
+    } else if written == "~" || written.starts_with("~/") {
+        "home"
+    } else {
+        "manifest-folder"
+    }
+}
+
+/// Fold `.` and `..` without touching the filesystem. `..` above the root stays at the root.
+pub fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::parse_manifest;
+
+    fn places() -> Places {
+        Places {
+            cwd: "/work/proj".into(),
+            home: "/home/u".into(),
+        }
+    }
+
+    fn loaded(text: &str) -> LoadedManifest {
+        LoadedManifest {
+            path: "/work/proj/cofferdam.toml".into(),
+            manifest: parse_manifest("cofferdam.toml", text).unwrap(),
+        }
+    }
+
+    #[test]
+    fn defaults_without_manifest_or_flags() {
+        let p = resolve_policy(None, &RunFlags::default(), &places()).unwrap();
+        assert_eq!(p.floor, ContainmentClass::Scoped);
+        assert_eq!(p.workdir, PathBuf::from("/work/proj"));
+        assert!(p.workdir_exec);
+        assert_eq!(p.network.mode, NetworkMode::None);
+        assert_eq!(p.resources, ResourceRequest::default());
+    }
+
+    #[test]
+    fn floor_is_the_strongest_of_manifest_flag_and_default() {
+        let cases = [
+            (None, None, ContainmentClass::Scoped),
+            (Some("advisory"), None, ContainmentClass::Scoped),
+            (Some("sealed"), None, ContainmentClass::Sealed),
+            (
+                Some("sealed"),
+                Some(ContainmentClass::Advisory),
+                ContainmentClass::Sealed,
+            ),
+            (
+                None,
+                Some(ContainmentClass::Sealed),
+                ContainmentClass::Sealed,
+            ),
+            (
+                Some("scoped"),
+                Some(ContainmentClass::Advisory),
+                ContainmentClass::Scoped,
+            ),
+        ];
+        for (manifest, flag, want) in cases {
+            let m = manifest.map(|w| loaded(&format!("containment = \"{w}\"")));
+            let flags = RunFlags {
+                containment: flag,
+                ..RunFlags::default()
+            };
+            let p = resolve_policy(m.as_ref(), &flags, &places()).unwrap();
+            assert_eq!(p.floor, want, "{manifest:?} {flag:?}");
+        }
+    }
+
+    #[test]
+    fn flags_override_scalars_and_extend_lists() {
+        let m = loaded(
+            "[resources]\nmemory = \"1GiB\"\npids = 100\n[filesystem]\nread_only = [\".git\"]\n[env]\nallow = [\"A\"]",
+        );
+        let flags = RunFlags {
+            memory: Some("2GiB".into()),
+            read_only: vec!["docs/".into(), ".git".into()],
+            env: vec!["B".into()],
+            ..RunFlags::default()
+        };
+        let p = resolve_policy(Some(&m), &flags, &places()).unwrap();
+        assert_eq!(p.resources.memory, Some(ByteSize(2 << 30)));
+        assert_eq!(p.resources.pids, Some(100));
+        assert_eq!(p.read_only, vec![".git", "docs"]);
+        assert_eq!(p.env_allow, vec!["A", "B"]);
+    }
+
+    #[test]
+    fn allow_net_implies_allow_and_conflicts_are_refused() {
+        let flags = RunFlags {
+            allow_net: vec!["api.example.com".into()],
+            ..RunFlags::default()
+        };
+        let p = resolve_policy(None, &flags, &places()).unwrap();
+        assert_eq!(p.network.mode, NetworkMode::Allow);
+        assert_eq!(p.network.allow.len(), 1);
+        let flags = RunFlags {
+            network: Some("none".into()),
+            allow_net: vec!["api.example.com".into()],
+            ..RunFlags::default()
+        };
+        let e = resolve_policy(None, &flags, &places()).unwrap_err();
+        assert_eq!(e.flag, "--network");
+        let m = loaded("[network]\nmode = \"allow\"\nallow = [\"x.com\"]");
+        let flags = RunFlags {
+            network: Some("none".into()),
+            ..RunFlags::default()
+        };
+        let p = resolve_policy(Some(&m), &flags, &places()).unwrap();
+        assert_eq!(p.network.mode, NetworkMode::None);
+        assert!(p.network.allow.is_empty());
+    }
+
+    #[test]
+    fn bad_flag_values_name_the_flag() {
+        let cases: Vec<(RunFlags, &str)> = vec![
+            (
+                RunFlags {
+                    memory: Some("lots".into()),
+                    ..Default::default()
+                },
+                "--memory",
+            ),
+            (
+                RunFlags {
+                    timeout: Some("30".into()),
+                    ..Default::default()
+                },
+                "--timeout",
+            ),
+            (
+                RunFlags {
+                    pids: Some(0),
+                    ..Default::default()
+                },
+                "--pids",
+            ),
+            (
+                RunFlags {
+                    cpus: Some(f64::NAN),
+                    ..Default::default()
+                },
+                "--cpus",
+            ),
+            (
+                RunFlags {
+                    env: vec!["A=B".into()],
+                    ..Default::default()
+                },
+                "--env",
+            ),
+            (
+                RunFlags {
+                    read_only: vec!["/etc".into()],
+                    ..Default::default()
+                },
+                "--read-only",
+            ),
+            (
+                RunFlags {
+                    allow_net: vec!["http://x".into()],
+                    ..Default::default()
+                },
+                "--allow-net",
+            ),
+            (
+                RunFlags {
+                    network: Some("open".into()),
+                    ..Default::default()
+                },
+                "--network",
+            ),
+            (
+                RunFlags {
+                    mounts: vec!["a:b:c:d".into()],
+                    ..Default::default()
+                },
+                "--mount",
+            ),
+            (
+                RunFlags {
+                    mounts: vec!["a:rel".into()],
+                    ..Default::default()
+                },
+                "--mount",
+            ),
+        ];
+        for (flags, flag) in cases {
+            let e = resolve_policy(None, &flags, &places()).unwrap_err();
+            assert_eq!(e.flag, flag, "{e}");
+        }
+    }
+
+    #[test]
+    fn mount_flags_and_manifest_mounts_resolve() {
+        let p = places();
+        let m = parse_mount_flag("~/.cache/pip:write", &p).unwrap();
+        assert_eq!(m.source, PathBuf::from("/home/u/.cache/pip"));
+        assert_eq!(m.target, m.source);
+        assert_eq!(m.mode, MountMode::Write);
+        let m = parse_mount_flag("data:/data", &p).unwrap();
+        assert_eq!(m.source, PathBuf::from("/work/proj/data"));
+        assert_eq!(m.target, PathBuf::from("/data"));
+        assert_eq!(m.mode, MountMode::Read);
+        let m = parse_mount_flag("/s:/t:hide", &p).unwrap();
+        assert_eq!(m.mode, MountMode::Hide);
+
+        let l = LoadedManifest {
+            path: "/cfg/cofferdam.toml".into(),
+            manifest: parse_manifest(
+                "m",
+                "[filesystem]\nworkdir = \"../proj\"\nmounts = [{source = \"cache\", mode = \"stage\"}]",
+            )
+            .unwrap(),
+        };
+        let pol = resolve_policy(Some(&l), &RunFlags::default(), &p).unwrap();
+        assert_eq!(pol.workdir, PathBuf::from("/proj"));
+        assert_eq!(pol.mounts[0].source, PathBuf::from("/cfg/cache"));
+        assert_eq!(pol.mounts[0].origin, "filesystem.mounts[0]");
+    }
+
+    #[test]
+    fn normalize_folds_dots() {
+        assert_eq!(normalize(Path::new("/a/./b/../c")), PathBuf::from("/a/c"));
+        assert_eq!(normalize(Path::new("/../x")), PathBuf::from("/x"));
+        assert_eq!(resolved_from("~/x"), "home");
+        assert_eq!(resolved_from("/x"), "absolute");
+        assert_eq!(resolved_from("x"), "manifest-folder");
+    }
+}

@@ -1,0 +1,907 @@
+//! Builds the scope report (DESIGN.md §10, `spec/scope-report.txt`) as a pure function of
+//! the resolved policy, the host facts and where the job store lives. It changes nothing and
+//! reads nothing: it says what `cofferdam run` with the same inputs would be allowed to do.
+//!
+//! Per-tier statements live in small functions here, one per report block, so the human
+//! rendering, `--json` and the `session_start` trace event all carry the same words.
+
+use crate::manifest::MountMode;
+use crate::policy::{DEFAULT_PROJECTED_ENV, INJECTED_ENV, PROXY_ENV, Policy};
+use crate::secrets::secret_paths;
+use crate::tier::decide_containment;
+use cofferdam_net::NetworkMode;
+use cofferdam_record::scope::{
+    CgroupScopeReport, FilesystemBoundaryReport, HostPathReport, IoMaxReport, ManifestFileReport,
+    ProcessViewReport, ResourceLimitReport, RouteReport, RuntimeDirReport, ScopeReport,
+    StateStoreReport, TempDirReport, UnconfinedReport,
+};
+use cofferdam_record::{EnforcementTier, HostFacts};
+use std::path::{Path, PathBuf};
+
+/// The newest Landlock ABI cofferdam's ruleset is built for; the kernel's ABI is capped at it.
+pub const LANDLOCK_TARGET_ABI: u32 = 7;
+
+/// What the report is built from.
+#[derive(Debug, Clone)]
+pub struct ScopeInputs<'a> {
+    /// The resolved policy.
+    pub policy: &'a Policy,
+    /// The probed (or injected) host.
+    pub facts: &'a HostFacts,
+    /// The storage root (`$COFFERDAM_HOME`, …).
+    pub storage_root: &'a Path,
+    /// The invoking user's home.
+    pub home: &'a Path,
+}
+
+/// Build the scope report.
+pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
+    let p = inp.policy;
+    let f = inp.facts;
+    let decision = decide_containment(f, p.floor);
+    let tier = decision.tier;
+    let abi = match tier {
+        EnforcementTier::None => None,
+        _ if f.landlock_abi == 0 => None,
+        _ => Some(f.landlock_abi.min(LANDLOCK_TARGET_ABI)),
+    };
+    let allow = p.network.mode == NetworkMode::Allow;
+    let mut env_projected: Vec<String> = DEFAULT_PROJECTED_ENV
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    env_projected.extend(p.env_allow.iter().cloned());
+    let mut env_injected: Vec<String> = INJECTED_ENV.iter().map(|s| s.to_string()).collect();
+    if allow {
+        env_injected.extend(PROXY_ENV.iter().map(|s| s.to_string()));
+    }
+    let mut hidden_paths: Vec<String> = secret_paths(inp.home).iter().map(|x| display(x)).collect();
+    hidden_paths.push(display(inp.storage_root));
+    hidden_paths.extend(
+        p.mounts
+            .iter()
+            .filter(|m| m.mode == MountMode::Hide)
+            .map(|m| display(&m.source)),
+    );
+
+    ScopeReport {
+        declared_containment: decision.declared,
+        achieved_containment: decision.achieved,
+        host_containment: decision.host,
+        floor_met: decision.floor_met,
+        shortfall_reason: decision.shortfall_reason.clone(),
+        enforcement_tier: tier,
+        routes: routes(tier, allow),
+        userns_grant: f.userns.grant,
+        landlock_abi: abi,
+        filesystem_scope: Some(display(&p.workdir)),
+        workdir_exec: p.workdir_exec,
+        read_only_paths: p.read_only.clone(),
+        read_only_advisory_for: Vec::new(),
+        hidden_paths,
+        network_mode: p.network.mode.wire_name().to_owned(),
+        network_allow: p.network.allow.iter().map(ToString::to_string).collect(),
+        unix_sockets: tier == EnforcementTier::None || abi.is_none_or(|a| a < 9),
+        shell_allow: p.exec_allow.clone(),
+        env_allow: p.env_allow.clone(),
+        env_projected,
+        env_injected,
+        trust_store: if p.network.mode == NetworkMode::None {
+            Vec::new()
+        } else {
+            f.trust_store.clone()
+        },
+        name_resolution: match tier {
+            EnforcementTier::None => Vec::new(),
+            _ => ["/etc/hosts", "/etc/nsswitch.conf", "/etc/resolv.conf"]
+                .map(String::from)
+                .to_vec(),
+        },
+        host_paths: p
+            .mounts
+            .iter()
+            .map(|m| HostPathReport {
+                source: display(&m.source),
+                target: display(&m.target),
+                mode: m.mode.wire_name().to_owned(),
+                effect: mount_effect(tier, m.mode, m.source != m.target),
+            })
+            .collect(),
+        state_stores: p
+            .mounts
+            .iter()
+            .filter(|m| m.mode == MountMode::Write)
+            .map(|m| StateStoreReport {
+                source: display(&m.source),
+                target: display(&m.target),
+                note: "written directly on the host: bypasses the stage and review".to_owned(),
+            })
+            .collect(),
+        runtime_writes: Vec::new(),
+        manifest_files: manifest_files(p),
+        resources: resource_rows(p, f, tier),
+        io_max: io_max(p, f),
+        cgroup_scope: cgroup_scope(p, f),
+        filesystem_boundary: FilesystemBoundaryReport {
+            not_protected: not_protected(p, tier, abi),
+        },
+        runtime_dir: runtime_dir(tier, inp.storage_root, &p.workdir),
+        records_dir: records_dir(tier, inp.storage_root, &p.workdir),
+        temp_dir: temp_dir(tier, p, inp.storage_root),
+        process_view: process_view(tier, abi),
+        unconfined: (tier == EnforcementTier::None).then(|| UnconfinedReport {
+            uid: f.uid,
+            gid: f.gid,
+            note: format!(
+                "the command runs as a host process with uid {} and every right that user has",
+                f.uid
+            ),
+        }),
+    }
+}
+
+fn display(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn routes(tier: EnforcementTier, allow: bool) -> Vec<RouteReport> {
+    vec![
+        RouteReport {
+            route: "command".into(),
+            mechanism: match tier {
+                EnforcementTier::None => "host-process".into(),
+                t => t.wire_name().into(),
+            },
+            active: true,
+            note: "the command and every process it starts".into(),
+        },
+        RouteReport {
+            route: "egress_proxy".into(),
+            mechanism: "host-process".into(),
+            active: allow,
+            note: "cofferdam's supervisor answers DNS and relays allowed connections with the \
+                   host's network; it reads only DNS queries, TLS SNI, HTTP Host and CONNECT \
+                   lines, and runs no code from the command"
+                .into(),
+        },
+    ]
+}
+
+fn mount_effect(tier: EnforcementTier, mode: MountMode, remapped: bool) -> String {
+    let remap = if remapped && tier != EnforcementTier::MountnsPivotRootLandlockSeccomp {
+        " (the target is not remapped on this tier: the command sees it at the source path)"
+    } else {
+        ""
+    };
+    let what = match (tier, mode) {
+        (EnforcementTier::None, _) => {
+            "visible at the source path with your full rights: nothing is enforced"
+        }
+        (EnforcementTier::MountnsPivotRootLandlockSeccomp, MountMode::Read) => {
+            "bind-mounted read-only at the target"
+        }
+        (EnforcementTier::MountnsPivotRootLandlockSeccomp, MountMode::Stage) => {
+            "overlaid at the target: writes are staged in the job for review"
+        }
+        (EnforcementTier::MountnsPivotRootLandlockSeccomp, MountMode::Write) => {
+            "bind-mounted writable at the target: writes land on the host directly"
+        }
+        (EnforcementTier::MountnsPivotRootLandlockSeccomp, MountMode::Hide) => {
+            "masked: invisible inside the sandbox"
+        }
+        (EnforcementTier::LandlockSeccomp, MountMode::Read) => "Landlock grants read access",
+        (EnforcementTier::LandlockSeccomp, MountMode::Stage) => {
+            "Landlock grants read access only: staging a lent path needs the sealed tier's overlay"
+        }
+        (EnforcementTier::LandlockSeccomp, MountMode::Write) => {
+            "Landlock grants read and write access: writes land on the host directly"
+        }
+        (EnforcementTier::LandlockSeccomp, MountMode::Hide) => "no Landlock access: unreadable",
+    };
+    format!("{what}{remap}")
+}
+
+fn manifest_files(p: &Policy) -> Vec<ManifestFileReport> {
+    if p.manifest_path.is_none() {
+        return Vec::new();
+    }
+    p.mounts
+        .iter()
+        .filter(|m| m.origin != "--mount")
+        .map(|m| ManifestFileReport {
+            key: format!("{}.source", m.origin),
+            written: m.written.clone(),
+            path: display(&m.source),
+            resolved_from: crate::policy::resolved_from(&m.written).to_owned(),
+        })
+        .collect()
+}
+
+/// Where one cgroup controller would come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CgroupSource {
+    /// A delegated cgroup v2 subtree.
+    V2,
+    /// A cgroup v1 hierarchy (root only).
+    V1,
+}
+
+/// Where controller `ctrl` would come from on this host, if anywhere: a delegated v2
+/// subtree that has it, else a v1 hierarchy when running as root.
+fn controller_source(f: &HostFacts, ctrl: &str) -> Option<CgroupSource> {
+    let c = &f.cgroup;
+    if c.v2_delegated && has(&c.v2_delegated_controllers, ctrl) {
+        Some(CgroupSource::V2)
+    } else if f.is_root && has(&c.v1_controllers, ctrl) && ctrl != "io" {
+        Some(CgroupSource::V1)
+    } else {
+        None
+    }
+}
+
+fn has(v: &[String], name: &str) -> bool {
+    v.iter().any(|c| c == name)
+}
+
+/// The controllers the requested limits need.
+fn needed_controllers(p: &Policy) -> Vec<&'static str> {
+    let r = &p.resources;
+    [
+        (r.memory.is_some(), "memory"),
+        (r.pids.is_some(), "pids"),
+        (r.cpus.is_some(), "cpu"),
+        (r.io_bps.is_some(), "io"),
+    ]
+    .into_iter()
+    .filter_map(|(wanted, c)| wanted.then_some(c))
+    .collect()
+}
+
+fn cgroup_scope(p: &Policy, f: &HostFacts) -> CgroupScopeReport {
+    let needed = needed_controllers(p);
+    if needed.is_empty() {
+        return CgroupScopeReport {
+            status: "not-required".into(),
+            parent: None,
+            controllers: Vec::new(),
+            reason: None,
+        };
+    }
+    let sources: Vec<(&str, Option<CgroupSource>)> = needed
+        .iter()
+        .map(|c| (*c, controller_source(f, c)))
+        .collect();
+    let got = |k: CgroupSource| sources.iter().any(|(_, s)| *s == Some(k));
+    let (v2, v1) = (got(CgroupSource::V2), got(CgroupSource::V1));
+    let status = match (v2, v1) {
+        (true, true) => "hybrid",
+        (true, false) => "delegated",
+        (false, true) => "v1",
+        (false, false) => "unavailable",
+    };
+    let parent = v2.then(|| {
+        let c = &f.cgroup;
+        format!(
+            "{}{}",
+            c.v2_mount.as_deref().unwrap_or("").trim_end_matches('/'),
+            c.v2_own_cgroup.as_deref().unwrap_or("")
+        )
+    });
+    let controllers = sources
+        .iter()
+        .filter_map(|(c, s)| match s {
+            Some(CgroupSource::V2) => Some(format!("{c} (v2)")),
+            Some(CgroupSource::V1) => Some(format!("{c} (v1)")),
+            None => None,
+        })
+        .collect();
+    let missing: Vec<&str> = sources
+        .iter()
+        .filter(|(_, s)| s.is_none())
+        .map(|(c, _)| *c)
+        .collect();
+    let reason = (!missing.is_empty()).then(|| {
+        let fallbacks: Vec<&str> = missing
+            .iter()
+            .map(|c| match *c {
+                "memory" => "memory falls back to RLIMIT_DATA",
+                "pids" => "pids falls back to RLIMIT_NPROC",
+                "cpu" => "cpus is not enforced",
+                _ => "io_bps is not enforced",
+            })
+            .collect();
+        format!(
+            "no delegated cgroup v2 subtree with {}{}: {}; to get one, run under `systemd-run \
+             --user --scope -p Delegate=yes cofferdam …`",
+            missing.join(", "),
+            if f.is_root || f.cgroup.v1_controllers.is_empty() {
+                ""
+            } else {
+                " (cgroup v1 controllers need root)"
+            },
+            fallbacks.join(", ")
+        )
+    });
+    CgroupScopeReport {
+        status: status.into(),
+        parent,
+        controllers,
+        reason,
+    }
+}
+
+fn io_max(p: &Policy, f: &HostFacts) -> IoMaxReport {
+    let Some(bps) = p.resources.io_bps else {
+        return IoMaxReport {
+            requested_bytes_per_sec: None,
+            status: "not-requested".into(),
+            reason: None,
+        };
+    };
+    match controller_source(f, "io") {
+        Some(_) => IoMaxReport {
+            requested_bytes_per_sec: Some(bps.0),
+            status: "available".into(),
+            reason: None,
+        },
+        _ => IoMaxReport {
+            requested_bytes_per_sec: Some(bps.0),
+            status: "unavailable".into(),
+            reason: Some(
+                "io.max needs a delegated cgroup v2 subtree with the io controller; this host \
+                 has none, so disk bandwidth is not limited"
+                    .into(),
+            ),
+        },
+    }
+}
+
+fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<ResourceLimitReport> {
+    let r = &p.resources;
+    let cg = |ctrl: &str, v2_file: &str, v1_file: &str| -> Option<String> {
+        match controller_source(f, ctrl)? {
+            CgroupSource::V2 => Some(format!("cgroup2 {v2_file}")),
+            CgroupSource::V1 => Some(format!("cgroup1 {v1_file}")),
+        }
+    };
+    let sealed = tier == EnforcementTier::MountnsPivotRootLandlockSeccomp;
+    let mut rows = Vec::new();
+    let mut row =
+        |name: &str, requested: f64, mechanism: Option<String>, limitation: Option<&str>| {
+            rows.push(ResourceLimitReport {
+                name: name.into(),
+                requested,
+                mechanism,
+                limitation: limitation.map(str::to_owned),
+            });
+        };
+    if let Some(m) = r.memory {
+        match cg("memory", "memory.max", "memory.limit_in_bytes") {
+            Some(mech) => row("memory", m.0 as f64, Some(mech), None),
+            None => row(
+                "memory",
+                m.0 as f64,
+                Some("RLIMIT_DATA".into()),
+                Some("per process and data segment only: several processes together can exceed it"),
+            ),
+        }
+    }
+    if let Some(n) = r.pids {
+        match cg("pids", "pids.max", "pids.max") {
+            Some(mech) => row("pids", n as f64, Some(mech), None),
+            None => row(
+                "pids",
+                n as f64,
+                Some("RLIMIT_NPROC".into()),
+                Some(if sealed {
+                    "counted per user in the run's user namespace"
+                } else {
+                    "counts every process of your user on the host, not only the run's"
+                }),
+            ),
+        }
+    }
+    if let Some(c) = r.cpus {
+        match cg("cpu", "cpu.max", "cpu.cfs_quota_us") {
+            Some(mech) => row("cpus", c, Some(mech), None),
+            None => row(
+                "cpus",
+                c,
+                None,
+                Some("no cgroup with the cpu controller on this host"),
+            ),
+        }
+    }
+    if let Some(t) = r.timeout {
+        row(
+            "timeout",
+            t.as_millis_u64() as f64,
+            Some(if sealed {
+                "wall-clock kill of the run's pid namespace".into()
+            } else {
+                "wall-clock kill of the run's process group".into()
+            }),
+            (!sealed).then_some("a process that leaves the process group outlives the kill"),
+        );
+    }
+    if let Some(t) = r.cpu_time {
+        row(
+            "cpu_time",
+            t.as_millis_u64() as f64,
+            Some("RLIMIT_CPU".into()),
+            Some("per process"),
+        );
+    }
+    if let Some(s) = r.max_file_size {
+        row(
+            "max_file_size",
+            s.0 as f64,
+            Some("RLIMIT_FSIZE".into()),
+            None,
+        );
+    }
+    if let Some(n) = r.open_files {
+        row("open_files", n as f64, Some("RLIMIT_NOFILE".into()), None);
+    }
+    if let Some(b) = r.io_bps {
+        match cg("io", "io.max", "") {
+            Some(_) => row("io_bps", b.0 as f64, Some("cgroup2 io.max".into()), None),
+            None => row(
+                "io_bps",
+                b.0 as f64,
+                None,
+                Some("no delegated cgroup v2 subtree with the io controller on this host"),
+            ),
+        }
+    }
+    if let Some(s) = r.tmp_size {
+        if sealed {
+            row(
+                "tmp_size",
+                s.0 as f64,
+                Some("tmpfs size= on /tmp".into()),
+                None,
+            );
+        } else {
+            row(
+                "tmp_size",
+                s.0 as f64,
+                None,
+                Some("the temp directory lives in the job directory on this tier"),
+            );
+        }
+    }
+    if let Some(s) = r.stage_size {
+        row(
+            "stage_size",
+            s.0 as f64,
+            None,
+            Some("this build does not cap the stage yet; its size is reported after the run"),
+        );
+    }
+    rows
+}
+
+fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<String> {
+    let mut out = Vec::new();
+    if tier == EnforcementTier::None {
+        out.push(
+            "nothing is enforced: the command runs as a host process with your user's rights; \
+             it can read and write every file you can, reach the network and signal your \
+             processes. Only the environment is projected and rlimits applied"
+                .to_owned(),
+        );
+        return out;
+    }
+    let sealed = tier == EnforcementTier::MountnsPivotRootLandlockSeccomp;
+    if sealed {
+        out.push(
+            "reads: the read-only system view (/usr, /bin, /sbin, /lib*, /etc without the \
+             hidden secrets, /opt) and the workdir are readable; secrets kept inside the \
+             workdir are visible unless hidden with --mount PATH:hide"
+                .to_owned(),
+        );
+        if abi.is_none() {
+            out.push(
+                "Landlock is unavailable on this kernel: the composed root is the only \
+                 filesystem layer"
+                    .to_owned(),
+            );
+        }
+    } else {
+        out.push(
+            "reads: Landlock grants read access to the system directories and the job's copy \
+             of the workdir; other host files outside them are refused, but names of host \
+             processes and their command lines are readable in /proc"
+                .to_owned(),
+        );
+        out.push(
+            "no pid, ipc or uts namespace: host processes are visible, and SysV IPC objects \
+             of your user are reachable"
+                .to_owned(),
+        );
+        if abi.is_none_or(|a| a < 6) {
+            out.push(
+                "signals and abstract unix sockets: Landlock scopes them only from ABI 6, so \
+                 the command can signal your other processes and reach abstract sockets"
+                    .to_owned(),
+            );
+        }
+        match p.network.mode {
+            NetworkMode::Host => {}
+            _ if abi.is_some_and(|a| a >= 4) => out.push(
+                "network: no network namespace; Landlock confines TCP by port only (no names, \
+                 no UDP), so DNS and other UDP traffic are not confined"
+                    .to_owned(),
+            ),
+            _ => out.push(
+                "network: no network namespace and no Landlock TCP rules (ABI below 4): the \
+                 network is not confined"
+                    .to_owned(),
+            ),
+        }
+    }
+    if abi.is_none_or(|a| a < 9) {
+        out.push(format!(
+            "pathname unix sockets inside visible paths: the command can connect to a host \
+             process listening on one (Landlock stops that only from ABI 9; this ruleset is \
+             at {})",
+            abi.map_or_else(|| "no ABI".to_owned(), |a| format!("ABI {a}"))
+        ));
+    }
+    for m in p.mounts.iter().filter(|m| m.mode == MountMode::Write) {
+        out.push(format!(
+            "{} is writable on the host (mode write): those writes bypass the stage and cannot \
+             be reviewed or dropped",
+            m.source.display()
+        ));
+    }
+    if p.network.mode == NetworkMode::Host {
+        out.push(
+            "network mode host: the command shares the host's network; egress is neither \
+             filtered nor counted"
+                .to_owned(),
+        );
+    }
+    if !p.exec_allow.is_empty() {
+        out.push(
+            "[exec] allow is recorded, not enforced: the command may run any program it can see"
+                .to_owned(),
+        );
+    }
+    out.push(
+        "the kernel itself: a kernel bug reachable through the allowed system calls escapes \
+         every tier"
+            .to_owned(),
+    );
+    out
+}
+
+fn inside(path: &Path, dir: &Path) -> bool {
+    path.starts_with(dir)
+}
+
+fn runtime_dir(tier: EnforcementTier, root: &Path, workdir: &Path) -> RuntimeDirReport {
+    let jobs: PathBuf = root.join("jobs");
+    dir_report(
+        &jobs,
+        workdir,
+        match tier {
+            EnforcementTier::MountnsPivotRootLandlockSeccomp => None,
+            EnforcementTier::LandlockSeccomp => Some(
+                "the command works in the job's copy of the workdir (jobs/run-<id>/copy), which \
+             Landlock grants read and write; the rest of the job store is not granted",
+            ),
+            EnforcementTier::None => {
+                Some("advisory: a host process can read and write the job store")
+            }
+        },
+    )
+}
+
+fn records_dir(tier: EnforcementTier, root: &Path, workdir: &Path) -> RuntimeDirReport {
+    dir_report(
+        root,
+        workdir,
+        match tier {
+            EnforcementTier::None => {
+                Some("advisory: a host process can read and write the job store")
+            }
+            _ => None,
+        },
+    )
+}
+
+fn dir_report(path: &Path, workdir: &Path, open_reason: Option<&str>) -> RuntimeDirReport {
+    if inside(path, workdir) {
+        return RuntimeDirReport {
+            path: display(path),
+            visible: true,
+            writable: true,
+            reason: Some(
+                "inside the workdir: cofferdam run refuses this storage root; set \
+                 COFFERDAM_HOME outside the workdir"
+                    .into(),
+            ),
+        };
+    }
+    let open = open_reason.is_some();
+    RuntimeDirReport {
+        path: display(path),
+        visible: open,
+        writable: open,
+        reason: open_reason.map(str::to_owned),
+    }
+}
+
+fn temp_dir(tier: EnforcementTier, p: &Policy, root: &Path) -> TempDirReport {
+    let job_tmp = display(&root.join("jobs/run-<id>/tmp"));
+    match tier {
+        EnforcementTier::MountnsPivotRootLandlockSeccomp => TempDirReport {
+            path: "/tmp".into(),
+            private: true,
+            backing: "a fresh tmpfs".into(),
+            size_limit_bytes: p.resources.tmp_size.map(|s| s.0),
+        },
+        EnforcementTier::LandlockSeccomp => TempDirReport {
+            path: job_tmp,
+            private: true,
+            backing: "the job directory (TMPDIR); Landlock refuses the host's /tmp".into(),
+            size_limit_bytes: None,
+        },
+        EnforcementTier::None => TempDirReport {
+            path: job_tmp,
+            private: false,
+            backing: "the job directory (TMPDIR); the host's /tmp stays reachable".into(),
+            size_limit_bytes: None,
+        },
+    }
+}
+
+fn process_view(tier: EnforcementTier, abi: Option<u32>) -> ProcessViewReport {
+    match tier {
+        EnforcementTier::MountnsPivotRootLandlockSeccomp => ProcessViewReport {
+            pid_namespace: true,
+            proc: "a new /proc of the run's pid namespace, sensitive entries masked".into(),
+            host_processes_visible: false,
+            signals_to_host: false,
+        },
+        EnforcementTier::LandlockSeccomp => ProcessViewReport {
+            pid_namespace: false,
+            proc: "the host's /proc".into(),
+            host_processes_visible: true,
+            signals_to_host: abi.is_none_or(|a| a < 6),
+        },
+        EnforcementTier::None => ProcessViewReport {
+            pid_namespace: false,
+            proc: "the host's /proc".into(),
+            host_processes_visible: true,
+            signals_to_host: true,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Places, RunFlags, resolve_policy};
+    use cofferdam_record::{ContainmentClass, UsernsGrant};
+
+    fn policy(flags: RunFlags) -> Policy {
+        let places = Places {
+            cwd: "/work/proj".into(),
+            home: "/home/u".into(),
+        };
+        resolve_policy(None, &flags, &places).unwrap()
+    }
+
+    fn report(p: &Policy, f: &HostFacts) -> ScopeReport {
+        build_scope_report(&ScopeInputs {
+            policy: p,
+            facts: f,
+            storage_root: Path::new("/home/u/.local/share/cofferdam"),
+            home: Path::new("/home/u"),
+        })
+    }
+
+    fn no_userns() -> HostFacts {
+        let mut f = HostFacts::capable_example();
+        f.userns.can_create = false;
+        f.userns.error = Some("EPERM".into());
+        f.userns.grant = Some(UsernsGrant::Withheld);
+        f.overlay_in_userns = None;
+        f.netns = None;
+        f.pidns = None;
+        f
+    }
+
+    #[test]
+    fn capable_host_reports_sealed_with_its_landlock_abi() {
+        let r = report(&policy(RunFlags::default()), &HostFacts::capable_example());
+        assert_eq!(r.achieved_containment, ContainmentClass::Sealed);
+        assert_eq!(r.declared_containment, ContainmentClass::Scoped);
+        assert!(r.floor_met);
+        assert_eq!(r.shortfall_reason, None);
+        assert_eq!(r.landlock_abi, Some(7));
+        assert!(r.unix_sockets);
+        assert!(!r.process_view.host_processes_visible);
+        assert!(r.unconfined.is_none());
+        assert!(r.hidden_paths.contains(&"/home/u/.ssh".to_owned()));
+        assert!(
+            r.hidden_paths
+                .contains(&"/home/u/.local/share/cofferdam".to_owned())
+        );
+        assert!(!r.records_dir.visible);
+        assert_eq!(r.cgroup_scope.status, "not-required");
+        assert_eq!(r.io_max.status, "not-requested");
+        assert!(
+            r.trust_store.is_empty(),
+            "network none reads no trust store"
+        );
+        assert_eq!(r.routes.len(), 2);
+        assert!(!r.routes[1].active);
+    }
+
+    #[test]
+    fn every_field_is_always_serialized() {
+        let schema = schemars::schema_for!(ScopeReport);
+        let props = schema.as_value()["properties"].as_object().unwrap().clone();
+        for f in [HostFacts::capable_example(), no_userns()] {
+            let r = report(&policy(RunFlags::default()), &f);
+            let v = serde_json::to_value(&r).unwrap();
+            let keys = v.as_object().unwrap();
+            for k in props.keys() {
+                assert!(keys.contains_key(k), "{k} missing");
+            }
+            assert_eq!(keys.len(), props.len());
+        }
+    }
+
+    #[test]
+    fn sealed_floor_without_userns_is_not_met_and_says_why() {
+        let flags = RunFlags {
+            containment: Some(ContainmentClass::Sealed),
+            ..RunFlags::default()
+        };
+        let r = report(&policy(flags), &no_userns());
+        assert!(!r.floor_met);
+        assert_eq!(r.achieved_containment, ContainmentClass::Scoped);
+        assert_eq!(r.enforcement_tier, EnforcementTier::LandlockSeccomp);
+        assert!(r.shortfall_reason.unwrap().contains("user namespaces"));
+        assert!(r.process_view.host_processes_visible);
+        assert!(!r.process_view.signals_to_host, "ABI 7 scopes signals");
+        let v = serde_json::to_value(report(&policy(RunFlags::default()), &no_userns())).unwrap();
+        assert!(v["shortfall_reason"].is_null());
+    }
+
+    #[test]
+    fn old_landlock_on_scoped_tier_discloses_signals_and_network() {
+        let mut f = no_userns();
+        f.landlock_abi = 3;
+        let r = report(&policy(RunFlags::default()), &f);
+        assert_eq!(r.landlock_abi, Some(3));
+        assert!(r.process_view.signals_to_host);
+        let np = r.filesystem_boundary.not_protected.join("\n");
+        assert!(np.contains("signals"), "{np}");
+        assert!(np.contains("ABI below 4"), "{np}");
+    }
+
+    #[test]
+    fn advisory_reports_unconfined_and_no_landlock() {
+        let mut f = no_userns();
+        f.landlock_abi = 0;
+        let r = report(&policy(RunFlags::default()), &f);
+        assert_eq!(r.achieved_containment, ContainmentClass::Advisory);
+        assert!(!r.floor_met);
+        assert_eq!(r.landlock_abi, None);
+        assert_eq!(r.unconfined.as_ref().unwrap().uid, 1000);
+        assert!(r.records_dir.visible && r.records_dir.writable);
+        assert!(r.name_resolution.is_empty());
+        assert_eq!(r.routes[0].mechanism, "host-process");
+        assert!(r.filesystem_boundary.not_protected[0].contains("nothing is enforced"));
+    }
+
+    #[test]
+    fn write_mounts_are_state_stores_and_disclosed() {
+        let flags = RunFlags {
+            mounts: vec!["~/.cache/pip:write".into(), "/opt/x:/x:read".into()],
+            ..RunFlags::default()
+        };
+        let r = report(&policy(flags), &HostFacts::capable_example());
+        assert_eq!(r.host_paths.len(), 2);
+        assert_eq!(r.state_stores.len(), 1);
+        assert_eq!(r.state_stores[0].source, "/home/u/.cache/pip");
+        assert!(r.host_paths[1].effect.contains("read-only"));
+        assert!(
+            r.filesystem_boundary
+                .not_protected
+                .iter()
+                .any(|l| l.contains("/home/u/.cache/pip") && l.contains("bypass"))
+        );
+    }
+
+    #[test]
+    fn resources_name_the_mechanism_the_host_offers() {
+        let flags = RunFlags {
+            memory: Some("1GiB".into()),
+            cpus: Some(2.0),
+            io_bps: Some("10MiB".into()),
+            ..RunFlags::default()
+        };
+        let p = policy(flags);
+        let r = report(&p, &HostFacts::capable_example());
+        assert_eq!(r.cgroup_scope.status, "unavailable");
+        assert_eq!(r.resources[0].mechanism.as_deref(), Some("RLIMIT_DATA"));
+        assert!(r.resources[0].limitation.is_some());
+        assert_eq!(r.resources[1].mechanism, None);
+        assert_eq!(r.io_max.status, "unavailable");
+
+        let mut f = HostFacts::capable_example();
+        f.cgroup.v2_delegated = true;
+        f.cgroup.v2_own_cgroup = Some("/user.slice/u.service".into());
+        f.cgroup.v2_delegated_controllers =
+            ["cpu", "io", "memory", "pids"].map(String::from).to_vec();
+        let r = report(&p, &f);
+        assert_eq!(r.cgroup_scope.status, "delegated");
+        assert_eq!(
+            r.resources[0].mechanism.as_deref(),
+            Some("cgroup2 memory.max")
+        );
+        assert_eq!(r.resources[1].mechanism.as_deref(), Some("cgroup2 cpu.max"));
+        assert_eq!(r.io_max.status, "available");
+
+        let mut f = HostFacts::capable_example();
+        f.is_root = true;
+        let r = report(&p, &f);
+        assert_eq!(r.cgroup_scope.status, "v1");
+        assert!(
+            r.cgroup_scope.reason.unwrap().contains("io"),
+            "io has no v1 fallback"
+        );
+
+        // Root on this host: cgroup2 writable but only with hugetlb, v1 has memory.
+        let mut f = HostFacts::capable_example();
+        f.is_root = true;
+        f.cgroup.v2_delegated = true;
+        f.cgroup.v2_delegated_controllers = vec!["hugetlb".into()];
+        let r = report(&p, &f);
+        assert_eq!(r.cgroup_scope.status, "v1");
+        assert_eq!(
+            r.resources[0].mechanism.as_deref(),
+            Some("cgroup1 memory.limit_in_bytes")
+        );
+        assert_eq!(
+            r.resources[0].mechanism.as_deref(),
+            Some("cgroup1 memory.limit_in_bytes")
+        );
+    }
+
+    #[test]
+    fn storage_root_inside_the_workdir_is_flagged() {
+        let p = policy(RunFlags::default());
+        let r = build_scope_report(&ScopeInputs {
+            policy: &p,
+            facts: &HostFacts::capable_example(),
+            storage_root: Path::new("/work/proj/.cofferdam"),
+            home: Path::new("/home/u"),
+        });
+        assert!(r.records_dir.visible);
+        assert!(r.records_dir.reason.unwrap().contains("refuses"));
+    }
+
+    #[test]
+    fn allow_mode_injects_proxy_env_and_reads_the_trust_store() {
+        let flags = RunFlags {
+            allow_net: vec!["api.anthropic.com".into()],
+            env: vec!["ANTHROPIC_API_KEY".into()],
+            ..RunFlags::default()
+        };
+        let r = report(&policy(flags), &HostFacts::capable_example());
+        assert_eq!(r.network_mode, "allow");
+        assert_eq!(r.network_allow, vec!["api.anthropic.com:80,443"]);
+        assert!(r.env_injected.contains(&"HTTPS_PROXY".to_owned()));
+        assert!(r.env_projected.contains(&"ANTHROPIC_API_KEY".to_owned()));
+        assert_eq!(r.trust_store, vec!["/etc/ssl/certs"]);
+        assert!(r.routes[1].active);
+    }
+}
