@@ -1,0 +1,163 @@
+//! The command line: clap definitions only. Parsing values into policy is
+//! `cofferdam-policy`'s job, so every flag error is reported the same way as a manifest's.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use cofferdam_record::ContainmentClass;
+use std::path::PathBuf;
+
+/// Run AI coding agents and scripts inside a policy boundary; stage every write for review.
+#[derive(Debug, Parser)]
+#[command(name = "cofferdam", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// When to use colour: auto (a terminal and no NO_COLOR), always, never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Colour choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Colour on a terminal unless NO_COLOR is set.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command inside the boundary (today: only --explain-scope).
+    Run(RunArgs),
+    /// Explain what a policy would be allowed to do on this host, changing nothing.
+    Scope(ScopeArgs),
+    /// Check this host's kernel mechanisms and say how to get the missing ones.
+    Doctor(DoctorArgs),
+    /// Read and check Run Bundles.
+    #[command(subcommand)]
+    Bundle(BundleCommand),
+    /// Print a shell completion script.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
+}
+
+/// `cofferdam bundle …`.
+#[derive(Debug, Subcommand)]
+pub enum BundleCommand {
+    /// Check a run-bundle.json against schema 4 (exit 0 valid, 1 invalid).
+    Verify {
+        /// The bundle file.
+        file: PathBuf,
+    },
+    /// Print the Run Bundle JSON Schema.
+    Schema,
+}
+
+/// The policy flags shared by `run` and `scope`.
+#[derive(Debug, Clone, Args, Default)]
+pub struct PolicyArgs {
+    /// The manifest (default: cofferdam.toml in the workdir, when present).
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
+    /// The folder the command works in (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// The containment floor; the strongest of this and the manifest's wins.
+    #[arg(long, value_name = "CLASS", value_parser = parse_class)]
+    pub containment: Option<ContainmentClass>,
+    /// Lend a host path: SRC[:TGT][:MODE], MODE one of read (default), stage, write, hide.
+    #[arg(long = "mount", value_name = "SPEC")]
+    pub mounts: Vec<String>,
+    /// Make a workdir subtree read-only (kernel-enforced).
+    #[arg(long = "read-only", value_name = "PATH")]
+    pub read_only: Vec<String>,
+    /// Pass a host environment variable in by name.
+    #[arg(long = "env", value_name = "NAME")]
+    pub env: Vec<String>,
+    /// Network mode: none (default), allow, host.
+    #[arg(long, value_name = "MODE")]
+    pub network: Option<String>,
+    /// Allow a destination HOST[:PORT] (implies --network allow; *.domain wildcards).
+    #[arg(long = "allow-net", value_name = "HOST[:PORT]")]
+    pub allow_net: Vec<String>,
+    /// Memory ceiling, e.g. 4GiB.
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Process and thread ceiling.
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    /// CPU share, e.g. 1.5.
+    #[arg(long, value_name = "FLOAT")]
+    pub cpus: Option<f64>,
+    /// Wall-clock limit, e.g. 30m.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// CPU-time limit, e.g. 1h.
+    #[arg(long = "cpu-time", value_name = "DURATION")]
+    pub cpu_time: Option<String>,
+    /// Largest file the command may write, e.g. 1GiB.
+    #[arg(long = "max-file-size", value_name = "SIZE")]
+    pub max_file_size: Option<String>,
+    /// Open file descriptor ceiling.
+    #[arg(long = "open-files", value_name = "N")]
+    pub open_files: Option<u64>,
+    /// Disk bandwidth ceiling per second, e.g. 50MiB.
+    #[arg(long = "io-bps", value_name = "SIZE")]
+    pub io_bps: Option<String>,
+    /// Size of the private /tmp, e.g. 1GiB.
+    #[arg(long = "tmp-size", value_name = "SIZE")]
+    pub tmp_size: Option<String>,
+    /// Size cap of the stage, e.g. 10GiB.
+    #[arg(long = "stage-size", value_name = "SIZE")]
+    pub stage_size: Option<String>,
+}
+
+fn parse_class(s: &str) -> Result<ContainmentClass, String> {
+    s.parse()
+        .map_err(|e: cofferdam_record::containment::UnknownClass| e.to_string())
+}
+
+/// `cofferdam run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The policy.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Print the scope report for this policy and exit without running anything.
+    #[arg(long = "explain-scope")]
+    pub explain_scope: bool,
+    /// The command and its arguments.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `cofferdam scope`.
+#[derive(Debug, Args)]
+pub struct ScopeArgs {
+    /// The policy.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Report for the host whose facts were saved with `cofferdam doctor --json` instead of
+    /// probing this one.
+    #[arg(long = "host-facts", value_name = "FILE")]
+    pub host_facts: Option<PathBuf>,
+}
+
+/// `cofferdam doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Check the facts saved with `cofferdam doctor --json` instead of probing this host.
+    #[arg(long = "host-facts", value_name = "FILE")]
+    pub host_facts: Option<PathBuf>,
+}

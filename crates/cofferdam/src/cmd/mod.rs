@@ -1,0 +1,5 @@
+//! One module per subcommand; each parses nothing itself and returns an exit code.
+
+pub mod bundle;
+pub mod doctor;
+pub mod scope;

@@ -1,0 +1,77 @@
+//! The `cofferdam` binary: parses the command line, dispatches to one module per
+//! subcommand, prints errors with their fix, and exits with the stable codes of `exit`.
+//! It holds no policy or record logic: those live in the library crates.
+
+mod cli;
+mod cmd;
+mod context;
+mod exit;
+mod style;
+
+use clap::{CommandFactory, Parser};
+use cli::{BundleCommand, Cli, Command};
+use exit::Failure;
+use std::io::Write as _;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(&cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("cofferdam: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn dispatch(cli: &Cli) -> Result<u8, Failure> {
+    let style = style::Style::new(cli.color);
+    match &cli.command {
+        Command::Scope(a) => cmd::scope::run(&a.policy, a.host_facts.as_deref(), cli.json, style),
+        Command::Run(a) if a.explain_scope => cmd::scope::run(&a.policy, None, cli.json, style),
+        Command::Run(_) => Err(Failure::setup(
+            "this build cannot run commands yet: the sealed executor is not part of it. \
+             `cofferdam run --explain-scope …` (or `cofferdam scope …`) shows what a run with \
+             this policy would be allowed to do on this host",
+        )),
+        Command::Doctor(a) => cmd::doctor::run(a.host_facts.as_deref(), cli.json, style),
+        Command::Bundle(BundleCommand::Verify { file }) => cmd::bundle::verify(file, cli.json),
+        Command::Bundle(BundleCommand::Schema) => cmd::bundle::schema(),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut Cli::command(),
+                "cofferdam",
+                &mut std::io::stdout(),
+            );
+            Ok(exit::OK)
+        }
+        Command::Man => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut out)
+                .map_err(|e| Failure::setup(format!("cannot render the man page: {e}")))?;
+            write_stdout(&out)?;
+            Ok(exit::OK)
+        }
+    }
+}
+
+/// Write bytes to stdout; a closed pipe is not an error worth a message.
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure::setup(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// Print `value` as pretty JSON with a trailing newline.
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
+    let mut text = serde_json::to_string_pretty(value)
+        .map_err(|e| Failure::setup(format!("cannot serialize the output: {e}")))?;
+    text.push('\n');
+    write_stdout(text.as_bytes())
+}
