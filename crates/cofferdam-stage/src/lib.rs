@@ -4,6 +4,16 @@
 //! with its ledger, and drop (DESIGN.md §4–§5). It may not run processes or decide
 //! containment.
 
+pub mod fingerprint;
+pub mod job;
+pub mod seal;
 pub mod store;
+pub mod trace_log;
 
+pub use fingerprint::{
+    Ctime, Fingerprint, FingerprintEntry, FingerprintError, Fingerprints, HostRoot, HostState,
+    fingerprint_of, read_fingerprints, write_fingerprints,
+};
+pub use job::{Job, JobError, JobLock, JobState, JobStore, JobSummary, StageState, write_atomic};
+pub use seal::{SealError, SealResult, seal};
 pub use store::{StoreError, storage_root};

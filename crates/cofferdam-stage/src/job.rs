@@ -1,0 +1,948 @@
+//! The job store: where jobs live, their mutable `job.json`, the job lock, and how a job
+//! is addressed (DESIGN.md §4).
+//!
+//! Owns the layout below the storage root (`jobs/` and each job's directory), the
+//! [`JobState`] file format, atomic small-file writes ([`write_atomic`]), the job lock and
+//! the addressing rules of [`JobStore::resolve`]. It may not run processes, mount
+//! anything or decide containment: the CLI and the sandbox use the paths it hands out.
+//!
+//! # Layout
+//!
+//! ```text
+//! <root>/jobs/                       mode 0700
+//! <root>/jobs/run-<uuid v7>/         mode 0700: the job directory, or a symlink to the
+//!                                    `--stage PATH` directory that holds the same files
+//!     job.json                       JobState, rewritten atomically (0600)
+//!     lock                           the job lock (flock via File::lock)
+//!     upper/  work/                  the overlay's upperdir and workdir
+//!     root/                          empty mount point for the sandbox's new root
+//!     run-bundle.json  trace.jsonl  fingerprints.json  apply-ledger.json
+//! ```
+//!
+//! A job directory is populated under a hidden temporary name and renamed into `jobs/`
+//! only once `job.json` is written and the creator holds the lock, so a listing never sees
+//! a half-made job. Ids are `run-<uuid v7>` (lowercase, hyphenated): their text sorts by
+//! creation time, which is how [`JobStore::list`] orders jobs without reading them.
+//!
+//! # `job.json`
+//!
+//! ```json
+//! {
+//!   "version": 1,
+//!   "id": "run-0199d5c8-6f5e-7b3a-9c1d-2e4f6a8b0c1d",
+//!   "created_at_unix_ms": 1764477000000,
+//!   "workdir": "/home/me/project",
+//!   "state": "staged",
+//!   "run_state": "completed",
+//!   "exit_code": 0,
+//!   "command": ["claude"],
+//!   "pid": 41234,
+//!   "started_at_unix_ms": 1764477000012,
+//!   "finished_at_unix_ms": 1764477093001,
+//!   "changed_files": 7
+//! }
+//! ```
+//!
+//! - `state`: the stage's lifecycle, `active` → `staged` → `applied` | `discarded`; or
+//!   `interrupted`: the job was left `active` by a supervisor that is gone (see below).
+//! - `run_state`: `null` while running, then `completed` | `failed` | `cancelled` (the
+//!   bundle's `run.state`). `exit_code`: the workload's status when it exited.
+//! - `command`: the argument vector (lossy UTF-8). `pid`: the supervisor's pid while the
+//!   run is live, for display and signals; liveness itself is decided by the lock.
+//! - `workdir` is a string, or an array of bytes when the path is not UTF-8.
+//! - `started_at_unix_ms` / `finished_at_unix_ms` / `changed_files`: filled by the CLI as
+//!   the run progresses and at seal, so `jobs`/`status` need not open the bundle.
+//!
+//! Every field after `state` may be absent in the file (read as `null`/empty).
+//!
+//! # The lock
+//!
+//! Every mutating command holds the job's exclusive lock ([`Job::lock_exclusive`] or
+//! [`Job::try_lock`], which fails with [`JobError::Busy`]) while it mutates, and the
+//! supervisor holds it for the whole run (it is taken before the job is visible:
+//! [`JobStore::create_locked`]). So an `active` job whose lock is free
+//! ([`Job::is_locked`] is `false`) has lost its supervisor: a command that finds one
+//! may mark it `interrupted`. [`Job::update`] does not lock (locks are per open file: a
+//! second lock from the holder itself would wait forever); call it while holding the lock.
+
+use std::ffi::OsString;
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cofferdam_record::bundle::{OverlayState, RunState};
+use serde::{Deserialize, Serialize};
+
+/// The `version` written to `job.json`.
+pub const JOB_STATE_VERSION: u32 = 1;
+
+/// Every job id starts with this.
+pub const ID_PREFIX: &str = "run-";
+
+const JOBS_DIR: &str = "jobs";
+const JOB_FILE: &str = "job.json";
+const LOCK_FILE: &str = "lock";
+const DIR_MODE: u32 = 0o700;
+const FILE_MODE: u32 = 0o600;
+
+/// A job-store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// A filesystem operation failed.
+    #[error("cannot {action} {}: {source}", .path.display())]
+    Io {
+        /// What was being done, e.g. `create`, `read`.
+        action: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// `job.json` does not parse.
+    #[error("{} is not a valid job state file: {source}", .path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `--stage PATH` names a directory that is not empty.
+    #[error("the stage directory {} is not empty: give an empty or new directory", .path.display())]
+    StageNotEmpty {
+        /// The path.
+        path: PathBuf,
+    },
+    /// `--stage PATH` names something that is not a directory.
+    #[error("the stage path {} exists and is not a directory", .path.display())]
+    StageNotDirectory {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The job directory would be inside the workdir the command writes.
+    #[error(
+        "the stage directory {} is inside the workdir {}: the command could reach its own \
+         stage; choose a directory outside the workdir",
+        .stage.display(), .workdir.display()
+    )]
+    StageInsideWorkdir {
+        /// The job (stage) directory.
+        stage: PathBuf,
+        /// The workdir.
+        workdir: PathBuf,
+    },
+    /// No job matches the address.
+    #[error("no job matches `{address}`")]
+    NotFound {
+        /// The address as given.
+        address: String,
+    },
+    /// Several jobs match an id prefix.
+    #[error("`{address}` matches several jobs ({}); give more of the id", .candidates.join(", "))]
+    Ambiguous {
+        /// The address as given.
+        address: String,
+        /// The matching ids, newest first.
+        candidates: Vec<String>,
+    },
+    /// Another command holds the job's lock.
+    #[error("job {id} is in use by another cofferdam command")]
+    Busy {
+        /// The job id.
+        id: String,
+    },
+}
+
+fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> JobError + 'a {
+    move |source| JobError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The stage's lifecycle as kept in `job.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageState {
+    /// The workload is (or was, until sealed) writing into the stage.
+    Active,
+    /// Sealed, waiting for review; a partial apply leaves the rest here.
+    Staged,
+    /// Every change was applied.
+    Applied,
+    /// The stage was dropped.
+    Discarded,
+    /// Left `active` by a supervisor that is gone (crash, kill -9): never sealed.
+    Interrupted,
+}
+
+impl StageState {
+    /// The bundle's `filesystem.state` for this state; `None` for `interrupted`, which a
+    /// bundle cannot express.
+    pub fn overlay_state(self) -> Option<OverlayState> {
+        match self {
+            StageState::Active => Some(OverlayState::Active),
+            StageState::Staged => Some(OverlayState::Staged),
+            StageState::Applied => Some(OverlayState::Applied),
+            StageState::Discarded => Some(OverlayState::Discarded),
+            StageState::Interrupted => None,
+        }
+    }
+}
+
+/// The content of `job.json` (see the module docs for the shape).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobState {
+    /// Always [`JOB_STATE_VERSION`].
+    #[serde(default = "state_version")]
+    pub version: u32,
+    /// `run-<uuid v7>`.
+    pub id: String,
+    /// When the job was created, Unix milliseconds.
+    pub created_at_unix_ms: u64,
+    /// The workdir (the overlay's lower, the apply target), absolute.
+    #[serde(with = "lossless_path")]
+    pub workdir: PathBuf,
+    /// The stage's lifecycle.
+    pub state: StageState,
+    /// How execution ended; `None` while running (or never started).
+    #[serde(default)]
+    pub run_state: Option<RunState>,
+    /// The workload's exit status, when it exited.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// The argument vector.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// The supervisor's pid while the run is live.
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// Execution start, Unix milliseconds.
+    #[serde(default)]
+    pub started_at_unix_ms: Option<u64>,
+    /// Execution finish, Unix milliseconds.
+    #[serde(default)]
+    pub finished_at_unix_ms: Option<u64>,
+    /// Number of changed paths found at seal.
+    #[serde(default)]
+    pub changed_files: Option<usize>,
+}
+
+fn state_version() -> u32 {
+    JOB_STATE_VERSION
+}
+
+/// A path as a JSON string when it is UTF-8, else as an array of its bytes.
+mod lossless_path {
+    use super::*;
+    use serde::{Deserializer, Serializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn serialize<S: Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+        match path.to_str() {
+            Some(text) => s.serialize_str(text),
+            None => s.collect_seq(path.as_os_str().as_bytes()),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+        Ok(match Repr::deserialize(d)? {
+            Repr::Text(t) => PathBuf::from(t),
+            Repr::Bytes(b) => PathBuf::from(OsString::from_vec(b)),
+        })
+    }
+}
+
+/// One job: its id and directory. Cheap to clone; holds no open files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    id: String,
+    dir: PathBuf,
+}
+
+impl Job {
+    /// Open the job whose directory is `dir` (its `job.json` is read for the id).
+    pub fn open(dir: &Path) -> Result<Job, JobError> {
+        let dir = fs::canonicalize(dir).map_err(io_err("open", dir))?;
+        let state = read_state(&dir.join(JOB_FILE))?;
+        Ok(Job { id: state.id, dir })
+    }
+
+    /// The id, `run-<uuid v7>`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The job directory (for a `--stage` job, the stage directory itself).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The overlay's upperdir: the stage.
+    pub fn upper(&self) -> PathBuf {
+        self.dir.join("upper")
+    }
+
+    /// The overlay's workdir (same filesystem as the upper).
+    pub fn overlay_work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    /// An empty directory to mount the sandbox's new root on.
+    pub fn new_root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    /// `run-bundle.json`.
+    pub fn bundle_path(&self) -> PathBuf {
+        self.dir.join("run-bundle.json")
+    }
+
+    /// `trace.jsonl`.
+    pub fn trace_path(&self) -> PathBuf {
+        self.dir.join("trace.jsonl")
+    }
+
+    /// `fingerprints.json`.
+    pub fn fingerprints_path(&self) -> PathBuf {
+        self.dir.join("fingerprints.json")
+    }
+
+    /// `apply-ledger.json`.
+    pub fn ledger_path(&self) -> PathBuf {
+        self.dir.join("apply-ledger.json")
+    }
+
+    /// `job.json`.
+    pub fn state_path(&self) -> PathBuf {
+        self.dir.join(JOB_FILE)
+    }
+
+    /// The lock file.
+    pub fn lock_path(&self) -> PathBuf {
+        self.dir.join(LOCK_FILE)
+    }
+
+    /// Read `job.json`.
+    pub fn state(&self) -> Result<JobState, JobError> {
+        read_state(&self.state_path())
+    }
+
+    /// Read `job.json`, let `f` change it, and rewrite it atomically; the new state. The id
+    /// cannot be changed (it is restored). Call it while holding the job lock.
+    pub fn update(&self, f: impl FnOnce(&mut JobState)) -> Result<JobState, JobError> {
+        let mut state = self.state()?;
+        f(&mut state);
+        state.id.clone_from(&self.id);
+        write_state(&self.state_path(), &state)?;
+        Ok(state)
+    }
+
+    /// Take the job's exclusive lock, waiting for it.
+    pub fn lock_exclusive(&self) -> Result<JobLock, JobError> {
+        let file = self.open_lock_file()?;
+        file.lock().map_err(io_err("lock", &self.lock_path()))?;
+        Ok(JobLock {
+            _file: file,
+            id: self.id.clone(),
+        })
+    }
+
+    /// Take the job's exclusive lock, or fail with [`JobError::Busy`] when it is held.
+    pub fn try_lock(&self) -> Result<JobLock, JobError> {
+        let file = self.open_lock_file()?;
+        match file.try_lock() {
+            Ok(()) => Ok(JobLock {
+                _file: file,
+                id: self.id.clone(),
+            }),
+            Err(fs::TryLockError::WouldBlock) => Err(JobError::Busy {
+                id: self.id.clone(),
+            }),
+            Err(fs::TryLockError::Error(e)) => Err(io_err("lock", &self.lock_path())(e)),
+        }
+    }
+
+    /// Whether some process holds the lock right now (for an `active` job: whether its
+    /// supervisor is alive). Takes and releases the lock when it is free.
+    pub fn is_locked(&self) -> Result<bool, JobError> {
+        match self.try_lock() {
+            Ok(_lock) => Ok(false),
+            Err(JobError::Busy { .. }) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn open_lock_file(&self) -> Result<File, JobError> {
+        let path = self.lock_path();
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(FILE_MODE)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)
+            .map_err(io_err("open", &path))
+    }
+
+    /// Remove the overlay's workdir (`work/`) once the overlay is unmounted. The kernel
+    /// creates `work/work` with mode 000, so directories are made accessible first. Absent
+    /// is fine.
+    pub fn remove_overlay_work(&self) -> Result<(), JobError> {
+        let work = self.overlay_work();
+        match fs::symlink_metadata(&work) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("inspect", &work)(e)),
+            Ok(m) if !m.is_dir() => {
+                return fs::remove_file(&work).map_err(io_err("remove", &work));
+            }
+            Ok(_) => {}
+        }
+        make_removable(&work)?;
+        fs::remove_dir_all(&work).map_err(io_err("remove", &work))
+    }
+}
+
+/// Give every directory under `dir` (itself included) owner rwx, top-down, so that it can
+/// be listed and emptied. Symlinks are not followed.
+fn make_removable(dir: &Path) -> Result<(), JobError> {
+    let meta = fs::symlink_metadata(dir).map_err(io_err("inspect", dir))?;
+    if !meta.is_dir() {
+        return Ok(());
+    }
+    if meta.mode() & 0o700 != 0o700 {
+        let mode = (meta.mode() & 0o7777) | 0o700;
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode)).map_err(io_err("chmod", dir))?;
+    }
+    for entry in fs::read_dir(dir).map_err(io_err("list", dir))? {
+        let entry = entry.map_err(io_err("list", dir))?;
+        let is_dir = entry
+            .file_type()
+            .map_err(io_err("inspect", &entry.path()))?
+            .is_dir();
+        if is_dir {
+            make_removable(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// The job's exclusive lock; released when dropped.
+#[derive(Debug)]
+pub struct JobLock {
+    _file: File,
+    id: String,
+}
+
+impl JobLock {
+    /// The locked job's id.
+    pub fn job_id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// One line of a job listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobSummary {
+    /// A job whose `job.json` was read.
+    Readable {
+        /// The job.
+        job: Job,
+        /// Its state.
+        state: JobState,
+    },
+    /// A job directory whose `job.json` could not be read: listed, not fatal.
+    Unreadable {
+        /// The directory's name (the id).
+        id: String,
+        /// The directory.
+        dir: PathBuf,
+        /// Why, for display.
+        error: String,
+    },
+}
+
+impl JobSummary {
+    /// The id.
+    pub fn id(&self) -> &str {
+        match self {
+            JobSummary::Readable { job, .. } => job.id(),
+            JobSummary::Unreadable { id, .. } => id,
+        }
+    }
+
+    /// The job directory.
+    pub fn dir(&self) -> &Path {
+        match self {
+            JobSummary::Readable { job, .. } => job.dir(),
+            JobSummary::Unreadable { dir, .. } => dir,
+        }
+    }
+}
+
+/// The jobs below a storage root.
+#[derive(Debug, Clone)]
+pub struct JobStore {
+    root: PathBuf,
+    jobs: PathBuf,
+}
+
+impl JobStore {
+    /// Open the store at `root` (from [`crate::storage_root`]), creating `root` and
+    /// `root/jobs` (mode 0700) when absent.
+    pub fn open(root: &Path) -> Result<JobStore, JobError> {
+        fs::create_dir_all(root).map_err(io_err("create", root))?;
+        let jobs = root.join(JOBS_DIR);
+        match DirBuilder::new().mode(DIR_MODE).create(&jobs) {
+            Ok(()) => {
+                set_mode(&jobs, DIR_MODE)?;
+                sync_dir(root)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if !fs::metadata(&jobs).map_err(io_err("open", &jobs))?.is_dir() {
+                    return Err(io_err("open", &jobs)(io::Error::from(
+                        io::ErrorKind::NotADirectory,
+                    )));
+                }
+            }
+            Err(e) => return Err(io_err("create", &jobs)(e)),
+        }
+        Ok(JobStore {
+            root: root.to_path_buf(),
+            jobs,
+        })
+    }
+
+    /// The storage root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `root/jobs`.
+    pub fn jobs_dir(&self) -> &Path {
+        &self.jobs
+    }
+
+    /// Create a job for `workdir` (absolute), in `jobs/<id>/` or in `stage_dir` (which
+    /// must be empty or absent; `jobs/<id>` is then a symlink to it). The job starts
+    /// `active` with an empty command: set the rest with [`Job::update`].
+    pub fn create(&self, workdir: &Path, stage_dir: Option<&Path>) -> Result<Job, JobError> {
+        self.create_locked(workdir, stage_dir)
+            .map(|(job, _lock)| job)
+    }
+
+    /// [`JobStore::create`], returning the job's lock too: it is taken before the job
+    /// becomes visible, so no other command can act on the job before the caller lets go.
+    pub fn create_locked(
+        &self,
+        workdir: &Path,
+        stage_dir: Option<&Path>,
+    ) -> Result<(Job, JobLock), JobError> {
+        let id = format!("{ID_PREFIX}{}", uuid::Uuid::now_v7().hyphenated());
+        let entry = self.jobs.join(&id);
+        let workdir_canon = fs::canonicalize(workdir).unwrap_or_else(|_| workdir.to_path_buf());
+        let state = JobState {
+            version: JOB_STATE_VERSION,
+            id: id.clone(),
+            created_at_unix_ms: now_unix_ms(),
+            workdir: workdir.to_path_buf(),
+            state: StageState::Active,
+            run_state: None,
+            exit_code: None,
+            command: Vec::new(),
+            pid: None,
+            started_at_unix_ms: None,
+            finished_at_unix_ms: None,
+            changed_files: None,
+        };
+        match stage_dir {
+            None => {
+                let root_canon =
+                    fs::canonicalize(&self.jobs).map_err(io_err("open", &self.jobs))?;
+                check_outside(&root_canon.join(&id), &workdir_canon)?;
+                // Populate under a hidden name, then rename into place.
+                let tmp = self.jobs.join(format!(".new-{id}"));
+                DirBuilder::new()
+                    .mode(DIR_MODE)
+                    .create(&tmp)
+                    .map_err(io_err("create", &tmp))?;
+                let made = populate(&tmp, &id, &state).and_then(|lock| {
+                    fs::rename(&tmp, &entry).map_err(io_err("rename", &tmp))?;
+                    sync_dir(&self.jobs)?;
+                    Ok(lock)
+                });
+                match made {
+                    Ok(lock) => {
+                        let dir = root_canon.join(&id);
+                        Ok((Job { id, dir }, lock))
+                    }
+                    Err(e) => {
+                        let _ = remove_tree(&tmp);
+                        Err(e)
+                    }
+                }
+            }
+            Some(stage) => {
+                let created = prepare_stage_dir(stage)?;
+                let cleanup = |stage: &Path| {
+                    if created {
+                        let _ = remove_tree(stage);
+                    } else if let Ok(rd) = fs::read_dir(stage) {
+                        for e in rd.flatten() {
+                            let _ = remove_tree(&e.path());
+                        }
+                    }
+                };
+                let stage_canon = match fs::canonicalize(stage) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        cleanup(stage);
+                        return Err(io_err("open", stage)(e));
+                    }
+                };
+                if let Err(e) = check_outside(&stage_canon, &workdir_canon) {
+                    cleanup(&stage_canon);
+                    return Err(e);
+                }
+                let made = populate(&stage_canon, &id, &state).and_then(|lock| {
+                    std::os::unix::fs::symlink(&stage_canon, &entry)
+                        .map_err(io_err("link", &entry))?;
+                    sync_dir(&self.jobs)?;
+                    Ok(lock)
+                });
+                match made {
+                    Ok(lock) => Ok((
+                        Job {
+                            id,
+                            dir: stage_canon,
+                        },
+                        lock,
+                    )),
+                    Err(e) => {
+                        cleanup(&stage_canon);
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every job, newest first. Only each `job.json` is read; one that cannot be read is
+    /// listed as [`JobSummary::Unreadable`]. Fails only when `jobs/` cannot be listed.
+    pub fn list(&self) -> Result<Vec<JobSummary>, JobError> {
+        let mut out: Vec<JobSummary> = self
+            .job_names()?
+            .into_iter()
+            .map(|id| {
+                let entry = self.jobs.join(&id);
+                let dir = fs::canonicalize(&entry).unwrap_or(entry);
+                match read_state(&dir.join(JOB_FILE)) {
+                    Ok(state) if state.id == id => JobSummary::Readable {
+                        job: Job { id, dir },
+                        state,
+                    },
+                    Ok(state) => JobSummary::Unreadable {
+                        error: format!("its job.json names another job, {}", state.id),
+                        id,
+                        dir,
+                    },
+                    Err(e) => JobSummary::Unreadable {
+                        id,
+                        dir,
+                        error: e.to_string(),
+                    },
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| b.id().cmp(a.id()));
+        Ok(out)
+    }
+
+    /// Find a job by address: `last` (the newest job whose workdir is `cwd`), a unique
+    /// prefix of an id (with or without `run-`), or the path of a job directory (anything
+    /// with a `/`, `.` or `..`; a bare name that is no id prefix is tried as a path too).
+    pub fn resolve(&self, address: &str, cwd: &Path) -> Result<Job, JobError> {
+        let not_found = || JobError::NotFound {
+            address: address.to_owned(),
+        };
+        if address == "last" {
+            let cwd_canon = fs::canonicalize(cwd).ok();
+            return self
+                .list()?
+                .into_iter()
+                .find_map(|s| match s {
+                    JobSummary::Readable { job, state }
+                        if state.workdir == cwd
+                            || cwd_canon.as_deref() == Some(state.workdir.as_path()) =>
+                    {
+                        Some(job)
+                    }
+                    _ => None,
+                })
+                .ok_or_else(not_found);
+        }
+        let open_path = |p: &Path| match Job::open(&cwd.join(p)) {
+            Err(JobError::Io { source, .. })
+                if matches!(
+                    source.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                Err(not_found())
+            }
+            other => other,
+        };
+        if address.contains('/') || address == "." || address == ".." {
+            return open_path(Path::new(address));
+        }
+        let prefix = address
+            .strip_prefix(ID_PREFIX)
+            .unwrap_or(address)
+            .to_ascii_lowercase();
+        if prefix.is_empty() {
+            return Err(not_found());
+        }
+        let mut matches: Vec<String> = self
+            .job_names()?
+            .into_iter()
+            .filter(|id| {
+                id.strip_prefix(ID_PREFIX)
+                    .is_some_and(|rest| rest.starts_with(&prefix))
+            })
+            .collect();
+        matches.sort_by(|a, b| b.cmp(a));
+        match matches.as_slice() {
+            [one] => Job::open(&self.jobs.join(one)),
+            [] => open_path(Path::new(address)),
+            _ => Err(JobError::Ambiguous {
+                address: address.to_owned(),
+                candidates: matches,
+            }),
+        }
+    }
+
+    /// The names in `jobs/` that look like job ids.
+    fn job_names(&self) -> Result<Vec<String>, JobError> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&self.jobs).map_err(io_err("list", &self.jobs))? {
+            let entry = entry.map_err(io_err("list", &self.jobs))?;
+            if let Some(name) = entry.file_name().to_str()
+                && name.starts_with(ID_PREFIX)
+            {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+}
+
+/// Fill a fresh job directory: `upper/`, `work/`, `root/`, the lock (taken) and `job.json`.
+fn populate(dir: &Path, id: &str, state: &JobState) -> Result<JobLock, JobError> {
+    set_mode(dir, DIR_MODE)?;
+    for sub in ["upper", "work", "root"] {
+        let p = dir.join(sub);
+        DirBuilder::new()
+            .mode(DIR_MODE)
+            .create(&p)
+            .map_err(io_err("create", &p))?;
+    }
+    let lock_path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(&lock_path)
+        .map_err(io_err("create", &lock_path))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            return Err(JobError::Busy { id: id.to_owned() });
+        }
+        Err(fs::TryLockError::Error(e)) => return Err(io_err("lock", &lock_path)(e)),
+    }
+    write_state(&dir.join(JOB_FILE), state)?;
+    Ok(JobLock {
+        _file: file,
+        id: id.to_owned(),
+    })
+}
+
+/// Make sure `--stage PATH` is usable: absent (created, mode 0700; `true`) or an empty
+/// directory (`false`).
+fn prepare_stage_dir(stage: &Path) -> Result<bool, JobError> {
+    match fs::symlink_metadata(stage) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .mode(DIR_MODE)
+                .create(stage)
+                .map_err(io_err("create", stage))?;
+            Ok(true)
+        }
+        Err(e) => Err(io_err("inspect", stage)(e)),
+        Ok(m) if !m.is_dir() => Err(JobError::StageNotDirectory {
+            path: stage.to_path_buf(),
+        }),
+        Ok(_) => {
+            let mut entries = fs::read_dir(stage).map_err(io_err("list", stage))?;
+            if entries.next().is_some() {
+                return Err(JobError::StageNotEmpty {
+                    path: stage.to_path_buf(),
+                });
+            }
+            Ok(false)
+        }
+    }
+}
+
+/// Refuse a job directory inside (or equal to) the workdir; both canonical.
+fn check_outside(stage: &Path, workdir: &Path) -> Result<(), JobError> {
+    if stage.starts_with(workdir) {
+        return Err(JobError::StageInsideWorkdir {
+            stage: stage.to_path_buf(),
+            workdir: workdir.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+fn read_state(path: &Path) -> Result<JobState, JobError> {
+    let bytes = fs::read(path).map_err(io_err("read", path))?;
+    serde_json::from_slice(&bytes).map_err(|source| JobError::Corrupt {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn write_state(path: &Path, state: &JobState) -> Result<(), JobError> {
+    let mut bytes = serde_json::to_vec_pretty(state).map_err(|source| JobError::Corrupt {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes, FILE_MODE).map_err(io_err("write", path))
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), JobError> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_err("chmod", path))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), JobError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("sync", dir))
+}
+
+fn remove_tree(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) => Err(e),
+    }
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Write `bytes` to `path` atomically: a temporary file beside it (created exclusively,
+/// with `mode`), fsync, rename over `path`, fsync of the directory. A crash leaves either
+/// the old file or the new one, never a mix; a stray temporary file (`.<name>.tmp-*`) at
+/// worst.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut tmp_name = OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let tmp = dir.join(tmp_name);
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_utf8_workdir_round_trips() {
+        let state = JobState {
+            version: JOB_STATE_VERSION,
+            id: "run-x".into(),
+            created_at_unix_ms: 1,
+            workdir: PathBuf::from(OsString::from_vec(b"/w/\xff".to_vec())),
+            state: StageState::Active,
+            run_state: None,
+            exit_code: None,
+            command: vec![],
+            pid: None,
+            started_at_unix_ms: None,
+            finished_at_unix_ms: None,
+            changed_files: None,
+        };
+        let v = serde_json::to_value(&state).unwrap();
+        assert_eq!(v["workdir"], serde_json::json!([47, 119, 47, 255]));
+        assert_eq!(v["run_state"], serde_json::Value::Null);
+        let back: JobState = serde_json::from_value(v).unwrap();
+        assert_eq!(back, state);
+    }
+
+    #[test]
+    fn minimal_job_json_reads() {
+        let s: JobState = serde_json::from_str(
+            r#"{"id":"run-1","created_at_unix_ms":5,"workdir":"/w","state":"interrupted"}"#,
+        )
+        .unwrap();
+        assert_eq!(s.version, JOB_STATE_VERSION);
+        assert_eq!(s.state, StageState::Interrupted);
+        assert_eq!(s.state.overlay_state(), None);
+        assert!(s.command.is_empty());
+    }
+
+    #[test]
+    fn stage_inside_workdir_is_refused() {
+        assert!(check_outside(Path::new("/w/.stage"), Path::new("/w")).is_err());
+        assert!(check_outside(Path::new("/w"), Path::new("/w")).is_err());
+        assert!(check_outside(Path::new("/wx/s"), Path::new("/w")).is_ok());
+    }
+}

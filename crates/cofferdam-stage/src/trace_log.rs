@@ -1,0 +1,131 @@
+//! `trace.jsonl` on disk: open (repairing a torn last line left by a crash), and append one
+//! event per line with the next sequence number. The line format is the record crate's
+//! (`encode_line`, `parse_lines`); this module owns only the file.
+
+use cofferdam_record::trace::{TraceEvent, TraceEventKind, encode_line, next_seq, parse_lines};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The trace file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceLogError {
+    /// Reading, repairing or appending failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A complete line is not a trace event.
+    #[error("{path}: {source}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// The first bad line.
+        source: cofferdam_record::trace::TraceError,
+    },
+}
+
+/// An open trace, positioned after its last complete event.
+#[derive(Debug)]
+pub struct TraceLog {
+    path: PathBuf,
+    file: File,
+    next: u64,
+}
+
+impl TraceLog {
+    /// Open (creating, mode 0600) and repair: a torn last line is cut off.
+    pub fn open(path: &Path) -> Result<Self, TraceLogError> {
+        let io = |source| TraceLogError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(io)?;
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        let (events, torn) = parse_lines(&text).map_err(|source| TraceLogError::Corrupt {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if let Some(t) = torn {
+            file.set_len(t.offset as u64).map_err(io)?;
+        }
+        Ok(TraceLog {
+            path: path.to_path_buf(),
+            file,
+            next: next_seq(&events),
+        })
+    }
+
+    /// Append one event at `at_unix_ms` in a single write.
+    pub fn append(&mut self, at_unix_ms: u64, kind: TraceEventKind) -> Result<(), TraceLogError> {
+        let event = TraceEvent::new(self.next, at_unix_ms, kind);
+        let line = encode_line(&event).map_err(|source| TraceLogError::Corrupt {
+            path: self.path.clone(),
+            source,
+        })?;
+        self.file
+            .write_all(line.as_bytes())
+            .map_err(|source| TraceLogError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.next += 1;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_in_sequence_and_repairs_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("trace.jsonl");
+        let mut t = TraceLog::open(&p).unwrap();
+        t.append(1, TraceEventKind::ProcessStarted { pid: 7 })
+            .unwrap();
+        t.append(
+            2,
+            TraceEventKind::StageSealed {
+                changed_files: 1,
+                whiteouts: 0,
+            },
+        )
+        .unwrap();
+        drop(t);
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"{\"v\":1,\"seq\":3,\"at_un").unwrap();
+        drop(f);
+        let mut t = TraceLog::open(&p).unwrap();
+        t.append(
+            3,
+            TraceEventKind::Dropped {
+                discarded_changes: 1,
+            },
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let (events, torn) = parse_lines(&text).unwrap();
+        assert!(torn.is_none());
+        assert_eq!(
+            events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        let mode = std::fs::metadata(&p).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
+    }
+}
