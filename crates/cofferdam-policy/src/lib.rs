@@ -23,4 +23,5 @@ pub use scope::{ScopeInputs, build_scope_report};
 pub mod doctor;
 
 pub use doctor::{CheckStatus, DoctorReport, doctor};
+pub mod outcome;
 pub mod plan;

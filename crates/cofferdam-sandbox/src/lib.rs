@@ -6,6 +6,17 @@
 //! observation. It may not decide policy: which tier to use, what to allow and what a result
 //! means are decided in `cofferdam-policy` from the values this crate returns.
 
+pub mod caps;
+pub mod init;
+pub mod landlock;
+pub mod launch;
+pub mod mounts;
+pub mod netif;
 pub mod probe;
+pub mod rlimit;
+pub mod seccomp;
+pub mod setup_error;
+pub mod status;
+pub mod userns;
 
 pub use probe::probe_host;

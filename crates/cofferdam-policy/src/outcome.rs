@@ -1,0 +1,423 @@
+//! From what a run reported to its Run Bundle: the typed outcome, the exit code, and the
+//! bundle itself, assembled as a pure function of the policy, the plan and the observations
+//! the sandbox sent. Nothing here claims a control the sandbox did not report: safety comes
+//! from `SafetySummary::derive` over the observations, and a requested limit is `effective`
+//! only when an enforced observation backs it.
+
+use crate::plan::SandboxPlan;
+use crate::policy::{INJECTED_ENV, Policy};
+use crate::tier::ContainmentDecision;
+use cofferdam_record::SCHEMA_VERSION;
+use cofferdam_record::bundle::{
+    AgentCtlSnapshot, BundleArtifact, BundleRun, ChangeEntry, ControlMechanism, ControlObservation,
+    ControlStatus, EnvironmentProjection, ExecutorIdentity, ExecutorObservations, ExecutorPlan,
+    FailureKind, FileAccessPolicy, FilesystemSummary, MountGrant, NetworkSummary, OverlayState,
+    ResourceLimits, ResourceSummary, RunBundle, RunFailure, RunState, SafetySummary,
+};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// How the sandbox said the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// A setup step failed before the ready marker: the command never ran.
+    SetupFailed {
+        /// The step.
+        step: String,
+        /// The error.
+        error: String,
+    },
+    /// The command could not be executed (126) or found (127).
+    ExecFailed {
+        /// Why.
+        error: String,
+        /// 126 or 127.
+        code: i32,
+    },
+    /// The command ran and ended.
+    Exited {
+        /// Its exit code.
+        code: Option<i32>,
+        /// The signal that killed it.
+        signal: Option<i32>,
+    },
+}
+
+/// The typed failure of an ending, if it is one.
+pub fn failure_of(ending: &Ending) -> Option<RunFailure> {
+    let f = |kind, message: String| RunFailure {
+        kind,
+        message,
+        exit_code: None,
+        signal: None,
+        limit: None,
+        step: None,
+    };
+    match ending {
+        Ending::SetupFailed { step, error } => Some(RunFailure {
+            step: Some(step.clone()),
+            ..f(
+                FailureKind::Setup,
+                format!("setup failed before the command started: {error}"),
+            )
+        }),
+        Ending::ExecFailed { error, code } => Some(RunFailure {
+            exit_code: Some(*code),
+            step: Some("execve".into()),
+            ..f(FailureKind::Setup, error.clone())
+        }),
+        Ending::Exited {
+            signal: Some(sig), ..
+        } => Some(RunFailure {
+            signal: Some(*sig),
+            ..f(
+                FailureKind::Signal,
+                format!("the command was killed by signal {sig}"),
+            )
+        }),
+        Ending::Exited { code: Some(0), .. } => None,
+        Ending::Exited { code: Some(c), .. } => Some(RunFailure {
+            exit_code: Some(*c),
+            ..f(
+                FailureKind::ProcessExit,
+                format!("the command exited with {c}"),
+            )
+        }),
+        Ending::Exited {
+            code: None,
+            signal: None,
+        } => Some(f(
+            FailureKind::Setup,
+            "the sandbox ended without reporting the command's status".into(),
+        )),
+    }
+}
+
+/// The exit code `cofferdam run` returns for an ending.
+pub fn exit_code_of(ending: &Ending) -> i32 {
+    failure_of(ending).map_or(0, |f| f.exit_status())
+}
+
+/// Everything a finished run reported, gathered by the supervisor.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// `run-<uuid>`.
+    pub run_id: String,
+    /// Start, Unix ms.
+    pub started_at_unix_ms: u64,
+    /// End, Unix ms.
+    pub finished_at_unix_ms: u64,
+    /// The command as given.
+    pub argv: Vec<String>,
+    /// Every observation the sandbox sent, in order.
+    pub controls: Vec<ControlObservation>,
+    /// How it ended.
+    pub ending: Ending,
+    /// The sealed changes.
+    pub changes: Vec<ChangeEntry>,
+    /// Whiteouts and opaque directories.
+    pub whiteouts: usize,
+    /// The stage directory.
+    pub upper: PathBuf,
+    /// `trace.jsonl`.
+    pub trace_path: PathBuf,
+    /// Problems the supervisor met (unreadable status lines, …).
+    pub warnings: Vec<String>,
+    /// cofferdam's version.
+    pub version: String,
+}
+
+/// Assemble the Run Bundle.
+pub fn assemble_bundle(
+    policy: &Policy,
+    plan: &SandboxPlan,
+    decision: &ContainmentDecision,
+    r: &RunReport,
+) -> RunBundle {
+    let failure = failure_of(&r.ending);
+    let exit_code = match &r.ending {
+        Ending::Exited { code, .. } => *code,
+        Ending::ExecFailed { code, .. } => Some(*code),
+        Ending::SetupFailed { .. } => None,
+    };
+    let observations = ExecutorObservations::new(
+        format!("cofferdam-{}", decision.tier.class()),
+        decision.tier,
+        r.controls.clone(),
+    );
+    let executor_plan = ExecutorPlan {
+        declared_floor: decision.declared,
+        requested_tier: decision.tier,
+        requested_class: decision.achieved,
+        floor_met: decision.floor_met,
+        planned_controls: Vec::new(),
+    };
+    let filesystem = FilesystemSummary {
+        state: OverlayState::Staged,
+        target: policy.workdir.clone(),
+        upper: r.upper.clone(),
+        changed_files: r.changes.len(),
+        whiteouts: r.whiteouts,
+        root_overlay: false,
+        excluded_paths: Vec::new(),
+        access_policy: FileAccessPolicy {
+            read_only: plan.fs.read_only.clone(),
+            hidden: plan.fs.hidden.clone(),
+            mounts: policy
+                .mounts
+                .iter()
+                .map(|m| MountGrant {
+                    source: m.source.clone(),
+                    target: m.target.clone(),
+                    mode: match m.mode {
+                        crate::MountMode::Read => cofferdam_record::bundle::MountMode::Read,
+                        crate::MountMode::Stage => cofferdam_record::bundle::MountMode::Stage,
+                        crate::MountMode::Write => cofferdam_record::bundle::MountMode::Write,
+                        crate::MountMode::Hide => cofferdam_record::bundle::MountMode::Hide,
+                    },
+                })
+                .collect(),
+        },
+        host_root_device: None,
+        host_root_inode: None,
+        host_uid: None,
+        host_gid: None,
+        sample_paths: r.changes.iter().take(10).map(|c| c.path.clone()).collect(),
+        changes: r.changes.clone(),
+    };
+    let mut safety = SafetySummary::derive(&observations, Some(&executor_plan), Some(&filesystem));
+    safety.warnings.extend(r.warnings.iter().cloned());
+    let injected: Vec<String> = INJECTED_ENV.iter().map(|s| s.to_string()).collect();
+    let projected: Vec<String> = plan
+        .env
+        .iter()
+        .map(|(k, _)| k.clone())
+        .filter(|k| !injected.contains(k))
+        .collect();
+    let duration = r.finished_at_unix_ms.saturating_sub(r.started_at_unix_ms);
+    RunBundle {
+        schema_version: SCHEMA_VERSION,
+        generated_at_unix_ms: r.finished_at_unix_ms,
+        run: BundleRun {
+            run_id: r.run_id.clone(),
+            parent_run_id: None,
+            task_id: None,
+            attempt_id: format!("{}-attempt-1", r.run_id),
+            session_id: r.run_id.clone(),
+            agent: agent_label(&r.argv),
+            command: r.argv.clone(),
+            executor: Some(ExecutorIdentity::cofferdam(
+                decision.tier,
+                Some(r.version.clone()),
+            )),
+            state: RunState::from_failure(failure.as_ref()),
+            started_at_unix_ms: r.started_at_unix_ms,
+            finished_at_unix_ms: r.finished_at_unix_ms,
+            duration_ms: duration,
+            exit_code,
+            failure,
+            warnings: r.warnings.clone(),
+            output: Default::default(),
+            metrics: BTreeMap::new(),
+            result_artifacts: Vec::new(),
+            event_stream_ref: Some(r.trace_path.display().to_string()),
+        },
+        lineage: None,
+        executor_observations: observations,
+        executor_plan: Some(executor_plan),
+        safety,
+        filesystem: Some(filesystem),
+        network: NetworkSummary {
+            policy: json!({
+                "mode": policy.network.mode.wire_name(),
+                "allow": policy.network.allow.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            }),
+            interception: None,
+            intercepted: None,
+        },
+        environment: EnvironmentProjection {
+            inherits_host: false,
+            projected_keys: projected,
+            runtime_injected_keys: injected,
+        },
+        resources: resources(policy, &r.controls),
+        agentctl: AgentCtlSnapshot::default(),
+        orchestration: BTreeMap::new(),
+        operation: None,
+        run_observation: None,
+        artifacts: vec![BundleArtifact {
+            kind: "trace".into(),
+            path: r.trace_path.clone(),
+        }],
+    }
+}
+
+/// The agent label: the command's program name.
+fn agent_label(argv: &[String]) -> String {
+    argv.first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_owned())
+        .unwrap_or_default()
+}
+
+/// Requested limits, and the effective ones backed by an enforced rlimit observation whose
+/// details name the limit (`RLIMIT_DATA`, …) with the value set.
+fn resources(policy: &Policy, controls: &[ControlObservation]) -> ResourceSummary {
+    let r = &policy.resources;
+    let requested = ResourceLimits {
+        memory_bytes: r.memory.map(|s| s.0),
+        pids: r.pids,
+        cpus: r.cpus,
+        timeout_ms: r.timeout.map(|t| t.as_millis_u64()),
+        cpu_time_ms: r.cpu_time.map(|t| t.as_millis_u64()),
+        max_file_size_bytes: r.max_file_size.map(|s| s.0),
+        open_files: r.open_files,
+        io_bytes_per_sec: r.io_bps.map(|s| s.0),
+        tmp_size_bytes: r.tmp_size.map(|s| s.0),
+        stage_size_bytes: r.stage_size.map(|s| s.0),
+    };
+    let set = |name: &str| -> Option<u64> {
+        controls
+            .iter()
+            .filter(|o| {
+                o.mechanism == ControlMechanism::Rlimit && o.status == ControlStatus::Enforced
+            })
+            .find_map(|o| o.details.get(name).and_then(serde_json::Value::as_u64))
+    };
+    let tmpfs = controls.iter().any(|o| {
+        o.mechanism == ControlMechanism::Tmpfs
+            && o.status == ControlStatus::Enforced
+            && o.details
+                .get("tmp_size_bytes")
+                .and_then(serde_json::Value::as_u64)
+                .is_some()
+    });
+    let effective = ResourceLimits {
+        memory_bytes: requested.memory_bytes.and(set("RLIMIT_DATA")),
+        pids: requested.pids.and(set("RLIMIT_NPROC")),
+        cpus: None,
+        timeout_ms: None,
+        cpu_time_ms: requested
+            .cpu_time_ms
+            .and(set("RLIMIT_CPU").map(|s| s.saturating_mul(1000))),
+        max_file_size_bytes: requested.max_file_size_bytes.and(set("RLIMIT_FSIZE")),
+        open_files: requested.open_files.and(set("RLIMIT_NOFILE")),
+        io_bytes_per_sec: None,
+        tmp_size_bytes: requested.tmp_size_bytes.filter(|_| tmpfs),
+        stage_size_bytes: None,
+    };
+    let mut mechanisms = Vec::new();
+    let mut limitations = Vec::new();
+    let pairs: [(&str, bool, bool, &str); 10] = [
+        (
+            "memory",
+            requested.memory_bytes.is_some(),
+            effective.memory_bytes.is_some(),
+            "RLIMIT_DATA (per process, data segment only)",
+        ),
+        (
+            "pids",
+            requested.pids.is_some(),
+            effective.pids.is_some(),
+            "RLIMIT_NPROC",
+        ),
+        ("cpus", requested.cpus.is_some(), false, ""),
+        ("timeout", requested.timeout_ms.is_some(), false, ""),
+        (
+            "cpu_time",
+            requested.cpu_time_ms.is_some(),
+            effective.cpu_time_ms.is_some(),
+            "RLIMIT_CPU (per process)",
+        ),
+        (
+            "max_file_size",
+            requested.max_file_size_bytes.is_some(),
+            effective.max_file_size_bytes.is_some(),
+            "RLIMIT_FSIZE",
+        ),
+        (
+            "open_files",
+            requested.open_files.is_some(),
+            effective.open_files.is_some(),
+            "RLIMIT_NOFILE",
+        ),
+        ("io_bps", requested.io_bytes_per_sec.is_some(), false, ""),
+        (
+            "tmp_size",
+            requested.tmp_size_bytes.is_some(),
+            effective.tmp_size_bytes.is_some(),
+            "tmpfs size= on /tmp",
+        ),
+        (
+            "stage_size",
+            requested.stage_size_bytes.is_some(),
+            false,
+            "",
+        ),
+    ];
+    for (name, asked, enforced, mechanism) in pairs {
+        match (asked, enforced) {
+            (true, true) => mechanisms.push(format!("{name}: {mechanism}")),
+            (true, false) => limitations.push(format!(
+                "{name} was requested but this build does not enforce it on this host"
+            )),
+            _ => {}
+        }
+    }
+    if controls
+        .iter()
+        .any(|o| o.mechanism == ControlMechanism::Rlimit && o.details.contains_key("RLIMIT_CORE"))
+    {
+        mechanisms.push("core dumps: RLIMIT_CORE=0".into());
+    }
+    ResourceSummary {
+        requested,
+        effective,
+        mechanisms,
+        limitations,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endings_map_to_typed_failures_and_exit_codes() {
+        let ok = Ending::Exited {
+            code: Some(0),
+            signal: None,
+        };
+        assert_eq!(failure_of(&ok), None);
+        assert_eq!(exit_code_of(&ok), 0);
+        let code = Ending::Exited {
+            code: Some(3),
+            signal: None,
+        };
+        assert_eq!(failure_of(&code).unwrap().kind, FailureKind::ProcessExit);
+        assert_eq!(exit_code_of(&code), 3);
+        let sig = Ending::Exited {
+            code: None,
+            signal: Some(9),
+        };
+        assert_eq!(failure_of(&sig).unwrap().kind, FailureKind::Signal);
+        assert_eq!(exit_code_of(&sig), 137);
+        let setup = Ending::SetupFailed {
+            step: "mount".into(),
+            error: "EPERM".into(),
+        };
+        let f = failure_of(&setup).unwrap();
+        assert_eq!(
+            (f.kind, f.step.as_deref()),
+            (FailureKind::Setup, Some("mount"))
+        );
+        assert_eq!(exit_code_of(&setup), 125);
+        for code in [126, 127] {
+            let e = Ending::ExecFailed {
+                error: "x".into(),
+                code,
+            };
+            assert_eq!(exit_code_of(&e), code);
+        }
+    }
+}
