@@ -34,8 +34,12 @@ pub enum ColorChoice {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a command inside the boundary (today: only --explain-scope).
+    /// Run a command inside the boundary; every write is staged for review.
     Run(RunArgs),
+    /// Show a job: what ran, how it ended, what was enforced, what changed.
+    Status(StatusArgs),
+    /// List jobs, newest first.
+    Jobs,
     /// Explain what a policy would be allowed to do on this host, changing nothing.
     Scope(ScopeArgs),
     /// Check this host's kernel mechanisms and say how to get the missing ones.
@@ -137,6 +141,12 @@ pub struct RunArgs {
     /// Print the scope report for this policy and exit without running anything.
     #[arg(long = "explain-scope")]
     pub explain_scope: bool,
+    /// Keep the job (stage and records) in this empty or new directory instead of the store.
+    #[arg(long, value_name = "PATH")]
+    pub stage: Option<PathBuf>,
+    /// Do not print the job id and summary at the end.
+    #[arg(long, short)]
+    pub quiet: bool,
     /// The command and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -160,4 +170,16 @@ pub struct DoctorArgs {
     /// Check the facts saved with `cofferdam doctor --json` instead of probing this host.
     #[arg(long = "host-facts", value_name = "FILE")]
     pub host_facts: Option<PathBuf>,
+}
+
+/// `cofferdam status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The job: `last` (default: the newest job of this directory), an id prefix, or a path.
+    #[arg(default_value = "last")]
+    pub job: String,
+    /// The full review: safety with the mechanism behind each answer, changes by kind,
+    /// warnings.
+    #[arg(long)]
+    pub review: bool,
 }

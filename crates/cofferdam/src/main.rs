@@ -6,6 +6,7 @@ mod cli;
 mod cmd;
 mod context;
 mod exit;
+mod signals;
 mod style;
 
 use clap::{CommandFactory, Parser};
@@ -15,6 +16,11 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(cofferdam_sandbox::init::INIT_ARG))
+    {
+        cofferdam_sandbox::init::init_main();
+    }
     let cli = Cli::parse();
     match dispatch(&cli) {
         Ok(code) => ExitCode::from(code),
@@ -30,11 +36,9 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
     match &cli.command {
         Command::Scope(a) => cmd::scope::run(&a.policy, a.host_facts.as_deref(), cli.json, style),
         Command::Run(a) if a.explain_scope => cmd::scope::run(&a.policy, None, cli.json, style),
-        Command::Run(_) => Err(Failure::setup(
-            "this build cannot run commands yet: the sealed executor is not part of it. \
-             `cofferdam run --explain-scope …` (or `cofferdam scope …`) shows what a run with \
-             this policy would be allowed to do on this host",
-        )),
+        Command::Run(a) => cmd::run::run(a, cli.json),
+        Command::Status(a) => cmd::status::status(a, cli.json, style),
+        Command::Jobs => cmd::status::jobs(cli.json, style),
         Command::Doctor(a) => cmd::doctor::run(a.host_facts.as_deref(), cli.json, style),
         Command::Bundle(BundleCommand::Verify { file }) => cmd::bundle::verify(file, cli.json),
         Command::Bundle(BundleCommand::Schema) => cmd::bundle::schema(),

@@ -2,4 +2,6 @@
 
 pub mod bundle;
 pub mod doctor;
+pub mod run;
 pub mod scope;
+pub mod status;

@@ -1,86 +1,8 @@
-//! One integration-test binary driving the real `cofferdam` CLI in temp dirs with a clean
-//! environment. Tests that need a kernel feature probe for it independently of cofferdam and
-//! print `SKIP-HOST <why>` when it is absent; with `COFFERDAM_TEST_REQUIRE=sealed` such a
-//! skip fails instead.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `scope`, `run --explain-scope`, `doctor`, `bundle`, manifests and flags.
 
-use assert_cmd::Command;
+use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use tempfile::TempDir;
-
-struct Sandbox {
-    home: TempDir,
-    work: TempDir,
-}
-
-impl Sandbox {
-    fn new() -> Self {
-        Sandbox {
-            home: tempfile::tempdir().unwrap(),
-            work: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::cargo_bin("cofferdam").unwrap();
-        c.env_clear()
-            .env("HOME", self.home.path())
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .current_dir(self.work.path());
-        c
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.work.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-}
-
-fn json_of(out: &std::process::Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-/// Skip (or, in CI, fail) when the host lacks what a test needs.
-fn require(feature: &str, present: bool) -> bool {
-    if present {
-        return true;
-    }
-    if std::env::var("COFFERDAM_TEST_REQUIRE").as_deref() == Ok("sealed") {
-        panic!("COFFERDAM_TEST_REQUIRE=sealed but this host lacks {feature}");
-    }
-    println!("SKIP-HOST {feature} is not available on this host");
-    false
-}
-
-/// The kernel's Landlock ABI, asked directly (not through cofferdam).
-fn landlock_abi_independently() -> u32 {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import ctypes;l=ctypes.CDLL(None,use_errno=True);print(max(0,l.syscall(444,None,0,1)))",
-        ])
-        .output();
-    out.ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Whether `unshare -U -m -n -p -f` works for this user (util-linux, not cofferdam).
-fn userns_independently() -> bool {
-    std::process::Command::new("unshare")
-        .args(["-U", "-m", "-n", "-p", "-f", "-r", "true"])
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 /// The fields the scope report always carries (a removal is a breaking change).
 const SCOPE_FIELDS: &[&str] = &[
@@ -365,14 +287,6 @@ fn bad_flag_values_name_the_flag_and_exit_2() {
 }
 
 #[test]
-fn run_without_explain_scope_refuses_with_125_and_says_why() {
-    let s = Sandbox::new();
-    let out = s.cmd().args(["run", "--", "true"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--explain-scope"));
-}
-
-#[test]
 fn doctor_lists_each_mechanism() {
     let s = Sandbox::new();
     let v = json_of(&s.cmd().args(["doctor", "--json"]).output().unwrap());
@@ -427,7 +341,7 @@ fn doctor_lists_each_mechanism() {
     assert_usage_error(&out, &["kernel_release"]);
 }
 
-fn fixtures() -> PathBuf {
+pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../cofferdam-record/tests/fixtures")
 }
 

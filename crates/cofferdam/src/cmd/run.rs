@@ -1,0 +1,227 @@
+//! `cofferdam run -- COMMAND`: the sealed run, in order: decide (refusing below the floor
+//! before touching anything), create the job, hand the plan to the sandbox init, collect its
+//! observations, seal the stage, and write the records (trace, fingerprints, bundle,
+//! job.json). Every decision is a call into `cofferdam-policy`; every effect into
+//! `cofferdam-sandbox` or `cofferdam-stage`.
+
+use crate::cli::RunArgs;
+use crate::context;
+use crate::exit::Failure;
+use cofferdam_policy::outcome::{Ending, RunReport, assemble_bundle, exit_code_of};
+use cofferdam_policy::plan::{Invoker, JobPaths, build_plan};
+use cofferdam_policy::{ScopeInputs, build_scope_report, decide_containment};
+use cofferdam_record::bundle::ControlObservation;
+use cofferdam_record::trace::TraceEventKind;
+use cofferdam_record::{EnforcementTier, write_bundle_json};
+use cofferdam_sandbox::launch::run_sealed;
+use cofferdam_sandbox::status::StatusMessage;
+use cofferdam_stage::job::{JobStore, StageState};
+use cofferdam_stage::trace_log::TraceLog;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Run the command; returns the exit code (the command's, or 125/126/127).
+pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
+    if args.command.is_empty() {
+        return Err(Failure::usage(
+            "give the command to run after `--`, e.g. `cofferdam run -- bash`",
+        ));
+    }
+    let env = context::env()?;
+    let policy = context::policy(&args.policy, &env)?;
+    let facts = cofferdam_sandbox::probe_host();
+    let decision = decide_containment(&facts, policy.floor);
+    if let Some(reason) = &decision.shortfall_reason {
+        return Err(Failure::setup(format!("refusing to run: {reason}")));
+    }
+    if decision.tier != EnforcementTier::MountnsPivotRootLandlockSeccomp {
+        return Err(Failure::setup(format!(
+            "refusing to run: this host offers the {} tier, and this build runs commands only \
+             on the sealed tier; `cofferdam doctor` shows what is missing",
+            decision.tier
+        )));
+    }
+    cofferdam_stage::store::check_outside_workdir(&env.storage_root, &policy.workdir)
+        .map_err(Failure::setup)?;
+
+    let store = JobStore::open(&env.storage_root).map_err(Failure::setup)?;
+    let (job, _lock) = store
+        .create_locked(&policy.workdir, args.stage.as_deref())
+        .map_err(Failure::setup)?;
+    let run_id = job.id().to_owned();
+    let mut trace = TraceLog::open(&job.trace_path()).map_err(Failure::setup)?;
+
+    let inv = Invoker {
+        uid: facts.uid,
+        gid: facts.gid,
+        user: std::env::var("USER").unwrap_or_else(|_| facts.uid.to_string()),
+        home: env.places.home.clone(),
+        env: std::env::vars().collect(),
+    };
+    let plan = build_plan(
+        &policy,
+        &facts,
+        &inv,
+        &JobPaths {
+            run_id: run_id.clone(),
+            new_root: job.new_root(),
+            upper: job.upper(),
+            overlay_work: job.overlay_work(),
+            storage_root: env.storage_root.clone(),
+        },
+        args.command.clone(),
+    );
+    let scope = build_scope_report(&ScopeInputs {
+        policy: &policy,
+        facts: &facts,
+        storage_root: &env.storage_root,
+        home: &env.places.home,
+    });
+    let started = now_ms();
+    job.update(|s| {
+        s.command = args.command.clone();
+        s.started_at_unix_ms = Some(started);
+    })
+    .map_err(Failure::setup)?;
+    trace
+        .append(
+            started,
+            TraceEventKind::SessionStart {
+                run_id: run_id.clone(),
+                command: args.command.clone(),
+                effective_grants: serde_json::to_value(&scope).unwrap_or_default(),
+            },
+        )
+        .map_err(Failure::setup)?;
+
+    let exe = PathBuf::from("/proc/self/exe");
+    let outcome = {
+        let _quiet = crate::signals::IgnoreTerminalSignals::new();
+        run_sealed(&exe, &plan, |pid| {
+            let _ = job.update(|s| s.pid = Some(pid));
+        })
+        .map_err(Failure::setup)?
+    };
+    let finished = now_ms();
+
+    let mut controls: Vec<ControlObservation> = Vec::new();
+    let mut warnings = Vec::new();
+    let mut ending: Option<Ending> = None;
+    for m in outcome.messages {
+        match m {
+            Ok(StatusMessage::Control { observation }) => {
+                let _ = trace.append(
+                    finished,
+                    TraceEventKind::ControlInstalled(observation.clone()),
+                );
+                controls.push(observation);
+            }
+            Ok(StatusMessage::SetupFailed { step, error }) => {
+                ending.get_or_insert(Ending::SetupFailed { step, error });
+            }
+            Ok(StatusMessage::ExecFailed { error, code }) => {
+                ending.get_or_insert(Ending::ExecFailed { error, code });
+            }
+            Ok(StatusMessage::Started { pid }) => {
+                let _ = trace.append(
+                    finished,
+                    TraceEventKind::ProcessStarted {
+                        pid: u32::try_from(pid).unwrap_or(0),
+                    },
+                );
+            }
+            Ok(StatusMessage::Exited { code, signal }) => {
+                let _ = trace.append(
+                    finished,
+                    TraceEventKind::ProcessExited {
+                        exit_code: code,
+                        signal,
+                        duration_ms: finished.saturating_sub(started),
+                    },
+                );
+                ending.get_or_insert(Ending::Exited { code, signal });
+            }
+            Ok(StatusMessage::Ready) => {}
+            Err(line) => warnings.push(line),
+        }
+    }
+    let ending = ending.unwrap_or_else(|| Ending::SetupFailed {
+        step: "sandbox init".into(),
+        error: format!(
+            "the sandbox ended ({}) without reporting how the command ended",
+            outcome.status
+        ),
+    });
+
+    let sealed =
+        cofferdam_stage::seal::seal(&job.upper(), &policy.workdir).map_err(Failure::setup)?;
+    let mut fingerprints = sealed.fingerprints;
+    fingerprints.run_started_at_unix_ms = Some(started);
+    cofferdam_stage::fingerprint::write_fingerprints(&job.fingerprints_path(), &fingerprints)
+        .map_err(Failure::setup)?;
+    warnings.extend(sealed.warnings);
+    let _ = trace.append(
+        now_ms(),
+        TraceEventKind::StageSealed {
+            changed_files: sealed.changes.len(),
+            whiteouts: sealed.whiteouts,
+        },
+    );
+    let report = RunReport {
+        run_id: run_id.clone(),
+        started_at_unix_ms: started,
+        finished_at_unix_ms: finished,
+        argv: args.command.clone(),
+        controls,
+        ending: ending.clone(),
+        changes: sealed.changes,
+        whiteouts: sealed.whiteouts,
+        upper: job.upper(),
+        trace_path: job.trace_path(),
+        warnings,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    let bundle = assemble_bundle(&policy, &plan, &decision, &report);
+    let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
+    cofferdam_stage::write_atomic(&job.bundle_path(), text.as_bytes(), 0o600).map_err(|e| {
+        Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
+    })?;
+    let code = exit_code_of(&ending);
+    job.update(|s| {
+        s.pid = None;
+        s.state = StageState::Staged;
+        s.run_state = Some(bundle.run.state);
+        s.exit_code = bundle.run.exit_code;
+        s.finished_at_unix_ms = Some(finished);
+        s.changed_files = bundle.filesystem.as_ref().map(|f| f.changed_files);
+    })
+    .map_err(Failure::setup)?;
+    job.remove_overlay_work().ok();
+
+    if let Ending::SetupFailed { error, .. } = &ending {
+        eprintln!("cofferdam: the sandbox could not be set up: {error}");
+    }
+    if let Ending::ExecFailed { error, .. } = &ending {
+        eprintln!("cofferdam: {error}");
+    }
+    if json {
+        crate::print_json(&serde_json::json!({
+            "job": run_id, "exit_code": code, "bundle": job.bundle_path(),
+            "changes": bundle.filesystem.as_ref().map_or(0, |f| f.changed_files),
+        }))?;
+    } else if !args.quiet {
+        match bundle.filesystem.as_ref().map_or(0, |f| f.changed_files) {
+            0 => eprintln!("cofferdam: job {run_id}: no changes"),
+            n => eprintln!(
+                "cofferdam: job {run_id}: {n} staged change(s); review with `cofferdam status --review {run_id}`"
+            ),
+        }
+    }
+    Ok(u8::try_from(code).unwrap_or(1))
+}

@@ -1,0 +1,305 @@
+//! `cofferdam status [JOB] [--review]` and `cofferdam jobs`: read the job store and the Run
+//! Bundle, render them. Nothing here changes a job.
+
+use crate::cli::StatusArgs;
+use crate::context;
+use crate::exit::{Failure, OK};
+use crate::style::Style;
+use cofferdam_record::bundle::{ChangeKind, ControlDimension, ControlStatus, RunBundle};
+use cofferdam_record::read_bundle;
+use cofferdam_stage::job::{Job, JobError, JobState, JobStore, JobSummary, StageState};
+use serde_json::json;
+use std::fmt::Write as _;
+
+/// The bundle, in its own field order, followed by `review_context`.
+#[derive(serde::Serialize)]
+struct Review<'a> {
+    #[serde(flatten)]
+    bundle: &'a RunBundle,
+    review_context: serde_json::Value,
+}
+
+/// Exit code when the job does not exist.
+const NOT_FOUND: u8 = 4;
+
+fn job_failure(e: JobError) -> Failure {
+    let code = match e {
+        JobError::NotFound { .. } | JobError::Ambiguous { .. } => NOT_FOUND,
+        JobError::Busy { .. } => 5,
+        _ => crate::exit::SETUP,
+    };
+    Failure {
+        code,
+        message: e.to_string(),
+    }
+}
+
+/// The job's state, with an `active` job whose supervisor is gone shown as `interrupted`.
+fn effective_state(job: &Job, state: &JobState) -> StageState {
+    if state.state == StageState::Active && job.is_locked().ok() == Some(false) {
+        StageState::Interrupted
+    } else {
+        state.state
+    }
+}
+
+fn state_word(s: StageState) -> &'static str {
+    match s {
+        StageState::Active => "active",
+        StageState::Staged => "staged",
+        StageState::Applied => "applied",
+        StageState::Discarded => "discarded",
+        StageState::Interrupted => "interrupted",
+    }
+}
+
+fn load_bundle(job: &Job) -> Result<Option<RunBundle>, Failure> {
+    match std::fs::read(job.bundle_path()) {
+        Ok(bytes) => read_bundle(&bytes).map(Some).map_err(|e| {
+            Failure::setup(format!(
+                "{}: invalid Run Bundle: {e}",
+                job.bundle_path().display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Failure::setup(format!(
+            "{}: {e}",
+            job.bundle_path().display()
+        ))),
+    }
+}
+
+/// `cofferdam status`.
+pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
+    let env = context::env()?;
+    let store = JobStore::open(&env.storage_root).map_err(job_failure)?;
+    let job = store
+        .resolve(&args.job, &env.places.cwd)
+        .map_err(job_failure)?;
+    let state = job.state().map_err(job_failure)?;
+    let stage_state = effective_state(&job, &state);
+    let bundle = load_bundle(&job)?;
+    if json {
+        let context = json!({
+            "job_dir": job.dir(),
+            "job_state": state_word(stage_state),
+            "workdir": state.workdir,
+            "bundle_path": bundle.as_ref().map(|_| job.bundle_path()),
+        });
+        match &bundle {
+            Some(b) => crate::print_json(&Review {
+                bundle: b,
+                review_context: context,
+            })?,
+            None => crate::print_json(&json!({ "review_context": context }))?,
+        }
+        return Ok(OK);
+    }
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} {}  {}",
+        s.heading("job"),
+        job.id(),
+        s.dim(&format!("stage {}", state_word(stage_state)))
+    );
+    let _ = writeln!(o, "  command   {}", shell_words(&state.command));
+    let _ = writeln!(o, "  workdir   {}", state.workdir.display());
+    match &bundle {
+        None => {
+            let _ = writeln!(
+                o,
+                "  {}",
+                s.warn(match stage_state {
+                    StageState::Interrupted => {
+                        "interrupted: the supervisor ended before writing the Run Bundle; the stage is intact"
+                    }
+                    _ => "running: no Run Bundle yet",
+                })
+            );
+        }
+        Some(b) => render_bundle(&mut o, b, args.review, s),
+    }
+    crate::write_stdout(o.as_bytes())?;
+    Ok(OK)
+}
+
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
+    let r = &b.run;
+    let ended = match (&r.failure, r.exit_code) {
+        (None, _) => s.good("completed (exit 0)"),
+        (Some(f), _) => s.bad(&format!("{:?}: {}", f.kind, f.message).to_lowercase()),
+    };
+    let _ = writeln!(o, "  run       {ended} in {} ms", r.duration_ms);
+    let _ = writeln!(
+        o,
+        "  tier      {} ({})",
+        b.executor_observations.tier.class(),
+        b.executor_observations.tier
+    );
+    let changes = b.filesystem.as_ref().map_or(0, |f| f.changed_files);
+    let _ = writeln!(o, "  changes   {changes}");
+    if !review {
+        return;
+    }
+    let _ = writeln!(o, "\n{}", s.heading("Safety"));
+    let sf = &b.safety;
+    for (label, value, dim) in [
+        (
+            "filesystem write",
+            sf.filesystem_write_non_bypassable,
+            Some(ControlDimension::FilesystemWrite),
+        ),
+        (
+            "filesystem read",
+            sf.filesystem_read_non_bypassable,
+            Some(ControlDimension::FilesystemRead),
+        ),
+        (
+            "network",
+            sf.network_non_bypassable,
+            Some(ControlDimension::Network),
+        ),
+        (
+            "process isolation",
+            !sf.host_process,
+            Some(ControlDimension::Process),
+        ),
+        (
+            "kernel surface",
+            b.executor_observations
+                .is_enforced(ControlDimension::KernelSurface),
+            Some(ControlDimension::KernelSurface),
+        ),
+        ("changes staged", sf.filesystem_changes_staged, None),
+    ] {
+        let mark = if value { s.good("yes") } else { s.bad("no ") };
+        let via = dim.map_or(String::new(), |d| {
+            let mechs: Vec<String> = b
+                .executor_observations
+                .controls
+                .iter()
+                .filter(|c| c.dimension == d)
+                .map(|c| match c.status {
+                    ControlStatus::Enforced => c.mechanism.wire_name().to_owned(),
+                    other => format!("{} ({})", c.mechanism.wire_name(), other.wire_name()),
+                })
+                .collect();
+            if mechs.is_empty() {
+                "no control observed".to_owned()
+            } else {
+                mechs.join(", ")
+            }
+        });
+        let _ = writeln!(o, "  {label:<18} {mark}  {}", s.dim(&via));
+    }
+    if let Some(fs) = &b.filesystem {
+        let _ = writeln!(
+            o,
+            "\n{}",
+            s.heading(&format!("Changes ({})", fs.changes.len()))
+        );
+        for kind in [
+            ChangeKind::Added,
+            ChangeKind::Modified,
+            ChangeKind::Deleted,
+            ChangeKind::TypeChanged,
+            ChangeKind::Opaque,
+        ] {
+            for c in fs.changes.iter().filter(|c| c.kind == kind) {
+                let word = match kind {
+                    ChangeKind::Added => s.good("added       "),
+                    ChangeKind::Modified => s.warn("modified    "),
+                    ChangeKind::Deleted => s.bad("deleted     "),
+                    ChangeKind::TypeChanged => s.warn("type changed"),
+                    ChangeKind::Opaque => s.warn("replaced    "),
+                };
+                let _ = writeln!(o, "  {word} {}", c.path);
+            }
+        }
+    }
+    let warnings: Vec<&String> = b.safety.warnings.iter().chain(&b.run.warnings).collect();
+    if !warnings.is_empty() {
+        let _ = writeln!(o, "\n{}", s.heading("Warnings"));
+        for w in warnings {
+            let _ = writeln!(o, "  {} {w}", s.warn("-"));
+        }
+    }
+    if b.filesystem.as_ref().is_some_and(|f| !f.changes.is_empty()) {
+        let id = &r.run_id;
+        let _ = writeln!(
+            o,
+            "\nnext: cofferdam diff {id}  ·  cofferdam apply {id}  ·  cofferdam drop {id}"
+        );
+    }
+}
+
+/// `cofferdam jobs`.
+pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
+    let env = context::env()?;
+    let store = JobStore::open(&env.storage_root).map_err(job_failure)?;
+    let list = store.list().map_err(job_failure)?;
+    if json {
+        let rows: Vec<serde_json::Value> = list
+            .iter()
+            .map(|j| match j {
+                JobSummary::Readable { job, state } => json!({
+                    "id": job.id(), "state": state_word(effective_state(job, state)),
+                    "run_state": state.run_state, "exit_code": state.exit_code,
+                    "workdir": state.workdir, "command": state.command,
+                    "created_at_unix_ms": state.created_at_unix_ms,
+                    "changed_files": state.changed_files,
+                }),
+                JobSummary::Unreadable { id, dir, error } => json!({
+                    "id": id, "state": "unreadable", "dir": dir, "error": error,
+                }),
+            })
+            .collect();
+        crate::print_json(&rows)?;
+        return Ok(OK);
+    }
+    let mut o = String::new();
+    if list.is_empty() {
+        o.push_str("no jobs yet: start one with `cofferdam run -- COMMAND`\n");
+    }
+    for j in &list {
+        match j {
+            JobSummary::Readable { job, state } => {
+                let st = state_word(effective_state(job, state));
+                let _ = writeln!(
+                    o,
+                    "{}  {:<11} {:>4} changes  exit {:<4} {}  {}",
+                    job.id(),
+                    st,
+                    state
+                        .changed_files
+                        .map_or("?".to_owned(), |n| n.to_string()),
+                    state.exit_code.map_or("-".to_owned(), |c| c.to_string()),
+                    s.dim(&state.workdir.display().to_string()),
+                    shell_words(&state.command)
+                );
+            }
+            JobSummary::Unreadable { id, error, .. } => {
+                let _ = writeln!(o, "{id}  {}", s.bad(&format!("unreadable: {error}")));
+            }
+        }
+    }
+    crate::write_stdout(o.as_bytes())?;
+    Ok(OK)
+}

@@ -1,0 +1,9 @@
+//! One integration-test binary driving the real `cofferdam` CLI in temp dirs with a clean
+//! environment. Tests that need a kernel feature probe for it independently of cofferdam and
+//! print `SKIP-HOST <why>` when it is absent; with `COFFERDAM_TEST_REQUIRE=sealed` such a
+//! skip fails instead.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod run;
+mod scope;

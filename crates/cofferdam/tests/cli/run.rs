@@ -1,0 +1,510 @@
+//! `run`, `status` and `jobs` on the sealed tier: each invariant attempts the escape from
+//! inside the sandbox and asserts both the denial and what the Run Bundle says.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::Path;
+
+/// The sealed tier needs user namespaces and Landlock; skip (or fail in CI) without them.
+fn sealed_host() -> bool {
+    require("unprivileged user namespaces", userns_independently())
+        && require("Landlock", landlock_abi_independently() > 0)
+}
+
+fn bundle_of(s: &Sandbox, job: &str) -> Value {
+    let out = s.cmd().args(["status", "--json", job]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    json_of(&out)
+}
+
+fn last_bundle(s: &Sandbox) -> Value {
+    bundle_of(s, "last")
+}
+
+/// Every regular file under `dir` with its bytes, for byte-for-byte comparisons.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let ft = e.file_type().unwrap();
+            let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+            if ft.is_dir() {
+                out.push((format!("{rel}/"), Vec::new()));
+                stack.push(e.path());
+            } else if ft.is_symlink() {
+                out.push((
+                    rel,
+                    std::fs::read_link(e.path())
+                        .unwrap()
+                        .display()
+                        .to_string()
+                        .into_bytes(),
+                ));
+            } else {
+                out.push((rel, std::fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn changes(b: &Value) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = b["filesystem"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_owned(),
+                c["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn control_status(b: &Value, mechanism: &str) -> Vec<String> {
+    b["executor_observations"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["mechanism"] == mechanism)
+        .map(|c| c["status"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn staged_run_leaves_the_host_unchanged_and_records_exactly_the_changes() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    s.write("b", "old b\n");
+    s.write("keep", "keep\n");
+    let before = snapshot(s.work.path());
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo x > a; rm b; mkdir d; echo y > d/f; cat keep > /dev/null",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(snapshot(s.work.path()), before, "the host workdir changed");
+    let b = last_bundle(&s);
+    assert_eq!(
+        changes(&b),
+        vec![
+            ("a".into(), "added".into()),
+            ("b".into(), "deleted".into()),
+            ("d".into(), "added".into()),
+            ("d/f".into(), "added".into()),
+        ]
+    );
+    assert_eq!(b["run"]["state"], "completed");
+    assert_eq!(b["run"]["exit_code"], 0);
+    assert_eq!(b["filesystem"]["state"], "staged");
+    for field in [
+        "filesystem_non_bypassable",
+        "filesystem_read_non_bypassable",
+        "filesystem_write_non_bypassable",
+        "network_non_bypassable",
+        "filesystem_changes_staged",
+    ] {
+        assert_eq!(b["safety"][field], true, "{field}");
+    }
+    assert_eq!(b["safety"]["host_process"], false);
+    for m in [
+        "userns",
+        "pidns",
+        "netns",
+        "overlay",
+        "pivot_root",
+        "capabilities",
+        "no_new_privs",
+        "seccomp",
+        "secrets_hidden",
+    ] {
+        assert_eq!(control_status(&b, m), vec!["enforced"], "{m}");
+    }
+    assert!(
+        control_status(&b, "landlock")
+            .iter()
+            .all(|st| st == "enforced")
+    );
+    // The bundle on disk passes the strict reader and is private.
+    let path = b["review_context"]["bundle_path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ok = s.cmd().args(["bundle", "verify", &path]).output().unwrap();
+    assert!(ok.status.success(), "{ok:?}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+/// The escape attempts: each line prints `denied:NAME` or `ESCAPED:NAME`.
+const ESCAPES: &str = r#"
+try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "ESCAPED:$name"; else echo "denied:$name"; fi; }
+try write-absolute sh -c "echo pwn > $OUTSIDE/absolute"
+try write-via-symlink sh -c "echo pwn > ./out-link/symlink"
+try write-proc-self-root sh -c "echo pwn > /proc/self/root$OUTSIDE/procself"
+try write-proc-1-root sh -c "echo pwn > /proc/1/root$OUTSIDE/proc1"
+try read-ssh cat "$HOSTHOME/.ssh/id_ed25519"
+try read-aws cat "$HOSTHOME/.aws/credentials"
+try read-store ls "$STORE/jobs"
+try read-shadow sh -c "cat /etc/shadow | grep -q ."
+try mount mount -t tmpfs none /mnt
+try unshare unshare -U true
+try mknod mknod ./null-dev c 1 3
+try remount-rw mount -o remount,rw /usr
+try signal-host kill -0 "$HOSTPID"
+try see-host-pid test -e "/proc/$HOSTPID"
+try sethostname hostname pwned
+try write-usr sh -c "echo pwn > /usr/pwn"
+"#;
+
+/// Raw syscalls that seccomp must answer with EPERM (x86_64 numbers).
+const SYSCALLS: &str = r#"
+import ctypes, fcntl, os, termios
+l = ctypes.CDLL(None, use_errno=True)
+def sc(*a):
+    r = l.syscall(*a)
+    return 0 if r >= 0 else ctypes.get_errno()
+res = {
+  "ptrace": sc(101, 0, 0, 0, 0),
+  "bpf": sc(321, 0, 0, 0),
+  "io_uring_setup": sc(425, 1, 0),
+  "keyctl": sc(250, 0, 0, 0, 0, 0),
+  "perf_event_open": sc(298, 0, 0, -1, -1, 0),
+  "unshare": sc(272, 0x10000000),
+  "mount": sc(165, 0, 0, 0, 0, 0),
+}
+try:
+    fd = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY)
+    fcntl.ioctl(fd, termios.TIOCSTI, b"x")
+    res["tiocsti"] = 0
+except OSError as e:
+    res["tiocsti"] = e.errno
+for k, v in res.items():
+    print(f"{k}={v}")
+"#;
+
+#[test]
+fn escapes_from_inside_fail_and_the_host_is_unchanged() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), s.work.path().join("out-link")).unwrap();
+    for (dir, file) in [(".ssh", "id_ed25519"), (".aws", "credentials")] {
+        std::fs::create_dir_all(s.home.path().join(dir)).unwrap();
+        std::fs::write(s.home.path().join(dir).join(file), "SECRET").unwrap();
+    }
+    // A first run so the job store has something to find.
+    s.cmd().args(["run", "-q", "--", "true"]).assert().success();
+    let mut host = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let hostname_before = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let work_before = snapshot(s.work.path());
+
+    let out = s
+        .cmd()
+        .env("OUTSIDE", outside.path())
+        .env("HOSTHOME", s.home.path())
+        .env("STORE", s.store.path())
+        .env("HOSTPID", host.id().to_string())
+        .args([
+            "--color", "never", "run", "--env", "OUTSIDE", "--env", "HOSTHOME", "--env", "STORE",
+            "--env", "HOSTPID", "--", "sh", "-c", ESCAPES,
+        ])
+        .output()
+        .unwrap();
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let escaped: Vec<&str> = text.lines().filter(|l| l.starts_with("ESCAPED:")).collect();
+    assert!(escaped.is_empty(), "escapes succeeded: {escaped:?}\n{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("denied:")).count(),
+        16,
+        "{text}"
+    );
+
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "a write landed outside"
+    );
+    assert_eq!(
+        snapshot(s.work.path()),
+        work_before,
+        "the host workdir changed"
+    );
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap(),
+        hostname_before
+    );
+    let b = last_bundle(&s);
+    assert_eq!(b["safety"]["filesystem_non_bypassable"], true);
+    assert_eq!(control_status(&b, "seccomp"), vec!["enforced"]);
+    // Only the escape attempts' own traces may be staged (mknod's target is refused).
+    assert!(changes(&b).is_empty(), "{:?}", changes(&b));
+}
+
+#[test]
+fn seccomp_answers_eperm_inside() {
+    if !sealed_host() || !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    if !require("/usr/bin/python3", Path::new("/usr/bin/python3").exists()) {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--", "/usr/bin/python3", "-c", SYSCALLS])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    for name in [
+        "ptrace",
+        "bpf",
+        "io_uring_setup",
+        "keyctl",
+        "perf_event_open",
+        "unshare",
+        "mount",
+        "tiocsti",
+    ] {
+        assert!(
+            text.contains(&format!("{name}=1\n")),
+            "{name} not EPERM:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn inside_has_no_capabilities_no_new_privs_and_only_its_own_processes() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--", "sh", "-c", "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; ls /proc | grep -c '^[0-9]'"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("CapEff:\t0000000000000000"), "{text}");
+    assert!(text.contains("CapBnd:\t0000000000000000"), "{text}");
+    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    assert!(text.contains("Seccomp:\t2"), "{text}");
+    let procs: u32 = text.lines().last().unwrap().trim().parse().unwrap();
+    assert!(
+        procs <= 6,
+        "sees {procs} processes: host pids leak into /proc"
+    );
+}
+
+#[test]
+fn daemonized_processes_do_not_outlive_the_run() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let marker = "31.4159265";
+    s.cmd()
+        .args([
+            "run",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            &format!("setsid sleep {marker} </dev/null >/dev/null 2>&1 & sleep 0.2"),
+        ])
+        .assert()
+        .success();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            assert!(
+                !cmdline.contains(marker),
+                "a daemon outlived the run: pid {:?}",
+                e.file_name()
+            );
+        }
+    }
+}
+
+#[test]
+fn host_environment_values_reach_neither_the_sandbox_nor_the_bundle() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .env("SECRET_TOKEN", "hunter2-not-projected")
+        .env("PASSED_TOKEN", "visible-by-request")
+        .args(["run", "--env", "PASSED_TOKEN", "--", "env"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains("PASSED_TOKEN=visible-by-request"), "{text}");
+    assert!(text.contains("COFFERDAM_RUN_ID=run-"), "{text}");
+    let b = last_bundle(&s);
+    let raw = serde_json::to_string(&b).unwrap();
+    assert!(
+        !raw.contains("visible-by-request") && !raw.contains("hunter2"),
+        "a value reached the bundle"
+    );
+    let keys: Vec<&str> = b["environment"]["projected_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert!(
+        keys.contains(&"PASSED_TOKEN") && !keys.contains(&"SECRET_TOKEN"),
+        "{keys:?}"
+    );
+    assert_eq!(b["environment"]["inherits_host"], false);
+}
+
+#[test]
+fn exit_codes_and_typed_failures() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let code = |args: &[&str]| s.cmd().arg("run").arg("-q").args(args).output().unwrap();
+    let out = code(&["--", "sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    let b = last_bundle(&s);
+    assert_eq!(
+        (
+            b["run"]["failure"]["kind"].as_str(),
+            b["run"]["state"].as_str()
+        ),
+        (Some("process_exit"), Some("failed"))
+    );
+
+    let out = code(&["--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(137));
+    assert_eq!(last_bundle(&s)["run"]["failure"]["signal"], 9);
+
+    let out = code(&["--", "no-such-command-here"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("command not found"),
+        "{out:?}"
+    );
+
+    let out = code(&["--", "/etc/passwd"]);
+    assert_eq!(out.status.code(), Some(126));
+
+    let out = code(&["--mount", "/no/such/source/dir", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let b = last_bundle(&s);
+    assert_eq!(b["run"]["failure"]["kind"], "setup");
+    assert!(
+        b["run"]["failure"]["step"]
+            .as_str()
+            .unwrap()
+            .contains("/no/such/source/dir"),
+        "{b}"
+    );
+
+    let out = s.cmd().args(["run", "--"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "no command is a usage error");
+}
+
+#[test]
+fn read_only_paths_are_enforced_by_the_kernel() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    std::fs::create_dir(s.work.path().join("locked")).unwrap();
+    s.write("locked/file", "original\n");
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--read-only",
+            "locked",
+            "--",
+            "sh",
+            "-c",
+            "echo pwn > locked/file || echo refused; echo ok > free",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("refused"), "{out:?}");
+    assert_eq!(
+        changes(&last_bundle(&s)),
+        vec![("free".into(), "added".into())]
+    );
+}
+
+#[test]
+fn status_review_and_jobs_describe_the_run() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    s.cmd()
+        .args(["run", "-q", "--", "sh", "-c", "echo 1 > one; echo 2 > two"])
+        .assert()
+        .success();
+    let review = s.cmd().args(["status", "--review"]).output().unwrap();
+    let text = String::from_utf8_lossy(&review.stdout);
+    for needle in [
+        "Safety",
+        "Changes (2)",
+        "added",
+        "one",
+        "two",
+        "seccomp",
+        "next: cofferdam diff",
+    ] {
+        assert!(text.contains(needle), "`{needle}` missing:\n{text}");
+    }
+    let jobs = json_of(&s.cmd().args(["jobs", "--json"]).output().unwrap());
+    assert_eq!(jobs.as_array().unwrap().len(), 1);
+    assert_eq!(jobs[0]["state"], "staged");
+    assert_eq!(jobs[0]["changed_files"], 2);
+    let id = jobs[0]["id"].as_str().unwrap();
+    let by_prefix = bundle_of(&s, &id[..12]);
+    assert_eq!(by_prefix["run"]["run_id"], id);
+    let missing = s.cmd().args(["status", "run-nope"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(4));
+}
