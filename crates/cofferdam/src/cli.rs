@@ -40,6 +40,8 @@ pub enum Command {
     Status(StatusArgs),
     /// List jobs, newest first.
     Jobs,
+    /// A first run for newcomers: a scratch project, a scripted agent, its review.
+    Demo,
     /// Explain what a policy would be allowed to do on this host, changing nothing.
     Scope(ScopeArgs),
     /// Check this host's kernel mechanisms and say how to get the missing ones.

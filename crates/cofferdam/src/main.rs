@@ -39,6 +39,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Run(a) => cmd::run::run(a, cli.json),
         Command::Status(a) => cmd::status::status(a, cli.json, style),
         Command::Jobs => cmd::status::jobs(cli.json, style),
+        Command::Demo => cmd::demo::demo(style),
         Command::Doctor(a) => cmd::doctor::run(a.host_facts.as_deref(), cli.json, style),
         Command::Bundle(BundleCommand::Verify { file }) => cmd::bundle::verify(file, cli.json),
         Command::Bundle(BundleCommand::Schema) => cmd::bundle::schema(),

@@ -1,6 +1,7 @@
 //! One module per subcommand; each parses nothing itself and returns an exit code.
 
 pub mod bundle;
+pub mod demo;
 pub mod doctor;
 pub mod run;
 pub mod scope;

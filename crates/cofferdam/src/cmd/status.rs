@@ -124,9 +124,16 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
     Ok(OK)
 }
 
+/// The command as a shell would show it, one line; long or multi-line arguments are cut.
 fn shell_words(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
+            let first = a.trim().lines().next().unwrap_or("");
+            let a = if first.len() < a.len() || first.chars().count() > 60 {
+                format!("{}…", first.chars().take(60).collect::<String>())
+            } else {
+                a.clone()
+            };
             if !a.is_empty()
                 && a.bytes()
                     .all(|c| c.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&c))

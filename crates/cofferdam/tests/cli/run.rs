@@ -508,3 +508,44 @@ fn status_review_and_jobs_describe_the_run() {
     let missing = s.cmd().args(["status", "run-nope"]).output().unwrap();
     assert_eq!(missing.status.code(), Some(4));
 }
+
+#[test]
+fn demo_shows_a_staged_run_and_three_refused_escapes() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .env("TMPDIR", s.work.path())
+        .arg("demo")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    for needle in [
+        "write outside the project: refused",
+        "read ~/.ssh: not visible",
+        "reach the network: no route",
+        "untouched:   yes",
+        "Changes (4)",
+        "cofferdam apply last",
+    ] {
+        assert!(text.contains(needle), "`{needle}` missing:\n{text}");
+    }
+    let project = std::fs::read_dir(s.work.path())
+        .unwrap()
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("cofferdam-demo-")
+        })
+        .unwrap()
+        .path();
+    assert_eq!(
+        std::fs::read_to_string(project.join("README.md")).unwrap(),
+        "# demo project\n"
+    );
+    assert!(project.join("notes.txt").exists());
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Startup cost of a sealed run, against baselines measured in the same run:
+#   bare /bin/true, and Debian's bubblewrap with every namespace unshared.
+# Also a 200-file write loop inside the stage against the same loop run bare on the same
+# filesystem. Prints medians and ratios. Needs hyperfine and bwrap (apt-get install
+# hyperfine bubblewrap) and a release build (cargo build --release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${COFFERDAM_BIN:-target/release/cofferdam}
+[ -x "$bin" ] || cargo build --release --quiet
+for tool in hyperfine bwrap jq; do
+  command -v "$tool" >/dev/null || { echo "bench/startup.sh needs $tool (apt-get install hyperfine bubblewrap jq)"; exit 2; }
+done
+runs=${RUNS:-50}
+work=$(mktemp -d)
+store=$(mktemp -d)
+trap 'rm -rf "$work" "$store"' EXIT
+export COFFERDAM_HOME="$store"
+cd "$work"
+
+median() { jq -r ".results[$1].median * 1000" "$2"; }
+
+hyperfine -N --warmup 5 --runs "$runs" --export-json "$store/startup.json" \
+  -n bare '/bin/true' \
+  -n bwrap 'bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc /bin/true' \
+  -n cofferdam "$OLDPWD/$bin run -q -- /bin/true" >/dev/null
+bare=$(median 0 "$store/startup.json"); bw=$(median 1 "$store/startup.json"); cd_=$(median 2 "$store/startup.json")
+
+loop='i=0; while [ $i -lt 200 ]; do echo $i > f$i; i=$((i+1)); done'
+hyperfine -N --warmup 3 --runs "$((runs / 2))" --export-json "$store/writes.json" \
+  --prepare "rm -f $work/f*" \
+  -n bare-loop "sh -c '$loop'" \
+  -n staged-loop "$OLDPWD/$bin run -q -- sh -c '$loop'" >/dev/null
+wbare=$(median 0 "$store/writes.json"); wstaged=$(median 1 "$store/writes.json")
+
+printf '%-34s %10s %10s\n' benchmark "median ms" ratio
+printf '%-34s %10.2f %10s\n' "bare /bin/true" "$bare" "-"
+printf '%-34s %10.2f %10s\n' "bwrap --unshare-all /bin/true" "$bw" "-"
+printf '%-34s %10.2f %9.2fx %s\n' "cofferdam run -- /bin/true" "$cd_" "$(echo "$cd_ / $bw" | bc -l)" "of bwrap (target <= 1.0)"
+printf '%-34s %10.2f %10s\n' "200-file loop, bare" "$wbare" "-"
+printf '%-34s %10.2f %9.2fx %s\n' "200-file loop, staged (incl. run)" "$wstaged" "$(echo "$wstaged / $wbare" | bc -l)" "of bare"
