@@ -261,7 +261,7 @@ fn agent_label(argv: &[String]) -> String {
 }
 
 /// Requested limits, and the effective ones backed by an enforced rlimit observation whose
-/// details name the limit (`RLIMIT_DATA`, …) with the value set.
+/// details name the limit (`"resource": "RLIMIT_DATA"`, …) and the value set (`"soft"`).
 fn resources(policy: &Policy, controls: &[ControlObservation]) -> ResourceSummary {
     let r = &policy.resources;
     let requested = ResourceLimits {
@@ -282,7 +282,13 @@ fn resources(policy: &Policy, controls: &[ControlObservation]) -> ResourceSummar
             .filter(|o| {
                 o.mechanism == ControlMechanism::Rlimit && o.status == ControlStatus::Enforced
             })
-            .find_map(|o| o.details.get(name).and_then(serde_json::Value::as_u64))
+            .filter(|o| {
+                o.details
+                    .get("resource")
+                    .and_then(serde_json::Value::as_str)
+                    == Some(name)
+            })
+            .find_map(|o| o.details.get("soft").and_then(serde_json::Value::as_u64))
     };
     let tmpfs = controls.iter().any(|o| {
         o.mechanism == ControlMechanism::Tmpfs
@@ -364,10 +370,14 @@ fn resources(policy: &Policy, controls: &[ControlObservation]) -> ResourceSummar
             _ => {}
         }
     }
-    if controls
-        .iter()
-        .any(|o| o.mechanism == ControlMechanism::Rlimit && o.details.contains_key("RLIMIT_CORE"))
-    {
+    if controls.iter().any(|o| {
+        o.mechanism == ControlMechanism::Rlimit
+            && o.status == ControlStatus::Enforced
+            && o.details
+                .get("resource")
+                .and_then(serde_json::Value::as_str)
+                == Some("RLIMIT_CORE")
+    }) {
         mechanisms.push("core dumps: RLIMIT_CORE=0".into());
     }
     ResourceSummary {
@@ -419,5 +429,46 @@ mod tests {
             };
             assert_eq!(exit_code_of(&e), code);
         }
+    }
+
+    fn rlimit(resource: &str, soft: u64, status: ControlStatus) -> ControlObservation {
+        let mut o = ControlObservation::new(
+            ControlMechanism::Rlimit,
+            cofferdam_record::bundle::ControlDimension::Resources,
+            status,
+        );
+        o.details.insert("resource".into(), json!(resource));
+        o.details.insert("soft".into(), json!(soft));
+        o
+    }
+
+    #[test]
+    fn a_limit_is_effective_only_when_an_enforced_observation_backs_it() {
+        let places = crate::policy::Places {
+            cwd: "/w".into(),
+            home: "/h".into(),
+        };
+        let flags = crate::policy::RunFlags {
+            max_file_size: Some("1MiB".into()),
+            open_files: Some(64),
+            memory: Some("1GiB".into()),
+            timeout: Some("1h".into()),
+            ..Default::default()
+        };
+        let policy = crate::policy::resolve_policy(None, &flags, &places).unwrap();
+        let controls = vec![
+            rlimit("RLIMIT_FSIZE", 1 << 20, ControlStatus::Enforced),
+            rlimit("RLIMIT_NOFILE", 64, ControlStatus::Partial),
+        ];
+        let r = resources(&policy, &controls);
+        assert_eq!(r.effective.max_file_size_bytes, Some(1 << 20));
+        assert_eq!(
+            r.effective.open_files, None,
+            "a partial observation is not enforcement"
+        );
+        assert_eq!(r.effective.memory_bytes, None, "no observation, no claim");
+        assert_eq!(r.effective.timeout_ms, None);
+        assert_eq!(r.requested.timeout_ms, Some(3_600_000));
+        assert_eq!(r.limitations.len(), 3, "{:?}", r.limitations);
     }
 }

@@ -49,6 +49,10 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     }
     cofferdam_stage::store::check_outside_workdir(&env.storage_root, &policy.workdir)
         .map_err(Failure::setup)?;
+    refuse_unsupported(&policy)?;
+    for warning in unenforced_limits(&policy) {
+        eprintln!("cofferdam: warning: {warning}");
+    }
 
     let store = JobStore::open(&env.storage_root).map_err(Failure::setup)?;
     let (job, _lock) = store
@@ -224,4 +228,48 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         }
     }
     Ok(u8::try_from(code).unwrap_or(1))
+}
+
+/// Refuse what this build cannot honour, before anything is created: a run must never get
+/// silently less (or more) than it asked for.
+fn refuse_unsupported(policy: &cofferdam_policy::Policy) -> Result<(), Failure> {
+    use cofferdam_net::NetworkMode;
+    if policy.network.mode != NetworkMode::None {
+        return Err(Failure::setup(format!(
+            "refusing to run: network mode `{}` is not available in this build; only `none` \
+             (loopback inside the sandbox) is. Drop --network/--allow-net and [network] from \
+             the manifest",
+            policy.network.mode
+        )));
+    }
+    if let Some(m) = policy
+        .mounts
+        .iter()
+        .find(|m| m.mode == cofferdam_policy::MountMode::Stage)
+    {
+        return Err(Failure::setup(format!(
+            "refusing to run: {} ({}) asks for mode `stage`, which this build does not support \
+             yet; use `read`, `write` or `hide`",
+            m.written, m.origin
+        )));
+    }
+    Ok(())
+}
+
+/// Requested limits this build does not enforce, as warnings printed before the run (the
+/// bundle's `resources.limitations` says the same afterwards).
+fn unenforced_limits(policy: &cofferdam_policy::Policy) -> Vec<String> {
+    let r = &policy.resources;
+    [
+        (r.cpus.is_some(), "cpus"),
+        (r.timeout.is_some(), "timeout"),
+        (r.io_bps.is_some(), "io_bps"),
+        (r.stage_size.is_some(), "stage_size"),
+    ]
+    .into_iter()
+    .filter(|(asked, _)| *asked)
+    .map(|(_, name)| {
+        format!("`{name}` was requested but this build does not enforce it yet; the run goes on without it")
+    })
+    .collect()
 }

@@ -549,3 +549,63 @@ fn demo_shows_a_staged_run_and_three_refused_escapes() {
     );
     assert!(project.join("notes.txt").exists());
 }
+
+#[test]
+fn what_this_build_cannot_honour_is_refused_or_warned_never_silent() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    for args in [
+        &["--allow-net", "api.example.com"][..],
+        &["--network", "host"][..],
+        &["--mount", "/usr/share:stage"][..],
+    ] {
+        let out = s
+            .cmd()
+            .arg("run")
+            .args(args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("refusing to run"),
+            "{out:?}"
+        );
+    }
+    let jobs = json_of(&s.cmd().args(["jobs", "--json"]).output().unwrap());
+    assert!(
+        jobs.as_array().unwrap().is_empty(),
+        "a refused run created a job: {jobs}"
+    );
+
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--timeout",
+            "1h",
+            "--max-file-size",
+            "1MiB",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`timeout` was requested"),
+        "{out:?}"
+    );
+    let b = last_bundle(&s);
+    assert_eq!(b["resources"]["requested"]["timeout_ms"], 3_600_000);
+    assert!(
+        b["resources"]["effective"].get("timeout_ms").is_none(),
+        "{b}"
+    );
+    assert_eq!(b["resources"]["effective"]["max_file_size_bytes"], 1 << 20);
+    let limitations = b["resources"]["limitations"].to_string();
+    assert!(limitations.contains("timeout"), "{limitations}");
+}
