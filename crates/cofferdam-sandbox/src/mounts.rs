@@ -366,10 +366,20 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     obs.push(new_proc(root)?);
 
     // Secrets, the job store and hidden mounts: masked wherever they are visible.
+    // A secret that is a symlink (a dotfile manager's `~/.ssh -> dotfiles/ssh`) is hidden at
+    // its host target too, which may lie inside a visible tree such as the workdir.
     let mut masked = Vec::new();
     for h in &plan.hidden {
-        if mask(&under(root, h))? {
-            masked.push(h.display().to_string());
+        let mut targets = vec![h.clone()];
+        if let Ok(real) = std::fs::canonicalize(h) {
+            if real != *h {
+                targets.push(real);
+            }
+        }
+        for t in targets {
+            if mask(&under(root, &t))? {
+                masked.push(t.display().to_string());
+            }
         }
     }
     let mut o = observation(

@@ -609,3 +609,52 @@ fn what_this_build_cannot_honour_is_refused_or_warned_never_silent() {
     let limitations = b["resources"]["limitations"].to_string();
     assert!(limitations.contains("timeout"), "{limitations}");
 }
+
+#[test]
+fn secrets_stay_hidden_when_the_workdir_is_home_and_they_are_symlinks() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let home = s.home.path();
+    std::fs::create_dir_all(home.join("dotfiles/ssh")).unwrap();
+    std::fs::write(home.join("dotfiles/ssh/id_ed25519"), "PRIVATE KEY").unwrap();
+    std::os::unix::fs::symlink("dotfiles/ssh", home.join(".ssh")).unwrap();
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    std::fs::write(home.join(".aws/credentials"), "AWS SECRET").unwrap();
+    std::fs::write(home.join("notes"), "fine to read").unwrap();
+    let out = s
+        .cmd()
+        .current_dir(home)
+        .args(["run", "-q", "--", "sh", "-c", "cat notes; cat ~/.ssh/id_ed25519; cat ~/dotfiles/ssh/id_ed25519; cat ~/.aws/credentials; true"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("fine to read"),
+        "the workdir itself must stay readable: {text}"
+    );
+    assert!(
+        !text.contains("PRIVATE KEY") && !text.contains("AWS SECRET"),
+        "a secret leaked: {text}"
+    );
+    let b = json_of(
+        &s.cmd()
+            .current_dir(home)
+            .args(["status", "--json"])
+            .output()
+            .unwrap(),
+    );
+    let masked = b["executor_observations"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["mechanism"] == "secrets_hidden")
+        .unwrap()["details"]["masked"]
+        .to_string();
+    assert!(
+        masked.contains("dotfiles/ssh") && masked.contains(".aws"),
+        "{masked}"
+    );
+}
