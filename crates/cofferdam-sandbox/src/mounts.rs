@@ -371,10 +371,10 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     let mut masked = Vec::new();
     for h in &plan.hidden {
         let mut targets = vec![h.clone()];
-        if let Ok(real) = std::fs::canonicalize(h) {
-            if real != *h {
-                targets.push(real);
-            }
+        if let Ok(real) = std::fs::canonicalize(h)
+            && real != *h
+        {
+            targets.push(real);
         }
         for t in targets {
             if mask(&under(root, &t))? {

@@ -184,7 +184,7 @@ impl ChildReport {
 }
 
 /// The namespace, overlay and seccomp facts, decided from a [`ChildReport`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NamespaceFacts {
     /// A user namespace was created and its id maps written.
     pub userns_can_create: bool,

@@ -16,12 +16,14 @@
 //! `/proc/self/cgroup` parsers and delegation), `userns` (sysctls, AppArmor label and the
 //! [`userns::userns_grant`] mapping), `names` (errno and signal names).
 
+pub mod cache;
 pub mod cgroup;
 pub mod child;
 pub mod names;
 pub mod userns;
 
 use cofferdam_record::{HostFacts, UsernsFacts};
+use std::path::Path;
 
 /// Host CA trust-store locations checked (existence only), in this order.
 pub const TRUST_STORE_CANDIDATES: &[&str] = &[
@@ -38,23 +40,63 @@ const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
 /// Probe the host. Runs one forked child for the namespace, overlay and seccomp probes;
 /// everything else is read in the calling process.
 pub fn probe_host() -> HostFacts {
+    probe(None)
+}
+
+/// [`probe_host`], reusing the forked child's namespace facts from `cache` when they were
+/// recorded on this boot, for this user, under the same user-namespace settings and the same
+/// cofferdam version (see [`cache`]); otherwise probing and recording them. Everything
+/// else (cgroups, Landlock, trust store, sysctls) is read fresh every time.
+pub fn probe_host_cached(cache: &Path) -> HostFacts {
+    probe(Some(cache))
+}
+
+/// Where the namespace facts come from.
+enum Source {
+    Cached(child::NamespaceFacts),
+    Probing(Result<child::RunningChild, child::ChildError>),
+}
+
+fn probe(cache_path: Option<&Path>) -> HostFacts {
     let uname = rustix::system::uname();
     let euid = rustix::process::geteuid();
     let egid = rustix::process::getegid();
     let is_root = euid.is_root();
+    let kernel_release = uname.release().to_string_lossy().into_owned();
 
+    let settings = userns::read_settings();
+    let key = cache::CacheKey::current(&kernel_release, euid.as_raw(), egid.as_raw(), &settings);
+    let cached = match (cache_path, &key) {
+        (Some(p), Some(k)) => cache::load(p, k),
+        _ => None,
+    };
     // Fork first, so the child's work (≈1 ms, mostly creating the network namespace)
     // overlaps the reads done here.
-    let running = child::RunningChild::spawn();
-    let settings = userns::read_settings();
+    let source = match cached {
+        Some(ns) => Source::Cached(ns),
+        None => Source::Probing(child::RunningChild::spawn()),
+    };
     let cgroup = cgroup::probe_cgroup();
     let trust_store = trust_store();
     let landlock_abi = landlock_abi();
-    let report = match running {
-        Ok(child) => child.finish(),
-        Err(e) => child::ChildReport::failed(e),
+    let ns = match source {
+        Source::Cached(ns) => ns,
+        Source::Probing(running) => {
+            let report = match running {
+                Ok(child) => child.finish(),
+                Err(e) => child::ChildReport::failed(e),
+            };
+            let ns = child::NamespaceFacts::from_report(&report);
+            // Only a fully capable answer is cached: a missing mechanism is probed again next
+            // time, so a transient failure cannot pin a weaker tier until reboot.
+            if let (Some(p), Some(k)) = (cache_path, &key)
+                && cache::worth_caching(&ns)
+            {
+                cache::store(p, k, &ns);
+            }
+            ns
+        }
     };
-    let ns = child::NamespaceFacts::from_report(&report);
     let grant = userns::userns_grant(
         ns.userns_can_create,
         settings.apparmor_restrict,
@@ -62,7 +104,7 @@ pub fn probe_host() -> HostFacts {
     );
 
     HostFacts {
-        kernel_release: uname.release().to_string_lossy().into_owned(),
+        kernel_release,
         arch: uname.machine().to_string_lossy().into_owned(),
         landlock_abi,
         seccomp_filter: ns.seccomp_filter,

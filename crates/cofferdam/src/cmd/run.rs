@@ -35,7 +35,10 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     }
     let env = context::env()?;
     let policy = context::policy(&args.policy, &env)?;
-    let facts = cofferdam_sandbox::probe_host();
+    // The namespace facts are cached per boot and settings: the init re-attempts every
+    // mechanism anyway, so a stale cache can only make the setup fail, never weaken it.
+    let facts =
+        cofferdam_sandbox::probe::probe_host_cached(&env.storage_root.join("host-facts.json"));
     let decision = decide_containment(&facts, policy.floor);
     if let Some(reason) = &decision.shortfall_reason {
         return Err(Failure::setup(format!("refusing to run: {reason}")));
