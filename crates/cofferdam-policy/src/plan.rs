@@ -41,6 +41,21 @@ pub struct SandboxPlan {
     pub rlimits: RlimitPlan,
     /// The UTS hostname inside.
     pub hostname: String,
+    /// When set, the command runs on a new pseudo-terminal of the sandbox's own devpts, of
+    /// this initial size, whose master pid 1 hands to the supervisor over the terminal
+    /// socket (fd 5); when `None` the command inherits the init's stdin, stdout and stderr.
+    /// Not decided by [`build_plan`]: the supervisor sets it when its stdin is a terminal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal: Option<TerminalPlan>,
+}
+
+/// The command's pseudo-terminal: its initial window size (0 when the caller's is unknown).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalPlan {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
 }
 
 /// How the root is composed (sealed tier).
@@ -304,6 +319,7 @@ pub fn build_plan(
             core_zero: true,
         },
         hostname: "cofferdam".into(),
+        terminal: None,
     }
 }
 

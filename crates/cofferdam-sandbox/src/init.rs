@@ -11,17 +11,24 @@
 //! command's status; its exit kills everything left in the namespace. Each of the three dies
 //! with its parent (`PR_SET_PDEATHSIG`), so the sandbox never outlives the supervisor.
 //!
+//! When the plan has a `terminal`, pid 1 keeps the terminal socket (fd 5) through the
+//! descriptor sweep, and after the ready marker allocates the command's pseudo-terminal from
+//! the sandbox's own devpts, sends the master to the supervisor and closes the socket; the
+//! command starts in a new session with the slave as its controlling terminal and on fds
+//! 0–2 (`crate::pty`). Pid 1 then also reports a stop of the command (`Stopped`) and passes
+//! SIGCONT on to its process group.
+//!
 //! Owns the order of effects only: every decision is in the plan, every mechanism in its own
 //! module. It must stay single-threaded.
 
 use crate::setup_error::SetupError;
-use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, send};
-use crate::{caps, landlock, mounts, netif, rlimit, seccomp, userns};
-use cofferdam_policy::plan::SandboxPlan;
+use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, send};
+use crate::{caps, landlock, mounts, netif, pty, rlimit, seccomp, userns};
+use cofferdam_policy::plan::{SandboxPlan, TerminalPlan};
 use cofferdam_record::bundle::{ControlObservation, ControlStatus};
 use rustix::process::{Pid, Signal, WaitOptions};
 use std::ffi::CString;
-use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -41,6 +48,17 @@ extern "C" fn forward(sig: libc::c_int) {
         // SAFETY: kill(2) is async-signal-safe; `pid` is a child of this process.
         unsafe {
             libc::kill(pid, sig);
+        }
+    }
+}
+
+extern "C" fn continue_group(_sig: libc::c_int) {
+    let pid = FORWARD_TO.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe; `-pid` is the process group the command leads
+        // (it called setsid), so a stop of its terminal's foreground group is undone whole.
+        unsafe {
+            libc::kill(-pid, libc::SIGCONT);
         }
     }
 }
@@ -69,6 +87,13 @@ fn status_fd() -> BorrowedFd<'static> {
     // SAFETY: the supervisor hands the init the status pipe as fd STATUS_FD, open for the
     // life of the process (closed only by exec, being close-on-exec in pid 1's command).
     unsafe { BorrowedFd::borrow_raw(STATUS_FD) }
+}
+
+/// Take the terminal socket (fd [`TERMINAL_FD`]), present when the plan has a terminal.
+fn take_terminal_socket() -> OwnedFd {
+    // SAFETY: with a terminal in the plan the supervisor hands the terminal socket as fd
+    // TERMINAL_FD, and nothing else in this process owns it: the caller takes it once.
+    unsafe { OwnedFd::from_raw_fd(TERMINAL_FD) }
 }
 
 fn report(o: ControlObservation) {
@@ -154,6 +179,12 @@ fn run_init(plan: &SandboxPlan) -> i32 {
     }
     FORWARD_TO.store(pid, Ordering::SeqCst);
     set_handlers(FORWARDED, forward as *const () as libc::sighandler_t);
+    if plan.terminal.is_some() {
+        // Only pid 1 talks over the terminal socket.
+        drop(take_terminal_socket());
+        // The supervisor continues a stopped command through here (see `Stopped`).
+        set_handlers(&[libc::SIGCONT], forward as *const () as libc::sighandler_t);
+    }
     set_handlers(&[libc::SIGINT, libc::SIGQUIT], libc::SIG_IGN);
     wait_for(pid)
 }
@@ -234,10 +265,14 @@ fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
             errno: rustix::io::Errno::INVAL,
         })
     })?;
-    require(
-        caps::close_fds(&[STATUS_FD]),
-        "close inherited file descriptors",
-    )?;
+    // The terminal socket stays open for pid 1 to send the command's pty over; it is closed
+    // before the command starts.
+    let keep: &[i32] = if plan.terminal.is_some() {
+        &[STATUS_FD, TERMINAL_FD]
+    } else {
+        &[STATUS_FD]
+    };
+    require(caps::close_fds(keep), "close inherited file descriptors")?;
     // The status channel must not reach the command; pid 1 itself must not be readable
     // through /proc/1 (fd, mem, environ) by the command, which runs as the same uid.
     rustix::io::fcntl_setfd(status_fd(), rustix::io::FdFlags::CLOEXEC).map_err(|e| {
@@ -301,6 +336,13 @@ fn run_command(plan: &SandboxPlan) -> i32 {
         return 127;
     }
     let paths = candidates(&plan.argv[0], &plan.env);
+    let slave = match plan.terminal {
+        None => None,
+        Some(size) => match open_terminal(size) {
+            Ok(slave) => Some(slave),
+            Err(code) => return code,
+        },
+    };
     let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
     let mut env_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
@@ -320,6 +362,22 @@ fn run_command(plan: &SandboxPlan) -> i32 {
     }
     if child == 0 {
         set_handlers(FORWARDED, libc::SIG_DFL);
+        // The init is a Rust program, whose runtime ignores SIGPIPE; the command must start
+        // with the default (`yes | head` ends `yes` by SIGPIPE).
+        set_handlers(&[libc::SIGPIPE], libc::SIG_DFL);
+        if let Some(slave) = &slave
+            && let Err(e) = pty::attach(slave.as_fd())
+        {
+            send(
+                status_fd(),
+                &StatusMessage::ExecFailed {
+                    error: format!("cannot attach the command to its terminal: {e}"),
+                    code: 126,
+                },
+            );
+            // SAFETY: _exit is always safe; it skips atexit handlers inherited from pid 1.
+            unsafe { libc::_exit(126) }
+        }
         let mut seen_eacces = false;
         let mut last = libc::ENOENT;
         for p in &paths {
@@ -365,17 +423,56 @@ fn run_command(plan: &SandboxPlan) -> i32 {
         // SAFETY: _exit is always safe; it skips atexit handlers inherited from pid 1.
         unsafe { libc::_exit(code) }
     }
+    // The command has the terminal now; pid 1 keeps no end of it.
+    drop(slave);
     FORWARD_TO.store(child, Ordering::SeqCst);
     set_handlers(FORWARDED, forward as *const () as libc::sighandler_t);
+    if plan.terminal.is_some() {
+        set_handlers(
+            &[libc::SIGCONT],
+            continue_group as *const () as libc::sighandler_t,
+        );
+    }
     send(status_fd(), &StatusMessage::Started { pid: child });
-    reap(child)
+    reap(child, plan.terminal.is_some())
+}
+
+/// The command's pseudo-terminal, allocated from the sandbox's own devpts (so it is a real
+/// `/dev/pts/N` inside) with the plan's window size; the master goes to the supervisor over
+/// the terminal socket, which is closed afterwards. Returns the slave (close-on-exec).
+fn open_terminal(size: TerminalPlan) -> Result<OwnedFd, i32> {
+    let socket = take_terminal_socket();
+    let pair = pty::open_pair(size).map_err(|errno| {
+        fail(&SetupError {
+            step: "allocate the command's terminal".into(),
+            errno,
+        })
+    })?;
+    pty::send_master(socket.as_fd(), pair.master.as_fd()).map_err(|errno| {
+        fail(&SetupError {
+            step: "hand the command's terminal to the supervisor".into(),
+            errno,
+        })
+    })?;
+    Ok(pair.slave)
 }
 
 /// Reap every process in the namespace until the command's main process ends; return its
-/// status as an exit code. Pid 1's exit then kills whatever is left.
-fn reap(main: i32) -> i32 {
+/// status as an exit code. Pid 1's exit then kills whatever is left. With a terminal, a stop
+/// of the main process is reported (nobody else would see it: the command has its own
+/// terminal, and the caller's shell would wait forever).
+fn reap(main: i32, terminal: bool) -> i32 {
+    let options = if terminal {
+        WaitOptions::UNTRACED
+    } else {
+        WaitOptions::empty()
+    };
     loop {
-        match rustix::process::wait(WaitOptions::empty()) {
+        match rustix::process::wait(options) {
+            Ok(Some((pid, st))) if pid.as_raw_nonzero().get() == main && st.stopped() => {
+                let signal = st.stopping_signal().unwrap_or(libc::SIGSTOP);
+                send(status_fd(), &StatusMessage::Stopped { signal });
+            }
             Ok(Some((pid, st))) if pid.as_raw_nonzero().get() == main => {
                 let code = st.exit_status();
                 let signal = st.terminating_signal();

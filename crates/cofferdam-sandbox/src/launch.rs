@@ -1,19 +1,46 @@
 //! The supervisor's side of the sealed tier: start the init (this same binary, re-executed
-//! with [`crate::init::INIT_ARG`]), hand it the plan over a pipe, collect its status
-//! messages, and wait for it. The supervisor may be multi-threaded; everything that needs a
-//! single thread happens in the init.
+//! with [`crate::init::INIT_ARG`]), hand it the plan over a pipe, relay the command's
+//! terminal or output while collecting the init's status messages (`crate::relay`), and wait
+//! for it. The supervisor may be multi-threaded; everything that needs a single thread
+//! happens in the init.
+//!
+//! The command's standard streams, by mode:
+//! - **pass-through** (no terminal on stdin, no capture): the init inherits the supervisor's
+//!   stdin, stdout and stderr, and so does the command;
+//! - **pty** (the plan has a `terminal`): the init gets `/dev/null` on all three, so the
+//!   caller's terminal never enters the sandbox; pid 1 allocates the command's pty inside and
+//!   sends the master over the terminal socket (fd [`TERMINAL_FD`]); the supervisor relays
+//!   its terminal (raw) to the master, and with a capture keeps a transcript;
+//! - **capture without a pty**: stdin is inherited, stdout and stderr are pipes the
+//!   supervisor copies to its own and to the capture files.
 //!
 //! Owns the process plumbing only: what the messages mean is the caller's business.
 
 use crate::init::INIT_ARG;
-use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, parse};
+use crate::relay::{CapturedOutput, OutPipe, Relay, SignalPipe, Sink};
+use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, parse};
 use cofferdam_policy::plan::SandboxPlan;
+use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use rustix::pipe::PipeFlags;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Command, ExitStatus};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+
+/// The default most bytes a capture file keeps (16 MiB); later bytes are counted only.
+pub const CAPTURE_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// Where `--capture` saves the command's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureSpec {
+    /// The directory the capture files are created in (`stdout` and `stderr`, or `terminal`
+    /// in pty mode); created 0700 when missing. The files are new (0600).
+    pub dir: PathBuf,
+    /// The most bytes each file keeps.
+    pub limit: u64,
+}
 
 /// The launch itself failed (before any status could be read).
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +62,20 @@ pub enum LaunchError {
     /// Waiting for the init failed.
     #[error("cannot wait for the sandbox init: {0}")]
     Wait(std::io::Error),
+    /// The terminal socket could not be made.
+    #[error("cannot create the terminal socket for the sandbox init: {0}")]
+    Terminal(std::io::Error),
+    /// A capture file could not be created.
+    #[error("cannot create the capture file {path}: {source}")]
+    Capture {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The relay loop failed; the sandbox was killed.
+    #[error("cannot relay the sandbox's terminal or output: {0}")]
+    Relay(std::io::Error),
 }
 
 /// What a sealed run reported and how its init ended.
@@ -44,23 +85,47 @@ pub struct SealedOutcome {
     pub messages: Vec<Result<StatusMessage, String>>,
     /// The init's exit status (the command's status, or 125 on a setup failure).
     pub status: ExitStatus,
+    /// What `--capture` saved (all `None` without it).
+    pub output: CapturedOutput,
+    /// Whether the command ran on its own pseudo-terminal relayed to the caller's.
+    pub terminal: bool,
+    /// Problems with the relay that did not stop the run (raw mode, a capture file).
+    pub warnings: Vec<String>,
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), LaunchError> {
     rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(|e| LaunchError::Pipe(e.into()))
 }
 
-/// Move `fd` above the standard and hand-over descriptors, so the `dup2` onto 3 and 4 in the
-/// child can never clobber the other one.
+/// Move `fd` above the standard and hand-over descriptors, so the `dup2` onto 3, 4 and 5 in
+/// the child can never clobber another one.
 fn raise(fd: OwnedFd) -> Result<OwnedFd, LaunchError> {
     rustix::io::fcntl_dupfd_cloexec(&fd, 10).map_err(|e| LaunchError::Pipe(e.into()))
 }
 
-/// Run `plan` in the sealed tier with `exe` as the init. `on_start` is called with the init's
-/// pid once it runs (for cancellation from another thread).
+fn create_capture(spec: &CaptureSpec, name: &str) -> Result<Sink, LaunchError> {
+    let path = spec.dir.join(name);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|source| LaunchError::Capture {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(Sink::new(file, path, spec.limit))
+}
+
+/// Run `plan` in the sealed tier with `exe` as the init: on a new pseudo-terminal relayed to
+/// this process's stdin and stdout when `plan.terminal` is set (stdin, when a terminal, is in
+/// raw mode meanwhile), saving the output when `capture` is given. `on_start` is called with the init's pid once it runs (for
+/// cancellation from another thread).
 pub fn run_sealed(
     exe: &Path,
     plan: &SandboxPlan,
+    capture: Option<&CaptureSpec>,
     on_start: impl FnOnce(u32),
 ) -> Result<SealedOutcome, LaunchError> {
     let json = serde_json::to_vec(plan).map_err(LaunchError::Plan)?;
@@ -70,13 +135,82 @@ pub fn run_sealed(
     let status_w = raise(status_w)?;
     let (pr, sw) = (plan_r.as_raw_fd(), status_w.as_raw_fd());
 
+    let terminal = plan.terminal.is_some();
+    let (socket, socket_child) = if terminal {
+        let (a, b) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| LaunchError::Terminal(e.into()))?;
+        (Some(a), Some(raise(b)?))
+    } else {
+        (None, None)
+    };
+    let tc = socket_child.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+
+    if let Some(spec) = capture {
+        match std::fs::DirBuilder::new().mode(0o700).create(&spec.dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(LaunchError::Capture {
+                    path: spec.dir.clone(),
+                    source: e,
+                });
+            }
+            _ => {}
+        }
+    }
+    let terminal_sink = match capture {
+        Some(spec) if terminal => Some(create_capture(spec, "terminal")?),
+        _ => None,
+    };
     let mut cmd = Command::new(exe);
     cmd.arg(INIT_ARG).env_clear();
+    let (mut out, mut err) = (None, None);
+    if terminal {
+        // The caller's terminal never enters the sandbox: the command gets its own.
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    } else if let Some(spec) = capture {
+        for (name, to, slot) in [("stdout", 1, &mut out), ("stderr", 2, &mut err)] {
+            let sink = create_capture(spec, name)?;
+            let (r, w) = pipe()?;
+            if to == 1 {
+                cmd.stdout(Stdio::from(w));
+            } else {
+                cmd.stderr(Stdio::from(w));
+            }
+            *slot = Some(OutPipe { fd: r, to, sink });
+        }
+    }
+    // Installed before the init starts so a SIGTERM during setup is not lost; restored by
+    // the relay after the terminal.
+    let mut warnings = Vec::new();
+    let signals = if terminal {
+        match SignalPipe::install() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warnings.push(format!(
+                    "cannot handle signals for the terminal relay ({e}): window size changes \
+                     are not passed on"
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
+
     // SAFETY: the closure runs in the forked child before exec and calls only
     // async-signal-safe functions (dup2, signal).
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(pr, PLAN_FD) < 0 || libc::dup2(sw, STATUS_FD) < 0 {
+            if libc::dup2(pr, PLAN_FD) < 0
+                || libc::dup2(sw, STATUS_FD) < 0
+                || (tc >= 0 && libc::dup2(tc, TERMINAL_FD) < 0)
+            {
                 return Err(std::io::Error::last_os_error());
             }
             // The supervisor ignores the terminal's SIGINT/SIGQUIT while it waits; the
@@ -90,8 +224,11 @@ pub fn run_sealed(
         exe: exe.display().to_string(),
         source,
     })?;
+    // The child's ends (and the pipe ends `cmd` holds) close here.
+    drop(cmd);
     drop(plan_r);
     drop(status_w);
+    drop(socket_child);
     on_start(child.id());
 
     // The plan may exceed a pipe's buffer: write it whole, then close so the init sees EOF.
@@ -100,12 +237,29 @@ pub fn run_sealed(
     let _ = plan_w.write_all(&json);
     drop(plan_w);
 
-    let mut stream = Vec::new();
-    let mut status_r = std::fs::File::from(status_r);
-    let _ = status_r.read_to_end(&mut stream);
+    let relay = Relay {
+        status: status_r,
+        socket,
+        terminal_sink,
+        out,
+        err,
+        signals,
+    };
+    let relayed = match relay.run(&mut child) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(LaunchError::Relay(e.into()));
+        }
+    };
     let status = child.wait().map_err(LaunchError::Wait)?;
+    warnings.extend(relayed.warnings);
     Ok(SealedOutcome {
-        messages: parse(&stream),
+        messages: parse(&relayed.stream),
         status,
+        output: relayed.output,
+        terminal: relayed.terminal,
+        warnings,
     })
 }

@@ -13,6 +13,8 @@ pub mod launch;
 pub mod mounts;
 pub mod netif;
 pub mod probe;
+pub mod pty;
+pub mod relay;
 pub mod rlimit;
 pub mod seccomp;
 pub mod setup_error;

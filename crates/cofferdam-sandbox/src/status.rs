@@ -13,6 +13,9 @@ use std::os::fd::BorrowedFd;
 pub const PLAN_FD: i32 = 3;
 /// The fd number the init writes status lines to.
 pub const STATUS_FD: i32 = 4;
+/// The fd number of the terminal socket (a unix stream socket, present only when the plan
+/// asks for a terminal): pid 1 sends the master of the command's pseudo-terminal over it.
+pub const TERMINAL_FD: i32 = 5;
 
 /// One status line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +46,14 @@ pub enum StatusMessage {
         error: String,
         /// 126 (not executable) or 127 (not found).
         code: i32,
+    },
+    /// The command's main process was stopped (on its own terminal: Ctrl-Z, or a
+    /// `SIGSTOP`). The supervisor gives the caller's terminal back and stops its process
+    /// group, as the caller's Ctrl-Z would have; when continued it continues the command
+    /// (SIGCONT to the init, passed on to the command's process group).
+    Stopped {
+        /// The stopping signal.
+        signal: i32,
     },
     /// The command's main process ended.
     Exited {

@@ -149,6 +149,10 @@ pub struct RunArgs {
     /// Do not print the job id and summary at the end.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Also save the command's stdout and stderr (or its terminal) in the job, up to 16 MiB
+    /// each, recorded in the bundle's run.output.
+    #[arg(long)]
+    pub capture: bool,
     /// The command and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,

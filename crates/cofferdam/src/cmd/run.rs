@@ -10,10 +10,13 @@ use crate::exit::Failure;
 use cofferdam_policy::outcome::{Ending, RunReport, assemble_bundle, exit_code_of};
 use cofferdam_policy::plan::{Invoker, JobPaths, build_plan};
 use cofferdam_policy::{ScopeInputs, build_scope_report, decide_containment};
-use cofferdam_record::bundle::ControlObservation;
+use cofferdam_record::bundle::{
+    BundleArtifact, CapturedStream, ControlObservation, ProcessOutput, RunBundle,
+};
 use cofferdam_record::trace::TraceEventKind;
 use cofferdam_record::{EnforcementTier, write_bundle_json};
-use cofferdam_sandbox::launch::run_sealed;
+use cofferdam_sandbox::launch::{CAPTURE_LIMIT, CaptureSpec, run_sealed};
+use cofferdam_sandbox::relay::{Captured, CapturedOutput};
 use cofferdam_sandbox::status::StatusMessage;
 use cofferdam_stage::job::{JobStore, StageState};
 use cofferdam_stage::trace_log::TraceLog;
@@ -71,7 +74,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         home: env.places.home.clone(),
         env: std::env::vars().collect(),
     };
-    let plan = build_plan(
+    let mut plan = build_plan(
         &policy,
         &facts,
         &inv,
@@ -107,10 +110,19 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         )
         .map_err(Failure::setup)?;
 
+    // A terminal on stdin: the command gets its own pseudo-terminal, relayed to it.
+    plan.terminal = cofferdam_sandbox::pty::caller_terminal();
+    let capture = args.capture.then(|| CaptureSpec {
+        dir: job.dir().join("output"),
+        limit: CAPTURE_LIMIT,
+    });
+
     let exe = PathBuf::from("/proc/self/exe");
     let outcome = {
+        // Still right with a pty: the caller's terminal is cooked until the command's
+        // terminal exists, and the supervisor must live to restore it and write the records.
         let _quiet = crate::signals::IgnoreTerminalSignals::new();
-        run_sealed(&exe, &plan, |pid| {
+        run_sealed(&exe, &plan, capture.as_ref(), |pid| {
             let _ = job.update(|s| s.pid = Some(pid));
         })
         .map_err(Failure::setup)?
@@ -154,7 +166,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
                 );
                 ending.get_or_insert(Ending::Exited { code, signal });
             }
-            Ok(StatusMessage::Ready) => {}
+            Ok(StatusMessage::Ready | StatusMessage::Stopped { .. }) => {}
             Err(line) => warnings.push(line),
         }
     }
@@ -194,7 +206,9 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         warnings,
         version: env!("CARGO_PKG_VERSION").to_owned(),
     };
-    let bundle = assemble_bundle(&policy, &plan, &decision, &report);
+    let mut bundle = assemble_bundle(&policy, &plan, &decision, &report);
+    record_output(&mut bundle, &outcome.output);
+    bundle.run.warnings.extend(outcome.warnings);
     let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
     cofferdam_stage::write_atomic(&job.bundle_path(), text.as_bytes(), 0o600).map_err(|e| {
         Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
@@ -275,4 +289,33 @@ fn unenforced_limits(policy: &cofferdam_policy::Policy) -> Vec<String> {
         format!("`{name}` was requested but this build does not enforce it yet; the run goes on without it")
     })
     .collect()
+}
+
+/// `run.output` and the `capture` artifacts from what `--capture` saved. In pty mode stdout
+/// and stderr shared the terminal: its transcript (`output/terminal`) is `stdout`, and
+/// `stderr` is absent.
+fn record_output(bundle: &mut RunBundle, output: &CapturedOutput) {
+    let stream = |c: &Captured| CapturedStream {
+        text: None,
+        path: Some(c.path.clone()),
+        total_bytes: c.total_bytes,
+        truncated: c.truncated,
+    };
+    bundle.run.output = ProcessOutput {
+        stdout: output
+            .terminal
+            .as_ref()
+            .or(output.stdout.as_ref())
+            .map(stream),
+        stderr: output.stderr.as_ref().map(stream),
+    };
+    for c in [&output.terminal, &output.stdout, &output.stderr]
+        .into_iter()
+        .flatten()
+    {
+        bundle.artifacts.push(BundleArtifact {
+            kind: "capture".into(),
+            path: c.path.clone(),
+        });
+    }
 }

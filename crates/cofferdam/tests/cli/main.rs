@@ -5,5 +5,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod pty;
 mod run;
 mod scope;

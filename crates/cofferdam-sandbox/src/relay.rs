@@ -1,0 +1,717 @@
+//! The supervisor's loop while the sandbox runs: one `poll(2)` over the status pipe and, when
+//! the run has them, the terminal socket, the pty master and the caller's stdin (pty mode),
+//! the command's stdout/stderr pipes (capture without a pty), and a self-pipe for signals.
+//!
+//! Owns copying bytes and nothing else: status lines are collected unread, capture files are
+//! written up to their limit with every byte counted, the caller's terminal is put in raw
+//! mode only once the command's terminal exists and is restored on every way out of the loop
+//! (end, error, panic, a signal to the supervisor: SIGTERM/SIGHUP are forwarded to the init
+//! and a second one kills it; SIGTSTP gives the terminal back before stopping). It runs on the
+//! supervisor's thread, so it may allocate freely; the init is unaffected.
+
+use crate::pty::{self, RawMode};
+use crate::status::StatusMessage;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long the loop keeps draining output after the init has exited. Every process of the
+/// sandbox is gone by then (pid 1 exits last), so whatever is buffered is read at once; this
+/// only bounds a descriptor smuggled to a process outside.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
+
+/// One capture file: the first `limit` bytes of a stream, with every byte counted.
+#[derive(Debug)]
+pub(crate) struct Sink {
+    file: Option<std::fs::File>,
+    path: PathBuf,
+    limit: u64,
+    total: u64,
+    kept: u64,
+    error: Option<String>,
+}
+
+impl Sink {
+    pub(crate) fn new(file: std::fs::File, path: PathBuf, limit: u64) -> Sink {
+        Sink {
+            file: Some(file),
+            path,
+            limit,
+            total: 0,
+            kept: 0,
+            error: None,
+        }
+    }
+
+    fn feed(&mut self, data: &[u8]) {
+        self.total = self.total.saturating_add(data.len() as u64);
+        let room = usize::try_from(self.limit.saturating_sub(self.kept)).unwrap_or(usize::MAX);
+        let take = room.min(data.len());
+        if take == 0 {
+            return;
+        }
+        if let Some(f) = &mut self.file {
+            match f.write_all(&data[..take]) {
+                Ok(()) => self.kept += take as u64,
+                Err(e) => {
+                    // The file keeps what it has; `truncated` says the rest is missing.
+                    self.error = Some(format!("cannot write {}: {e}", self.path.display()));
+                    self.file = None;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn finish(self) -> Captured {
+        Captured {
+            truncated: self.kept < self.total,
+            path: self.path,
+            total_bytes: self.total,
+            kept_bytes: self.kept,
+            error: self.error,
+        }
+    }
+}
+
+/// What a capture file holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Captured {
+    /// The file.
+    pub path: PathBuf,
+    /// Every byte the stream produced.
+    pub total_bytes: u64,
+    /// The bytes the file holds (the first ones).
+    pub kept_bytes: u64,
+    /// Whether the file holds less than `total_bytes`.
+    pub truncated: bool,
+    /// Why writing the file stopped early, when it did.
+    pub error: Option<String>,
+}
+
+/// The command's output streams as captured: `terminal` in pty mode (stdout and stderr share
+/// the terminal), `stdout` and `stderr` otherwise; all `None` without `--capture`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapturedOutput {
+    /// The command's stdout.
+    pub stdout: Option<Captured>,
+    /// The command's stderr.
+    pub stderr: Option<Captured>,
+    /// Everything the command's terminal showed.
+    pub terminal: Option<Captured>,
+}
+
+static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    let fd = SIGNAL_PIPE.load(Ordering::SeqCst);
+    if fd >= 0 {
+        let byte = u8::try_from(sig).unwrap_or(0);
+        // SAFETY: write(2) is async-signal-safe; errno is saved and restored around it so the
+        // interrupted code sees its own. `fd` is the non-blocking self-pipe, open while the
+        // handler is installed; a full pipe drops the byte, which is fine (one is enough).
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::write(fd, (&raw const byte).cast(), 1);
+            *libc::__errno_location() = errno;
+        }
+    }
+}
+
+/// A self-pipe the signals in `SIGNALS` are written to, installed until dropped (then the
+/// previous dispositions are back). One per process at a time.
+pub(crate) struct SignalPipe {
+    read: OwnedFd,
+    _write: OwnedFd,
+    previous: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+/// The signals pty mode handles.
+const SIGNALS: &[libc::c_int] = &[
+    libc::SIGWINCH,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGTSTP,
+    libc::SIGCONT,
+];
+
+impl SignalPipe {
+    /// Install the pty mode's signal handling (before the init is started, so a SIGTERM
+    /// during setup is not lost). `Err(BUSY)` when another relay in this process has it.
+    pub(crate) fn install() -> Result<SignalPipe, Errno> {
+        let (read, write) = rustix::pipe::pipe_with(
+            rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+        )?;
+        SIGNAL_PIPE
+            .compare_exchange(-1, write.as_raw_fd(), Ordering::SeqCst, Ordering::SeqCst)
+            .map_err(|_| Errno::BUSY)?;
+        let mut previous = Vec::with_capacity(SIGNALS.len());
+        for &sig in SIGNALS {
+            // SAFETY: a zeroed sigaction with an empty mask and `on_signal` (async-signal-safe)
+            // as handler is valid; the old disposition is saved for Drop.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut sa.sa_mask);
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &sa, &mut old) == 0 {
+                    previous.push((sig, old));
+                }
+            }
+        }
+        Ok(SignalPipe {
+            read,
+            _write: write,
+            previous,
+        })
+    }
+
+    /// The signals received since the last call.
+    fn drain(&self) -> Vec<libc::c_int> {
+        let mut buf = [0u8; 64];
+        let mut out = Vec::new();
+        while let Ok(n @ 1..) = rustix::io::read(&self.read, &mut buf) {
+            out.extend(buf[..n].iter().map(|&b| libc::c_int::from(b)));
+        }
+        out
+    }
+}
+
+impl Drop for SignalPipe {
+    fn drop(&mut self) {
+        for (sig, old) in &self.previous {
+            // SAFETY: restores the disposition sigaction returned for this signal.
+            unsafe {
+                libc::sigaction(*sig, old, std::ptr::null_mut());
+            }
+        }
+        SIGNAL_PIPE.store(-1, Ordering::SeqCst);
+    }
+}
+
+/// One of the command's output pipes (capture without a pty) and where it goes.
+pub(crate) struct OutPipe {
+    pub(crate) fd: OwnedFd,
+    /// 1 or 2: the supervisor's own stdout or stderr.
+    pub(crate) to: i32,
+    pub(crate) sink: Sink,
+}
+
+/// The loop's inputs.
+pub(crate) struct Relay {
+    pub(crate) status: OwnedFd,
+    /// The terminal socket, in pty mode.
+    pub(crate) socket: Option<OwnedFd>,
+    pub(crate) terminal_sink: Option<Sink>,
+    pub(crate) out: Option<OutPipe>,
+    pub(crate) err: Option<OutPipe>,
+    /// The signal self-pipe, in pty mode.
+    pub(crate) signals: Option<SignalPipe>,
+}
+
+/// What the loop collected.
+#[derive(Debug)]
+pub(crate) struct Relayed {
+    pub(crate) stream: Vec<u8>,
+    pub(crate) output: CapturedOutput,
+    pub(crate) terminal: bool,
+    pub(crate) warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Status,
+    Socket,
+    Master,
+    Stdin,
+    Out,
+    Err,
+    Signal,
+}
+
+fn std_fd(n: i32) -> BorrowedFd<'static> {
+    // SAFETY: the standard descriptors 0, 1 and 2 stay open for the life of the process
+    // (cofferdam never closes them); they are only read, written and ioctl'd here.
+    unsafe { BorrowedFd::borrow_raw(n) }
+}
+
+/// Write all of `data` to `fd`, waiting when it is non-blocking and full.
+fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> Result<(), Errno> {
+    while !data.is_empty() {
+        match rustix::io::write(fd, data) {
+            Ok(0) => return Err(Errno::IO),
+            Ok(n) => data = &data[n..],
+            Err(Errno::INTR) => {}
+            Err(Errno::AGAIN) => {
+                let mut p = [PollFd::from_borrowed_fd(fd, PollFlags::OUT)];
+                match rustix::event::poll(&mut p, None) {
+                    Ok(_) | Err(Errno::INTR) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Read once, retrying on EINTR: `None` at end of stream or on an error (EIO is a pty's
+/// hang-up), `Some(0)` when there is nothing right now.
+fn read_some(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<usize> {
+    loop {
+        return match rustix::io::read(fd, &mut *buf) {
+            Ok(0) => None,
+            Ok(n) => Some(n),
+            Err(Errno::INTR) => continue,
+            Err(Errno::AGAIN) => Some(0),
+            Err(_) => None,
+        };
+    }
+}
+
+/// The loop's state.
+struct Loop {
+    status: Option<OwnedFd>,
+    stream: Vec<u8>,
+    /// How far `stream` was scanned for messages the loop acts on (pty mode).
+    scanned: usize,
+    terminal_mode: bool,
+    socket: Option<OwnedFd>,
+    master: Option<OwnedFd>,
+    had_master: bool,
+    raw: Option<RawMode>,
+    stdin_open: bool,
+    pending: Vec<u8>,
+    terminal_sink: Option<Sink>,
+    out: Option<OutPipe>,
+    err: Option<OutPipe>,
+    out_sink: Option<Sink>,
+    err_sink: Option<Sink>,
+    init: Option<Pid>,
+    terms: u32,
+    warnings: Vec<String>,
+    buf: Vec<u8>,
+}
+
+impl Relay {
+    /// Run the loop until the sandbox is over: the status pipe, the terminal and the output
+    /// pipes all at end of stream (or `DRAIN_AFTER_EXIT` past the init's exit). The caller's
+    /// terminal is restored, then the signal handlers, before this returns or unwinds.
+    pub(crate) fn run(self, child: &mut Child) -> Result<Relayed, Errno> {
+        let Relay {
+            status,
+            socket,
+            terminal_sink,
+            out,
+            err,
+            signals,
+        } = self;
+        let mut l = Loop {
+            status: Some(status),
+            stream: Vec::new(),
+            scanned: 0,
+            terminal_mode: socket.is_some(),
+            socket,
+            master: None,
+            had_master: false,
+            raw: None,
+            stdin_open: true,
+            pending: Vec::new(),
+            terminal_sink,
+            out,
+            err,
+            out_sink: None,
+            err_sink: None,
+            init: i32::try_from(child.id()).ok().and_then(Pid::from_raw),
+            terms: 0,
+            warnings: Vec::new(),
+            buf: vec![0u8; 64 * 1024],
+        };
+        let result = l.run(child, signals.as_ref());
+        // Terminal first (RawMode's Drop), then the handlers (SignalPipe's Drop).
+        drop(l.raw.take());
+        drop(signals);
+        result?;
+        let output = CapturedOutput {
+            terminal: l.terminal_sink.take().map(Sink::finish),
+            stdout: l
+                .out_sink
+                .take()
+                .or(l.out.take().map(|p| p.sink))
+                .map(Sink::finish),
+            stderr: l
+                .err_sink
+                .take()
+                .or(l.err.take().map(|p| p.sink))
+                .map(Sink::finish),
+        };
+        for c in [&output.stdout, &output.stderr, &output.terminal]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(e) = &c.error {
+                l.warnings.push(e.clone());
+            }
+        }
+        Ok(Relayed {
+            stream: l.stream,
+            output,
+            terminal: l.had_master,
+            warnings: l.warnings,
+        })
+    }
+}
+
+impl Loop {
+    fn run(&mut self, child: &mut Child, signals: Option<&SignalPipe>) -> Result<(), Errno> {
+        let mut exited_at: Option<Instant> = None;
+        loop {
+            let mut want: Vec<(BorrowedFd<'_>, PollFlags, Role)> = Vec::with_capacity(7);
+            if let Some(fd) = &self.status {
+                want.push((fd.as_fd(), PollFlags::IN, Role::Status));
+            }
+            if let Some(fd) = &self.socket {
+                want.push((fd.as_fd(), PollFlags::IN, Role::Socket));
+            }
+            if let Some(fd) = &self.master {
+                let ev = if self.pending.is_empty() {
+                    PollFlags::IN
+                } else {
+                    PollFlags::IN | PollFlags::OUT
+                };
+                want.push((fd.as_fd(), ev, Role::Master));
+                if self.stdin_open && self.pending.is_empty() {
+                    want.push((std_fd(0), PollFlags::IN, Role::Stdin));
+                }
+            }
+            if let Some(p) = &self.out {
+                want.push((p.fd.as_fd(), PollFlags::IN, Role::Out));
+            }
+            if let Some(p) = &self.err {
+                want.push((p.fd.as_fd(), PollFlags::IN, Role::Err));
+            }
+            if want.is_empty() {
+                return Ok(());
+            }
+            if want.len() == 1 && want[0].2 == Role::Status && signals.is_none() {
+                // Pass-through: only the status pipe; a blocking read is all it takes.
+                drop(want);
+                self.handle(Role::Status, PollFlags::IN);
+                continue;
+            }
+            if let Some(s) = signals {
+                want.push((s.read.as_fd(), PollFlags::IN, Role::Signal));
+            }
+            let mut fds: Vec<PollFd<'_>> = want
+                .iter()
+                .map(|(fd, ev, _)| PollFd::from_borrowed_fd(*fd, *ev))
+                .collect();
+            // Once the status pipe is at its end the init is exiting: look at it now and
+            // then, and give up on the streams a while after it is gone.
+            let tick = Timespec {
+                tv_sec: 0,
+                tv_nsec: 100_000_000,
+            };
+            let timeout = if self.status.is_none() {
+                Some(&tick)
+            } else {
+                None
+            };
+            match rustix::event::poll(&mut fds, timeout) {
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(e) => return Err(e),
+            }
+            let ready: Vec<(Role, PollFlags)> = fds
+                .iter()
+                .zip(&want)
+                .map(|(f, (_, _, r))| (*r, f.revents()))
+                .filter(|(_, ev)| !ev.is_empty())
+                .collect();
+            drop(fds);
+            drop(want);
+            for (role, ev) in ready {
+                self.handle(role, ev);
+            }
+            if let Some(s) = signals {
+                for sig in s.drain() {
+                    self.on_signal(sig);
+                }
+            }
+            if self.status.is_none() {
+                match exited_at {
+                    Some(t) if t.elapsed() >= DRAIN_AFTER_EXIT => return Ok(()),
+                    Some(_) => {}
+                    None => {
+                        if child.try_wait().ok().flatten().is_some() {
+                            exited_at = Some(Instant::now());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, role: Role, ev: PollFlags) {
+        match role {
+            Role::Status => {
+                let Some(fd) = &self.status else { return };
+                match read_some(fd.as_fd(), &mut self.buf) {
+                    Some(n) => {
+                        self.stream.extend_from_slice(&self.buf[..n]);
+                        if self.terminal_mode {
+                            self.scan_status();
+                        }
+                    }
+                    None => self.status = None,
+                }
+            }
+            Role::Socket => {
+                let Some(fd) = &self.socket else { return };
+                match pty::recv_master(fd.as_fd()) {
+                    Ok(Some(master)) => {
+                        self.socket = None;
+                        self.attach(master);
+                    }
+                    Ok(None) => self.socket = None,
+                    Err(e) => {
+                        self.warnings
+                            .push(format!("cannot receive the command's terminal: {e}"));
+                        self.socket = None;
+                    }
+                }
+            }
+            Role::Master => {
+                if ev.contains(PollFlags::OUT) {
+                    self.flush_pending();
+                }
+                if ev.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
+                    let _ = self.relay_master();
+                }
+            }
+            Role::Stdin => self.relay_stdin(),
+            Role::Out | Role::Err => self.relay_pipe(role == Role::Out),
+            Role::Signal => {}
+        }
+    }
+
+    /// Act on the status lines that concern the relay: a stopped command.
+    fn scan_status(&mut self) {
+        while let Some(end) = self.stream[self.scanned..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|i| self.scanned + i)
+        {
+            let line = &self.stream[self.scanned..end];
+            self.scanned = end + 1;
+            if let Ok(StatusMessage::Stopped { .. }) = serde_json::from_slice(line) {
+                self.stop_with_command();
+            }
+        }
+    }
+
+    /// The command stopped on its terminal: give the caller's terminal back and stop this
+    /// process group as the caller's Ctrl-Z would; once continued, take the terminal again
+    /// and continue the command.
+    fn stop_with_command(&mut self) {
+        // Show what the command wrote before it stopped (the master is non-blocking).
+        while self.master.is_some() && self.relay_master() {}
+        if let Some(raw) = &mut self.raw {
+            raw.suspend();
+        }
+        // SIGSTOP cannot be caught: this returns once the group is continued.
+        let _ = rustix::process::kill_current_process_group(Signal::STOP);
+        self.resume();
+        if let Some(pid) = self.init {
+            let _ = rustix::process::kill_process(pid, Signal::CONT);
+        }
+    }
+
+    /// The command's terminal exists: relay the caller's to it.
+    fn attach(&mut self, master: OwnedFd) {
+        if let Err(e) = rustix::fs::fcntl_getfl(&master)
+            .and_then(|fl| rustix::fs::fcntl_setfl(&master, fl | rustix::fs::OFlags::NONBLOCK))
+        {
+            self.warnings
+                .push(format!("cannot make the terminal master non-blocking: {e}"));
+        }
+        self.master = Some(master);
+        self.had_master = true;
+        self.sync_size();
+        match RawMode::enter(std_fd(0)) {
+            Ok(raw) => self.raw = Some(raw),
+            Err(e) => self
+                .warnings
+                .push(format!("cannot put the terminal in raw mode: {e}")),
+        }
+    }
+
+    /// Copy the caller's window size to the command's terminal when they differ (the kernel
+    /// then sends the command SIGWINCH).
+    fn sync_size(&mut self) {
+        let Some(master) = &self.master else { return };
+        let Some(want) = pty::window_size(std_fd(0)) else {
+            return;
+        };
+        let have = pty::window_size(master.as_fd());
+        if have != Some(want) {
+            let _ = rustix::termios::tcsetwinsize(master, want);
+        }
+    }
+
+    /// Copy one read's worth from the master; whether there was any.
+    fn relay_master(&mut self) -> bool {
+        let Some(master) = &self.master else {
+            return false;
+        };
+        match read_some(master.as_fd(), &mut self.buf) {
+            Some(0) => false,
+            Some(n) => {
+                let data = &self.buf[..n];
+                if let Some(sink) = &mut self.terminal_sink {
+                    sink.feed(data);
+                }
+                if write_all(std_fd(1), data).is_err() {
+                    // The caller's output is gone: hang up the command's terminal, as a
+                    // closed terminal would.
+                    self.close_master();
+                }
+                true
+            }
+            None => {
+                self.close_master();
+                false
+            }
+        }
+    }
+
+    fn close_master(&mut self) {
+        self.master = None;
+        self.pending.clear();
+    }
+
+    fn relay_stdin(&mut self) {
+        let mut buf = [0u8; 4096];
+        match read_some(std_fd(0), &mut buf) {
+            Some(0) => {}
+            Some(n) => {
+                self.pending.extend_from_slice(&buf[..n]);
+                self.flush_pending();
+            }
+            None => self.stdin_open = false,
+        }
+    }
+
+    /// Write what the caller typed to the master as far as it takes it now.
+    fn flush_pending(&mut self) {
+        let Some(master) = &self.master else { return };
+        while !self.pending.is_empty() {
+            match rustix::io::write(master, &self.pending) {
+                Ok(n) => {
+                    self.pending.drain(..n);
+                }
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) => return,
+                Err(_) => {
+                    self.pending.clear();
+                    return;
+                }
+            }
+        }
+    }
+
+    fn relay_pipe(&mut self, stdout: bool) {
+        let pipe = if stdout { &mut self.out } else { &mut self.err };
+        let Some(p) = pipe else { return };
+        let closed = match read_some(p.fd.as_fd(), &mut self.buf) {
+            Some(0) => false,
+            Some(n) => {
+                let data = &self.buf[..n];
+                p.sink.feed(data);
+                // The caller's stream is gone: close the pipe so the command gets SIGPIPE,
+                // as it would have writing there itself.
+                write_all(std_fd(p.to), data).is_err()
+            }
+            None => true,
+        };
+        if closed && let Some(p) = pipe.take() {
+            let slot = if stdout {
+                &mut self.out_sink
+            } else {
+                &mut self.err_sink
+            };
+            *slot = Some(p.sink);
+        }
+    }
+
+    fn on_signal(&mut self, sig: libc::c_int) {
+        match sig {
+            libc::SIGWINCH => self.sync_size(),
+            libc::SIGTERM | libc::SIGHUP => {
+                self.terms += 1;
+                let forward = if self.terms == 1 {
+                    Signal::from_named_raw(sig).unwrap_or(Signal::TERM)
+                } else {
+                    Signal::KILL
+                };
+                if let Some(pid) = self.init {
+                    let _ = rustix::process::kill_process(pid, forward);
+                }
+            }
+            libc::SIGTSTP => {
+                // Give the terminal back, stop, and take it again when continued.
+                if let Some(raw) = &mut self.raw {
+                    raw.suspend();
+                }
+                let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::STOP);
+                self.resume();
+            }
+            libc::SIGCONT => self.resume(),
+            _ => {}
+        }
+    }
+
+    fn resume(&mut self) {
+        if let Some(raw) = &mut self.raw {
+            let _ = raw.resume();
+        }
+        self.sync_size();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sink_keeps_the_first_bytes_and_counts_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut s = Sink::new(file, path.clone(), 5);
+        s.feed(b"abc");
+        s.feed(b"defg");
+        s.feed(b"hij");
+        let c = s.finish();
+        assert_eq!(c.total_bytes, 10);
+        assert_eq!(c.kept_bytes, 5);
+        assert!(c.truncated);
+        assert_eq!(std::fs::read(&path).unwrap(), b"abcde");
+    }
+
+    #[test]
+    fn a_sink_under_its_limit_is_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut s = Sink::new(file, path.clone(), 5);
+        s.feed(b"abcde");
+        let c = s.finish();
+        assert_eq!((c.total_bytes, c.kept_bytes, c.truncated), (5, 5, false));
+    }
+}

@@ -1,0 +1,623 @@
+//! Interactive use and `--capture`: `cofferdam run` driven from a real pseudo-terminal this
+//! test opens (the caller's terminal), and from pipes. Each test compares `stty -g` of the
+//! caller's terminal before and after the run: cofferdam puts it in raw mode while the
+//! command runs on its own pty and must give it back exactly, however the run ends.
+
+use crate::common::*;
+use serde_json::Value;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// Generous: the tests run in parallel with the rest of the suite.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn sealed_host() -> bool {
+    require("unprivileged user namespaces", userns_independently())
+        && require("Landlock", landlock_abi_independently() > 0)
+}
+
+/// The caller's terminal: a pty pair whose slave becomes cofferdam's stdin, stdout, stderr
+/// and controlling terminal; the test plays the terminal emulator on the master.
+struct Term {
+    master: File,
+    slave: File,
+}
+
+impl Term {
+    fn new(rows: u16, cols: u16) -> Term {
+        // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a descriptor this function owns;
+        // the name buffer is large enough and NUL-terminated by ptsname_r on success.
+        let (master, name) = unsafe {
+            let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+            assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+            let master = File::from_raw_fd(fd);
+            assert_eq!(libc::grantpt(fd), 0);
+            assert_eq!(libc::unlockpt(fd), 0);
+            let mut buf = [0 as libc::c_char; 128];
+            assert_eq!(libc::ptsname_r(fd, buf.as_mut_ptr(), buf.len()), 0);
+            let name = std::ffi::CStr::from_ptr(buf.as_ptr())
+                .to_string_lossy()
+                .into_owned();
+            (master, name)
+        };
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open(&name)
+            .unwrap();
+        let t = Term { master, slave };
+        t.resize(rows, cols);
+        t
+    }
+
+    /// Set the window size, as a terminal emulator does (the kernel signals SIGWINCH).
+    fn resize(&self, rows: u16, cols: u16) {
+        let ws = libc::winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads a winsize from the valid pointer.
+        let r = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+        assert_eq!(r, 0);
+    }
+
+    /// `stty -g` of the terminal: every attribute, for a before/after comparison.
+    fn stty(&self) -> String {
+        let out = std::process::Command::new("stty")
+            .arg("-g")
+            .stdin(self.slave.try_clone().unwrap())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Bytes waiting in the terminal's input queue (what someone would have typed).
+    fn pending_input(&self) -> i32 {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes an int to the valid pointer.
+        let r = unsafe { libc::ioctl(self.slave.as_raw_fd(), libc::FIONREAD, &mut n) };
+        assert_eq!(r, 0);
+        n
+    }
+
+    /// Start `cofferdam ARGS` on this terminal as a session leader, the way a shell in a
+    /// terminal emulator would.
+    fn spawn(&self, s: &Sandbox, args: &[&str]) -> Session<'_> {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cofferdam"));
+        cmd.args(args)
+            .env_clear()
+            .env("HOME", s.home.path())
+            .env("COFFERDAM_HOME", s.store.path())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("TERM", "xterm")
+            .current_dir(s.work.path())
+            .stdin(self.slave.try_clone().unwrap())
+            .stdout(self.slave.try_clone().unwrap())
+            .stderr(self.slave.try_clone().unwrap());
+        // SAFETY: setsid and ioctl are async-signal-safe; the child only makes the terminal
+        // on fd 0 its controlling terminal before exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Session {
+            child: cmd.spawn().unwrap(),
+            term: self,
+            out: Vec::new(),
+        }
+    }
+}
+
+struct Session<'t> {
+    child: Child,
+    term: &'t Term,
+    out: Vec<u8>,
+}
+
+impl Session<'_> {
+    /// Read what is there within `wait`; whether anything came.
+    fn pump(&mut self, wait: Duration) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.term.master.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(wait.as_millis()).unwrap();
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut p, 1, ms) } <= 0 {
+            return false;
+        }
+        let mut buf = [0u8; 65536];
+        // SAFETY: reads into a buffer of the given length.
+        let n = unsafe {
+            libc::read(
+                self.term.master.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n <= 0 {
+            return false;
+        }
+        self.out
+            .extend_from_slice(&buf[..usize::try_from(n).unwrap()]);
+        true
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.out).into_owned()
+    }
+
+    /// Read until the screen shows `what`.
+    fn expect(&mut self, what: &str) {
+        let start = Instant::now();
+        while !self.text().contains(what) {
+            assert!(
+                start.elapsed() < TIMEOUT,
+                "timed out waiting for {what:?}; the terminal shows:\n{}",
+                self.text()
+            );
+            self.pump(Duration::from_millis(50));
+        }
+    }
+
+    fn type_in(&mut self, keys: &str) {
+        (&self.term.master).write_all(keys.as_bytes()).unwrap();
+    }
+
+    /// Wait for cofferdam to end, reading the terminal meanwhile; its status and everything
+    /// the terminal showed.
+    fn finish(mut self) -> (ExitStatus, String) {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                while self.pump(Duration::from_millis(100)) {}
+                return (st, self.text());
+            }
+            if start.elapsed() > TIMEOUT {
+                let _ = self.child.kill();
+                panic!(
+                    "cofferdam did not end; the terminal shows:\n{}",
+                    self.text()
+                );
+            }
+            self.pump(Duration::from_millis(50));
+        }
+    }
+}
+
+fn last_bundle(s: &Sandbox) -> Value {
+    let out = s.cmd().args(["status", "--json", "last"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    json_of(&out)
+}
+
+#[test]
+fn the_command_gets_its_own_terminal_with_the_callers_size() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(33, 101);
+    let before = t.stty();
+    let (st, screen) = t
+        .spawn(&s, &["run", "-q", "--", "sh", "-c", "tty; stty size"])
+        .finish();
+    assert_eq!(st.code(), Some(0), "{screen}");
+    let tty = screen
+        .lines()
+        .find(|l| l.starts_with("/dev/"))
+        .unwrap_or_default();
+    assert!(
+        tty.trim_end()
+            .strip_prefix("/dev/pts/")
+            .is_some_and(|n| n.trim_end().chars().all(|c| c.is_ascii_digit())),
+        "not a pty name: {tty:?} in\n{screen}"
+    );
+    assert!(screen.contains("33 101"), "{screen}");
+    assert_eq!(t.stty(), before, "the caller's terminal was not restored");
+}
+
+#[test]
+fn bash_accepts_input_resizes_and_the_terminal_is_restored() {
+    if !sealed_host() {
+        return;
+    }
+    if !require("/bin/bash", Path::new("/bin/bash").exists()) {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(33, 101);
+    let before = t.stty();
+    let mut run = t.spawn(
+        &s,
+        &["run", "-q", "--", "bash", "--norc", "--noprofile", "-i"],
+    );
+    run.type_in("echo $((6*7))-answer\r");
+    run.expect("42-answer");
+    run.type_in("stty size\r");
+    run.expect("33 101");
+    t.resize(50, 120);
+    // The relay passes the new size on when the supervisor gets SIGWINCH; ask until it has.
+    let start = Instant::now();
+    while !run.text().contains("50 120") {
+        assert!(start.elapsed() < TIMEOUT, "{}", run.text());
+        run.type_in("stty size\r");
+        for _ in 0..5 {
+            run.pump(Duration::from_millis(50));
+        }
+    }
+    run.type_in("exit 7\r");
+    let (st, screen) = run.finish();
+    assert_eq!(st.code(), Some(7), "{screen}");
+    assert_eq!(t.stty(), before, "the caller's terminal was not restored");
+}
+
+#[test]
+fn ctrl_c_reaches_the_command_through_its_terminal() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(24, 80);
+    let before = t.stty();
+    let mut run = t.spawn(
+        &s,
+        &[
+            "run",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; sleep 60; echo slept",
+        ],
+    );
+    run.expect("ready");
+    let started = Instant::now();
+    // Like a user: again until it ends (a first ^C can land before `sleep` exists, while the
+    // shell defers it).
+    while run.child.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < TIMEOUT, "{}", run.text());
+        run.type_in("\x03");
+        for _ in 0..10 {
+            run.pump(Duration::from_millis(50));
+        }
+    }
+    let (st, screen) = run.finish();
+    assert_eq!(st.code(), Some(130), "{screen}");
+    assert!(!screen.contains("slept"), "{screen}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(t.stty(), before, "the caller's terminal was not restored");
+}
+
+#[test]
+fn the_terminal_is_restored_when_the_command_is_killed() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(24, 80);
+    let before = t.stty();
+    let (st, screen) = t
+        .spawn(&s, &["run", "-q", "--", "sh", "-c", "kill -9 $$"])
+        .finish();
+    assert_eq!(st.code(), Some(137), "{screen}");
+    assert_eq!(t.stty(), before, "the caller's terminal was not restored");
+    assert_eq!(last_bundle(&s)["run"]["failure"]["signal"], 9);
+}
+
+#[test]
+fn sigterm_to_cofferdam_ends_the_command_restores_the_terminal_and_keeps_the_record() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(24, 80);
+    let before = t.stty();
+    let mut run = t.spawn(&s, &["run", "-q", "--", "sh", "-c", "echo ready; sleep 60"]);
+    run.expect("ready");
+    // SAFETY: kill(2) on the child this test started.
+    let r = unsafe {
+        libc::kill(
+            libc::pid_t::try_from(run.child.id()).unwrap(),
+            libc::SIGTERM,
+        )
+    };
+    assert_eq!(r, 0);
+    let (st, screen) = run.finish();
+    assert_eq!(st.code(), Some(143), "{screen}");
+    assert_eq!(t.stty(), before, "the caller's terminal was not restored");
+    assert_eq!(last_bundle(&s)["run"]["failure"]["signal"], 15);
+}
+
+#[test]
+fn setup_and_exec_failures_leave_the_terminal_as_it_was() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(24, 80);
+    let before = t.stty();
+    let (st, screen) = t
+        .spawn(&s, &["run", "-q", "--mount", "/nonexistent", "--", "true"])
+        .finish();
+    assert_eq!(st.code(), Some(125), "{screen}");
+    assert_eq!(t.stty(), before, "the caller's terminal was not restored");
+    // The exec fails after the command's terminal was set up and the caller's made raw.
+    let (st, screen) = t
+        .spawn(&s, &["run", "-q", "--", "/nonexistent/command"])
+        .finish();
+    assert_eq!(st.code(), Some(127), "{screen}");
+    assert_eq!(t.stty(), before, "the caller's terminal was not restored");
+}
+
+#[test]
+fn a_command_that_stops_itself_suspends_cofferdam_with_the_terminal_given_back() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(24, 80);
+    let before = t.stty();
+    let mut run = t.spawn(
+        &s,
+        &[
+            "run",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; kill -STOP $$; echo continued",
+        ],
+    );
+    run.expect("ready");
+    let pid = run.child.id();
+    let start = Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        if stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('T')
+        {
+            break;
+        }
+        assert!(start.elapsed() < TIMEOUT, "cofferdam did not stop");
+        run.pump(Duration::from_millis(20));
+    }
+    assert_eq!(
+        t.stty(),
+        before,
+        "the terminal is not given back while stopped"
+    );
+    // What the shell's `fg` does: continue the job's process group.
+    // SAFETY: kill(2) on the process group of the child this test started (it is its leader).
+    let r = unsafe { libc::kill(-libc::pid_t::try_from(pid).unwrap(), libc::SIGCONT) };
+    assert_eq!(r, 0);
+    run.expect("continued");
+    let (st, screen) = run.finish();
+    assert_eq!(st.code(), Some(0), "{screen}");
+    assert_eq!(t.stty(), before, "the caller's terminal was not restored");
+}
+
+/// TIOCSTI on every terminal descriptor the command can reach: stdin, stdout, stderr and
+/// /dev/tty (all its own pty).
+const TIOCSTI: &str = r#"
+import fcntl, os, termios
+for name, fd in (("0", 0), ("1", 1), ("2", 2), ("tty", os.open("/dev/tty", os.O_RDWR))):
+    try:
+        fcntl.ioctl(fd, termios.TIOCSTI, b"X")
+        print(f"tiocsti-{name}=injected")
+    except OSError as e:
+        print(f"tiocsti-{name}=errno{e.errno}")
+"#;
+
+#[test]
+fn tiocsti_inside_does_not_reach_the_callers_terminal() {
+    if !sealed_host() {
+        return;
+    }
+    if !require("/usr/bin/python3", Path::new("/usr/bin/python3").exists()) {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(24, 80);
+    let before = t.stty();
+    let (st, screen) = t
+        .spawn(&s, &["run", "-q", "--", "/usr/bin/python3", "-c", TIOCSTI])
+        .finish();
+    assert_eq!(st.code(), Some(0), "{screen}");
+    assert_eq!(screen.matches("tiocsti-").count(), 4, "{screen}");
+    assert!(!screen.contains("=injected"), "{screen}");
+    // Nothing waits in the caller's input queue, and nothing was typed into it.
+    assert_eq!(t.pending_input(), 0);
+    assert_eq!(t.stty(), before, "the caller's terminal was not restored");
+}
+
+#[test]
+fn without_a_terminal_stdin_and_stdout_are_pipes_and_nothing_is_captured() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--", "cat"])
+        .write_stdin("hi\n")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    let b = last_bundle(&s);
+    assert_eq!(b["run"]["output"], serde_json::json!({}));
+    assert!(
+        !b["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["kind"] == "capture")
+    );
+    // SIGPIPE is the command's default again (the init is a Rust program that ignores it).
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--", "sh", "-c", "yes | head -n 1"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "y\n");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("Broken pipe"),
+        "{out:?}"
+    );
+}
+
+fn capture_of(b: &Value, stream: &str) -> (String, u64, bool) {
+    let c = &b["run"]["output"][stream];
+    (
+        c["path"].as_str().unwrap_or_default().to_owned(),
+        c["total_bytes"].as_u64().unwrap(),
+        c["truncated"].as_bool().unwrap(),
+    )
+}
+
+#[test]
+fn capture_saves_stdout_and_stderr_and_the_bundle_points_at_them() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--capture",
+            "--",
+            "sh",
+            "-c",
+            "printf 'to stdout\\n'; printf 'to stderr!' >&2; exit 4",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    // Still shown as it happens.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "to stdout\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("to stderr!"));
+    let b = last_bundle(&s);
+    let (path, total, truncated) = capture_of(&b, "stdout");
+    assert!(path.ends_with("/output/stdout"), "{path}");
+    assert_eq!((total, truncated), (10, false));
+    assert_eq!(std::fs::read(&path).unwrap(), b"to stdout\n");
+    let (epath, etotal, etruncated) = capture_of(&b, "stderr");
+    assert!(epath.ends_with("/output/stderr"), "{epath}");
+    assert_eq!((etotal, etruncated), (10, false));
+    assert_eq!(std::fs::read(&epath).unwrap(), b"to stderr!");
+    let captures: Vec<&str> = b["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "capture")
+        .map(|a| a["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(captures, vec![path.as_str(), epath.as_str()]);
+    // Capture files are private to the user.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // The bundle still reads as a valid schema-4 bundle.
+    let bundle_file = Path::new(&path)
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("run-bundle.json");
+    s.cmd()
+        .args(["bundle", "verify"])
+        .arg(&bundle_file)
+        .assert()
+        .success();
+}
+
+#[test]
+fn output_past_the_capture_limit_is_counted_and_marked_truncated() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let size: u64 = 17 * 1024 * 1024 + 123;
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--capture",
+            "--",
+            "head",
+            "-c",
+            &size.to_string(),
+            "/dev/zero",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{:?}", out.status);
+    assert_eq!(
+        out.stdout.len() as u64,
+        size,
+        "the output was not all passed on"
+    );
+    let b = last_bundle(&s);
+    let (path, total, truncated) = capture_of(&b, "stdout");
+    assert_eq!((total, truncated), (size, true));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 16 * 1024 * 1024);
+    let (_, etotal, etruncated) = capture_of(&b, "stderr");
+    assert_eq!((etotal, etruncated), (0, false));
+}
+
+#[test]
+fn capture_on_a_terminal_keeps_the_transcript() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(24, 80);
+    let before = t.stty();
+    let (st, screen) = t
+        .spawn(
+            &s,
+            &[
+                "run",
+                "-q",
+                "--capture",
+                "--",
+                "sh",
+                "-c",
+                "echo on-the-terminal; echo also-stderr >&2",
+            ],
+        )
+        .finish();
+    assert_eq!(st.code(), Some(0), "{screen}");
+    assert!(screen.contains("on-the-terminal"), "{screen}");
+    assert_eq!(t.stty(), before, "the caller's terminal was not restored");
+    let b = last_bundle(&s);
+    let (path, total, truncated) = capture_of(&b, "stdout");
+    assert!(path.ends_with("/output/terminal"), "{path}");
+    assert!(b["run"]["output"].get("stderr").is_none(), "{b}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text, "on-the-terminal\r\nalso-stderr\r\n");
+    assert_eq!((total, truncated), (text.len() as u64, false));
+}
