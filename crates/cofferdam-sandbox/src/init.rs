@@ -186,6 +186,14 @@ fn run_init(plan: &SandboxPlan) -> i32 {
         set_handlers(&[libc::SIGCONT], forward as *const () as libc::sighandler_t);
     }
     set_handlers(&[libc::SIGINT, libc::SIGQUIT], libc::SIG_IGN);
+    // Only pid 1 reports from here on. Closing this copy lets the supervisor see the end of
+    // the status stream when pid 1 exits, and seal and write the records while this process
+    // tears the namespaces down.
+    // SAFETY: STATUS_FD is open (inherited) and not used by this process after this point:
+    // `wait_for` and the exit below do not report.
+    unsafe {
+        libc::close(STATUS_FD);
+    }
     wait_for(pid)
 }
 

@@ -83,14 +83,28 @@ pub enum LaunchError {
 pub struct SealedOutcome {
     /// Every status line, in order (unreadable lines as `Err`).
     pub messages: Vec<Result<StatusMessage, String>>,
-    /// The init's exit status (the command's status, or 125 on a setup failure).
-    pub status: ExitStatus,
+    /// The init, still tearing the sandbox's namespaces down when the status stream ends;
+    /// [`InitProcess::wait`] reaps it.
+    pub init: InitProcess,
     /// What `--capture` saved (all `None` without it).
     pub output: CapturedOutput,
     /// Whether the command ran on its own pseudo-terminal relayed to the caller's.
     pub terminal: bool,
     /// Problems with the relay that did not stop the run (raw mode, a capture file).
     pub warnings: Vec<String>,
+}
+
+/// The sandbox init after the command ended. Reap it with [`InitProcess::wait`]: the status
+/// stream ends when pid 1 exits, while the init may still be releasing the namespaces, so
+/// the caller can seal and write its records first.
+#[derive(Debug)]
+pub struct InitProcess(std::process::Child);
+
+impl InitProcess {
+    /// Wait for the init: its exit status is the command's, or 125 on a setup failure.
+    pub fn wait(mut self) -> Result<ExitStatus, LaunchError> {
+        self.0.wait().map_err(LaunchError::Wait)
+    }
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), LaunchError> {
@@ -229,13 +243,14 @@ pub fn run_sealed(
     drop(plan_r);
     drop(status_w);
     drop(socket_child);
-    on_start(child.id());
 
     // The plan may exceed a pipe's buffer: write it whole, then close so the init sees EOF.
-    // A write error means the init died early; its status says why.
+    // A write error means the init died early; its status says why. Written before
+    // `on_start`, so the caller's bookkeeping overlaps the sandbox's setup.
     let mut plan_w = std::fs::File::from(plan_w);
     let _ = plan_w.write_all(&json);
     drop(plan_w);
+    on_start(child.id());
 
     let relay = Relay {
         status: status_r,
@@ -253,11 +268,10 @@ pub fn run_sealed(
             return Err(LaunchError::Relay(e.into()));
         }
     };
-    let status = child.wait().map_err(LaunchError::Wait)?;
     warnings.extend(relayed.warnings);
     Ok(SealedOutcome {
         messages: parse(&relayed.stream),
-        status,
+        init: InitProcess(child),
         output: relayed.output,
         terminal: relayed.terminal,
         warnings,

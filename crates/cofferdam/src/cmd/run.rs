@@ -15,7 +15,7 @@ use cofferdam_record::bundle::{
 };
 use cofferdam_record::trace::TraceEventKind;
 use cofferdam_record::{EnforcementTier, write_bundle_json};
-use cofferdam_sandbox::launch::{CAPTURE_LIMIT, CaptureSpec, run_sealed};
+use cofferdam_sandbox::launch::{CAPTURE_LIMIT, CaptureSpec, SealedOutcome, run_sealed};
 use cofferdam_sandbox::relay::{Captured, CapturedOutput};
 use cofferdam_sandbox::status::StatusMessage;
 use cofferdam_stage::job::{JobStore, StageState};
@@ -94,11 +94,6 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         home: &env.places.home,
     });
     let started = now_ms();
-    job.update(|s| {
-        s.command = args.command.clone();
-        s.started_at_unix_ms = Some(started);
-    })
-    .map_err(Failure::setup)?;
     trace
         .append(
             started,
@@ -123,7 +118,13 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         // terminal exists, and the supervisor must live to restore it and write the records.
         let _quiet = crate::signals::IgnoreTerminalSignals::new();
         run_sealed(&exe, &plan, capture.as_ref(), |pid| {
-            let _ = job.update(|s| s.pid = Some(pid));
+            // Runs while the sandbox sets itself up. A failure only costs `status` the
+            // command line of a live job; the records at the end are written regardless.
+            let _ = job.update(|s| {
+                s.command = args.command.clone();
+                s.started_at_unix_ms = Some(started);
+                s.pid = Some(pid);
+            });
         })
         .map_err(Failure::setup)?
     };
@@ -132,7 +133,15 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     let mut controls: Vec<ControlObservation> = Vec::new();
     let mut warnings = Vec::new();
     let mut ending: Option<Ending> = None;
-    for m in outcome.messages {
+    let SealedOutcome {
+        messages,
+        init,
+        output,
+        terminal: _,
+        warnings: relay_warnings,
+    } = outcome;
+    let mut init = Some(init);
+    for m in messages {
         match m {
             Ok(StatusMessage::Control { observation }) => {
                 let _ = trace.append(
@@ -170,13 +179,22 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             Err(line) => warnings.push(line),
         }
     }
-    let ending = ending.unwrap_or_else(|| Ending::SetupFailed {
-        step: "sandbox init".into(),
-        error: format!(
-            "the sandbox ended ({}) without reporting how the command ended",
-            outcome.status
-        ),
-    });
+    let ending = match ending {
+        Some(e) => e,
+        None => {
+            let status = match init.take().map(|i| i.wait()) {
+                Some(Ok(st)) => st.to_string(),
+                Some(Err(e)) => e.to_string(),
+                None => "unknown".into(),
+            };
+            Ending::SetupFailed {
+                step: "sandbox init".into(),
+                error: format!(
+                    "the sandbox ended ({status}) without reporting how the command ended"
+                ),
+            }
+        }
+    };
 
     let sealed =
         cofferdam_stage::seal::seal(&job.upper(), &policy.workdir).map_err(Failure::setup)?;
@@ -207,8 +225,8 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         version: env!("CARGO_PKG_VERSION").to_owned(),
     };
     let mut bundle = assemble_bundle(&policy, &plan, &decision, &report);
-    record_output(&mut bundle, &outcome.output);
-    bundle.run.warnings.extend(outcome.warnings);
+    record_output(&mut bundle, &output);
+    bundle.run.warnings.extend(relay_warnings);
     let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
     cofferdam_stage::write_atomic(&job.bundle_path(), text.as_bytes(), 0o600).map_err(|e| {
         Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
@@ -223,6 +241,10 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         s.changed_files = bundle.filesystem.as_ref().map(|f| f.changed_files);
     })
     .map_err(Failure::setup)?;
+    // The overlay's work directory can go only once the init has released the mount.
+    if let Some(init) = init.take() {
+        let _ = init.wait();
+    }
     job.remove_overlay_work().ok();
 
     if let Ending::SetupFailed { error, .. } = &ending {
