@@ -416,6 +416,30 @@ impl Job {
     }
 }
 
+impl Job {
+    /// Remove the stage (`upper/`) and the overlay's `work/`, for `drop`: the records
+    /// (`job.json`, the bundle, the trace, fingerprints, the ledger) stay. Directories are
+    /// made accessible first; absent is fine. Call it while holding the job lock.
+    pub fn remove_stage(&self) -> Result<(), JobError> {
+        self.remove_overlay_work()?;
+        let upper = self.upper();
+        match fs::symlink_metadata(&upper) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("inspect", &upper)(e)),
+            Ok(m) if !m.is_dir() => fs::remove_file(&upper).map_err(io_err("remove", &upper)),
+            Ok(_) => {
+                make_removable(&upper)?;
+                fs::remove_dir_all(&upper).map_err(io_err("remove", &upper))
+            }
+        }
+    }
+
+    /// Whether the stage (`upper/`) is still on disk.
+    pub fn has_stage(&self) -> bool {
+        fs::symlink_metadata(self.upper()).is_ok()
+    }
+}
+
 /// Give every directory under `dir` (itself included) owner rwx, top-down, so that it can
 /// be listed and emptied. Symlinks are not followed.
 fn make_removable(dir: &Path) -> Result<(), JobError> {

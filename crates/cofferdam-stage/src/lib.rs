@@ -4,9 +4,15 @@
 //! with its ledger, and drop (DESIGN.md §4–§5). It may not run processes or decide
 //! containment.
 
+pub mod apply;
+pub mod conflict;
+pub mod diff;
 pub mod fingerprint;
 pub mod job;
+pub mod ledger;
+pub mod review;
 pub mod seal;
+pub mod select;
 pub mod store;
 pub mod trace_log;
 

@@ -40,6 +40,13 @@ pub enum Command {
     Status(StatusArgs),
     /// List jobs, newest first.
     Jobs,
+    /// Show what applying a job's staged changes would do: unified diffs, one line for the rest.
+    Diff(DiffArgs),
+    /// Let a job's staged changes into the workdir (all, or --path subsets); refuses on
+    /// conflicts.
+    Apply(ApplyArgs),
+    /// Discard a job's stage; the workdir is not touched.
+    Drop(DropArgs),
     /// A first run for newcomers: a scratch project, a scripted agent, its review.
     Demo,
     /// Explain what a policy would be allowed to do on this host, changing nothing.
@@ -188,4 +195,50 @@ pub struct StatusArgs {
     /// warnings.
     #[arg(long)]
     pub review: bool,
+}
+
+/// `cofferdam diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The job: `last` (default: the newest job of this directory), an id prefix, or a path.
+    #[arg(default_value = "last")]
+    pub job: String,
+    /// Only changes at or beneath PATH (relative to the current directory; repeatable).
+    #[arg(long = "path", value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// One line per path with the count of added and removed lines.
+    #[arg(long)]
+    pub stat: bool,
+}
+
+/// `cofferdam apply`.
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// The job: `last` (the newest job of this directory), an id prefix, or a path.
+    pub job: String,
+    /// Apply only changes at or beneath PATH (repeatable; default: everything staged). New
+    /// parent directories and directories replaced whole come along.
+    #[arg(long = "path", value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Leave out paths matching GLOB (repeatable): `*.log` matches any component,
+    /// `build/**` is anchored at the workdir.
+    #[arg(long = "exclude", value_name = "GLOB")]
+    pub exclude: Vec<PathBuf>,
+    /// Check and show what would be applied; write nothing.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+    /// Apply PATH (and what is beneath it) even though it changed on the host since the run
+    /// (repeatable). Never overrides a symlink on the way or a missing directory.
+    #[arg(long = "force", value_name = "PATH")]
+    pub force: Vec<PathBuf>,
+    /// Recreate staged device nodes, fifos and sockets instead of refusing the apply.
+    #[arg(long = "allow-special")]
+    pub allow_special: bool,
+}
+
+/// `cofferdam drop`.
+#[derive(Debug, Args)]
+pub struct DropArgs {
+    /// The job: `last` (the newest job of this directory), an id prefix, or a path.
+    pub job: String,
 }

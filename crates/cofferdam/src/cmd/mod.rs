@@ -1,8 +1,11 @@
 //! One module per subcommand; each parses nothing itself and returns an exit code.
 
+pub mod apply;
 pub mod bundle;
 pub mod demo;
+pub mod diff;
 pub mod doctor;
+pub mod drop;
 pub mod run;
 pub mod scope;
 pub mod status;

@@ -1,0 +1,257 @@
+//! The sealed stage as review and apply see it: each change of the Run Bundle joined with
+//! its host fingerprint, and whether it was applied (DESIGN.md §5).
+//!
+//! Owns [`StagedChange`], [`Stage`] (loaded from a job's `run-bundle.json`,
+//! `fingerprints.json` and `apply-ledger.json`) and the rule that pairs a change with its
+//! fingerprint (by exact path bytes). It reads only those three files: no host or stage
+//! file is opened here. It may not change anything.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use cofferdam_record::bundle::{ChangeEntry, ChangeEntryType, ChangeKind};
+
+use crate::fingerprint::{Fingerprint, FingerprintError, Fingerprints, read_fingerprints};
+use crate::job::Job;
+use crate::ledger::{Ledger, LedgerError};
+
+/// The stage of a job cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// `run-bundle.json` is missing or unreadable.
+    #[error(
+        "cannot read the Run Bundle {}: {message}; the run did not finish sealing its stage, \
+         so there is nothing to review or apply (`cofferdam drop` discards it)",
+        .path.display()
+    )]
+    Bundle {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The bundle has no `filesystem` section: the run wrote nothing through a stage.
+    #[error("the Run Bundle {} records no staged filesystem", .path.display())]
+    NoFilesystem {
+        /// The file.
+        path: PathBuf,
+    },
+    /// `fingerprints.json` cannot be read.
+    #[error(transparent)]
+    Fingerprints(#[from] FingerprintError),
+    /// A change has no fingerprint.
+    #[error(
+        "{path}: the change has no host fingerprint in {}; the job's records disagree \
+         (was fingerprints.json edited?): drop the job and run again",
+        .file.display()
+    )]
+    Unfingerprinted {
+        /// The change's display path.
+        path: String,
+        /// The fingerprints file.
+        file: PathBuf,
+    },
+    /// The fingerprints have no run start.
+    #[error(
+        "{} has no run_started_at_unix_ms: without it an edit made during the run cannot be \
+         told apart; drop the job and run again",
+        .file.display()
+    )]
+    NoRunStart {
+        /// The fingerprints file.
+        file: PathBuf,
+    },
+    /// The ledger cannot be read.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// One staged change with its host fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedChange {
+    /// The path relative to the target, as bytes: the change's identity.
+    pub path: Vec<u8>,
+    /// The display form (escaped when not printable UTF-8).
+    pub display: String,
+    /// How it changed.
+    pub kind: ChangeKind,
+    /// The type on the host before the run.
+    pub old_type: Option<ChangeEntryType>,
+    /// The type in the stage.
+    pub new_type: Option<ChangeEntryType>,
+    /// Staged size (files, symlinks).
+    pub size: Option<u64>,
+    /// Staged permission bits.
+    pub mode: Option<u32>,
+    /// The host side when the stage was sealed.
+    pub recorded: Fingerprint,
+}
+
+impl StagedChange {
+    /// From a bundle change and its fingerprint.
+    pub fn new(change: &ChangeEntry, recorded: Fingerprint) -> Self {
+        StagedChange {
+            path: change_path_bytes(change).to_vec(),
+            display: change.path.clone(),
+            kind: change.kind,
+            old_type: change.old_type,
+            new_type: change.new_type,
+            size: change.size_bytes,
+            mode: change.mode,
+            recorded,
+        }
+    }
+
+    /// Whether the staged object is a directory.
+    pub fn new_is_dir(&self) -> bool {
+        self.new_type == Some(ChangeEntryType::Directory)
+    }
+}
+
+/// The exact path bytes of a bundle change.
+pub fn change_path_bytes(c: &ChangeEntry) -> &[u8] {
+    c.path_bytes.as_deref().unwrap_or(c.path.as_bytes())
+}
+
+/// Pair every change with its fingerprint (by path bytes); sorted by path bytes.
+pub fn join(
+    changes: &[ChangeEntry],
+    fingerprints: &Fingerprints,
+    file: &std::path::Path,
+) -> Result<Vec<StagedChange>, ReviewError> {
+    let by_path: HashMap<&[u8], &Fingerprint> = fingerprints
+        .entries
+        .iter()
+        .map(|e| (e.path_bytes.as_slice(), &e.fingerprint))
+        .collect();
+    let mut out = Vec::with_capacity(changes.len());
+    for c in changes {
+        let fp = by_path
+            .get(change_path_bytes(c))
+            .ok_or_else(|| ReviewError::Unfingerprinted {
+                path: c.path.clone(),
+                file: file.to_path_buf(),
+            })?;
+        out.push(StagedChange::new(c, (*fp).clone()));
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// A job's sealed stage: its changes, the run's start, and the apply ledger.
+#[derive(Debug, Clone)]
+pub struct Stage {
+    /// Every change the seal found, sorted by path bytes.
+    pub changes: Vec<StagedChange>,
+    /// The run's start, Unix milliseconds.
+    pub run_started_at_unix_ms: u64,
+    /// The apply ledger.
+    pub ledger: Ledger,
+}
+
+impl Stage {
+    /// Load the stage of `job` from its records.
+    pub fn load(job: &Job) -> Result<Stage, ReviewError> {
+        let bundle_path = job.bundle_path();
+        let bundle_err = |message: String| ReviewError::Bundle {
+            path: bundle_path.clone(),
+            message,
+        };
+        let bytes = std::fs::read(&bundle_path).map_err(|e| bundle_err(e.to_string()))?;
+        let bundle =
+            cofferdam_record::read_bundle(&bytes).map_err(|e| bundle_err(e.to_string()))?;
+        let fs = bundle.filesystem.ok_or_else(|| ReviewError::NoFilesystem {
+            path: bundle_path.clone(),
+        })?;
+        let fp_path = job.fingerprints_path();
+        let fps = read_fingerprints(&fp_path)?;
+        let run_started_at_unix_ms =
+            fps.run_started_at_unix_ms
+                .ok_or_else(|| ReviewError::NoRunStart {
+                    file: fp_path.clone(),
+                })?;
+        let changes = join(&fs.changes, &fps, &fp_path)?;
+        let ledger = Ledger::load(&job.ledger_path())?;
+        Ok(Stage {
+            changes,
+            run_started_at_unix_ms,
+            ledger,
+        })
+    }
+
+    /// Whether change `i` is still staged (not applied).
+    pub fn is_remaining(&self, i: usize) -> bool {
+        self.changes
+            .get(i)
+            .is_some_and(|c| !self.ledger.is_applied(&c.path))
+    }
+
+    /// The changes still staged.
+    pub fn remaining(&self) -> impl Iterator<Item = &StagedChange> {
+        self.changes
+            .iter()
+            .filter(|c| !self.ledger.is_applied(&c.path))
+    }
+
+    /// Number of applied changes (of this stage's changes).
+    pub fn applied_count(&self) -> usize {
+        self.changes.len() - self.remaining().count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::{FingerprintEntry, HostState};
+
+    fn change(path: &[u8], kind: ChangeKind) -> ChangeEntry {
+        let (display, lossless) = crate::seal::display_path(path);
+        ChangeEntry {
+            path: display,
+            path_bytes: (!lossless).then(|| path.to_vec()),
+            kind,
+            old_type: None,
+            new_type: Some(ChangeEntryType::File),
+            size_bytes: Some(1),
+            mode: Some(0o644),
+        }
+    }
+
+    #[test]
+    fn joins_by_path_bytes_and_sorts() {
+        let fps = Fingerprints::from_entries(vec![
+            FingerprintEntry {
+                path: "b".into(),
+                path_bytes: b"b".to_vec(),
+                fingerprint: Fingerprint::ABSENT,
+            },
+            FingerprintEntry {
+                path: "a\\nx".into(),
+                path_bytes: b"a\nx".to_vec(),
+                fingerprint: Fingerprint {
+                    host: HostState::Dir { mode: 0o755 },
+                    ctime: None,
+                },
+            },
+        ]);
+        let joined = join(
+            &[
+                change(b"b", ChangeKind::Added),
+                change(b"a\nx", ChangeKind::Modified),
+            ],
+            &fps,
+            std::path::Path::new("f"),
+        )
+        .unwrap();
+        assert_eq!(joined[0].path, b"a\nx");
+        assert_eq!(joined[0].display, "a\\nx");
+        assert_eq!(joined[0].recorded.host, HostState::Dir { mode: 0o755 });
+        assert_eq!(joined[1].path, b"b");
+        let missing = join(
+            &[change(b"c", ChangeKind::Added)],
+            &fps,
+            std::path::Path::new("f"),
+        );
+        assert!(matches!(missing, Err(ReviewError::Unfingerprinted { .. })));
+    }
+}

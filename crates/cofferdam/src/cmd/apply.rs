@@ -1,0 +1,725 @@
+//! `cofferdam apply JOB [--path P]… [--exclude GLOB]… [--dry-run] [--force PATH]…
+//! [--allow-special]`: let staged changes into the workdir. The decisions and the writes are
+//! `cofferdam_stage::{select, apply}`'s; this module resolves and locks the job, finishes
+//! an interrupted batch, prints what happened, and records it (trace events, `job.json`).
+//! Also holds the job helpers `diff` and `drop` share (addressing, locking, exit codes).
+
+use crate::cli::ApplyArgs;
+use crate::context;
+use crate::exit::{Failure, OK, SETUP, USAGE};
+use crate::style::Style;
+use cofferdam_record::bundle::ChangeKind;
+use cofferdam_record::trace::{ApplyOutcome, ApplyPathOutcome, TraceEventKind};
+use cofferdam_stage::apply::{self, Checked, Options, Recovery, Step};
+use cofferdam_stage::job::{Job, JobError, JobLock, JobState, JobStore, StageState};
+use cofferdam_stage::review::Stage;
+use cofferdam_stage::select::{self, Because, Glob, Node, Selection};
+use cofferdam_stage::trace_log::TraceLog;
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Apply refused: conflicts or refused special files; nothing was written.
+pub const CONFLICT: u8 = 3;
+/// No such job.
+pub const NOT_FOUND: u8 = 4;
+/// The job is busy (its run is live, or another apply/drop holds it).
+pub const BUSY: u8 = 5;
+
+/// How many paths a text listing shows before summarizing the rest.
+const LIST_LIMIT: usize = 200;
+
+/// Map a job-store error to its exit code.
+pub(crate) fn job_failure(e: JobError) -> Failure {
+    let code = match e {
+        JobError::NotFound { .. } | JobError::Ambiguous { .. } => NOT_FOUND,
+        JobError::Busy { .. } => BUSY,
+        _ => SETUP,
+    };
+    let message = match &e {
+        JobError::NotFound { .. } => {
+            format!("{e}; `cofferdam jobs` lists the jobs")
+        }
+        _ => e.to_string(),
+    };
+    Failure { code, message }
+}
+
+/// Resolve the job address.
+pub(crate) fn resolve(address: &str) -> Result<(context::Env, Job), Failure> {
+    let env = context::env()?;
+    let store = JobStore::open(&env.storage_root).map_err(job_failure)?;
+    let job = store
+        .resolve(address, &env.places.cwd)
+        .map_err(job_failure)?;
+    Ok((env, job))
+}
+
+/// Take the job lock, or fail with exit 5 and why.
+pub(crate) fn lock(job: &Job, doing: &str) -> Result<JobLock, Failure> {
+    match job.try_lock() {
+        Ok(l) => Ok(l),
+        Err(JobError::Busy { id }) => {
+            let why = match job.state() {
+                Ok(JobState {
+                    state: StageState::Active,
+                    pid,
+                    ..
+                }) => format!(
+                    "its run is still going{}; wait for it to end (or stop it with Ctrl-C in its \
+                     terminal), then {doing} it",
+                    pid.map_or(String::new(), |p| format!(" (supervisor pid {p})"))
+                ),
+                _ => format!(
+                    "another cofferdam command (an apply or a drop) is working on it; wait for \
+                     it to finish, then {doing} it"
+                ),
+            };
+            Err(Failure {
+                code: BUSY,
+                message: format!("job {id} is busy: {why}"),
+            })
+        }
+        Err(e) => Err(job_failure(e)),
+    }
+}
+
+/// Read `job.json`; with the lock held, an `active` job has lost its supervisor: mark it
+/// `interrupted`.
+pub(crate) fn settled_state(job: &Job, _lock: &JobLock) -> Result<JobState, Failure> {
+    let state = job.state().map_err(job_failure)?;
+    if state.state == StageState::Active {
+        return job
+            .update(|s| {
+                s.state = StageState::Interrupted;
+                s.pid = None;
+            })
+            .map_err(job_failure);
+    }
+    Ok(state)
+}
+
+/// Refuse jobs whose stage cannot be reviewed or applied.
+pub(crate) fn require_sealed(job: &Job, state: &JobState, doing: &str) -> Result<(), Failure> {
+    let id = job.id();
+    let message = match state.state {
+        StageState::Staged | StageState::Applied => return Ok(()),
+        StageState::Discarded => format!(
+            "job {id} was dropped: its stage is discarded, so there is nothing to {doing}; run \
+             the command again with `cofferdam run`"
+        ),
+        StageState::Interrupted => format!(
+            "job {id} was interrupted before its stage was sealed (its supervisor ended \
+             abruptly), so its changes were never classified and cannot be {doing}ed; `cofferdam \
+             status {id}` shows what is known, `cofferdam drop {id}` discards it"
+        ),
+        StageState::Active => format!("job {id} is still running; {doing} it when it has ended"),
+    };
+    Err(Failure {
+        code: if state.state == StageState::Active {
+            BUSY
+        } else {
+            USAGE
+        },
+        message,
+    })
+}
+
+/// A failure loading the stage's records.
+pub(crate) fn stage_failure(e: impl std::fmt::Display) -> Failure {
+    Failure::setup(e)
+}
+
+/// Where the current directory is inside `target`, as bytes (`Some(b"")` at its root).
+pub(crate) fn cwd_in(target: &Path, cwd: &Path) -> Option<Vec<u8>> {
+    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    let target = std::fs::canonicalize(target).unwrap_or_else(|_| target.to_path_buf());
+    cwd.strip_prefix(&target)
+        .ok()
+        .map(|r| r.as_os_str().as_bytes().to_vec())
+}
+
+/// Normalize `--path` arguments against the job's target.
+pub(crate) fn normalize_paths(
+    args: &[PathBuf],
+    target: &Path,
+    cwd: &Path,
+) -> Result<Vec<Vec<u8>>, Failure> {
+    let base = cwd_in(target, cwd);
+    args.iter()
+        .map(|a| {
+            select::normalize_arg(
+                a.as_os_str().as_bytes(),
+                base.as_deref(),
+                target.as_os_str().as_bytes(),
+            )
+            .map_err(Failure::usage)
+        })
+        .collect()
+}
+
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+pub(crate) fn kind_word(k: ChangeKind) -> &'static str {
+    match k {
+        ChangeKind::Added => "added",
+        ChangeKind::Modified => "modified",
+        ChangeKind::Deleted => "deleted",
+        ChangeKind::TypeChanged => "type changed",
+        ChangeKind::Opaque => "replaced",
+    }
+}
+
+/// Finish an interrupted batch's bookkeeping, telling the user and the trace.
+pub(crate) fn finish_interrupted(
+    job: &Job,
+    workdir: &Path,
+    ledger: &mut cofferdam_stage::ledger::Ledger,
+    trace: &mut TraceLog,
+    kind_of: &dyn Fn(&[u8]) -> ChangeKind,
+    finishing: bool,
+) -> Result<Option<Recovery>, Failure> {
+    if ledger.batch.is_none() {
+        return Ok(None);
+    }
+    let r = apply::recover(workdir, &job.ledger_path(), ledger).map_err(Failure::setup)?;
+    if let Some(r) = &r {
+        let at = now_ms();
+        for p in r.written() {
+            let _ = trace.append(
+                at,
+                TraceEventKind::ApplyPath {
+                    path: cofferdam_stage::seal::display_path(p).0,
+                    kind: kind_of(p),
+                    outcome: ApplyPathOutcome::Applied,
+                },
+            );
+        }
+        let _ = trace.append(
+            at,
+            TraceEventKind::ApplyFinished {
+                outcome: ApplyOutcome::Failed,
+                applied: r.written().len(),
+                conflicts: 0,
+            },
+        );
+        let then = if finishing {
+            "applying them now, after a fresh conflict check"
+        } else {
+            "they stay as they are"
+        };
+        eprintln!(
+            "cofferdam: an earlier apply of job {} was interrupted: {} path(s) had been \
+             written, {} had not; {then}",
+            job.id(),
+            r.written().len(),
+            r.not_written.len(),
+        );
+        for p in &r.restored {
+            eprintln!(
+                "cofferdam: {} was put back as it was before the interrupted apply",
+                cofferdam_stage::seal::display_path(p).0
+            );
+        }
+    }
+    Ok(r)
+}
+
+/// Each change's kind by path.
+pub(crate) fn kinds_of(stage: &Stage) -> std::collections::HashMap<Vec<u8>, ChangeKind> {
+    stage
+        .changes
+        .iter()
+        .map(|c| (c.path.clone(), c.kind))
+        .collect()
+}
+
+/// Select changes of `stage` for `paths`/`excludes`.
+fn selection(
+    stage: &Stage,
+    paths: &[Vec<u8>],
+    excludes: &[Glob],
+    pending: &BTreeSet<Vec<u8>>,
+) -> Result<Selection, Failure> {
+    let nodes: Vec<Node<'_>> = stage
+        .changes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Node {
+            path: &c.path,
+            kind: c.kind,
+            new_is_dir: c.new_is_dir(),
+            remaining: stage.is_remaining(i),
+        })
+        .collect();
+    select::select(&nodes, paths, excludes, pending).map_err(Failure::usage)
+}
+
+#[cfg(debug_assertions)]
+fn test_hook() -> impl FnMut(Step) {
+    // Test-only (debug builds): `COFFERDAM_TEST_APPLY_KILL_AT` / `..._PAUSE_AT` =
+    // `prepare:N` | `committing` | `commit:N` | `synced` | `cleaned`.
+    let parse = |name: &str| {
+        let v = std::env::var(name).ok()?;
+        let (what, n) = v.split_once(':').unwrap_or((v.as_str(), "0"));
+        let n: usize = n.parse().ok()?;
+        Some(match what {
+            "prepare" => Step::Prepared(n),
+            "committing" => Step::Committing,
+            "commit" => Step::Committed(n),
+            "synced" => Step::Synced,
+            "cleaned" => Step::Cleaned,
+            _ => return None,
+        })
+    };
+    let kill = parse("COFFERDAM_TEST_APPLY_KILL_AT");
+    let pause = parse("COFFERDAM_TEST_APPLY_PAUSE_AT");
+    move |step| {
+        if Some(step) == kill
+            && let Ok(pid) = libc::pid_t::try_from(std::process::id())
+        {
+            // SAFETY: kill(2) on our own pid with a valid signal number touches no memory.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        if Some(step) == pause {
+            eprintln!("cofferdam: test hook: paused at {step:?}");
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(60));
+            }
+        }
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn test_hook() -> impl FnMut(Step) {
+    |_| {}
+}
+
+/// `cofferdam apply`.
+pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
+    let (env, job) = resolve(&a.job)?;
+    let lock = lock(&job, "apply")?;
+    let state = settled_state(&job, &lock)?;
+    require_sealed(&job, &state, "apply")?;
+    let workdir = state.workdir.clone();
+    let mut stage = Stage::load(&job).map_err(stage_failure)?;
+    let mut trace = TraceLog::open(&job.trace_path()).map_err(Failure::setup)?;
+
+    // An interrupted batch: finish its bookkeeping (or, for a dry run, just look).
+    let mut pending: BTreeSet<Vec<u8>> = stage.ledger.pending.iter().map(|p| p.0.clone()).collect();
+    if a.dry_run {
+        if let Some(view) = apply::inspect(&workdir, &stage.ledger).map_err(Failure::setup)? {
+            eprintln!(
+                "cofferdam: an earlier apply of job {} was interrupted ({} path(s) written, {} \
+                 not); a real apply finishes it first",
+                job.id(),
+                view.written.len(),
+                view.not_written.len()
+            );
+            for p in &view.written {
+                stage
+                    .ledger
+                    .applied
+                    .insert(cofferdam_stage::ledger::RelPath(p.clone()));
+            }
+            pending.extend(view.not_written);
+        }
+    } else {
+        let kinds = kinds_of(&stage);
+        finish_interrupted(
+            &job,
+            &workdir,
+            &mut stage.ledger,
+            &mut trace,
+            &|p| kinds.get(p).copied().unwrap_or(ChangeKind::Modified),
+            true,
+        )?;
+        pending = stage.ledger.pending.iter().map(|p| p.0.clone()).collect();
+    }
+
+    if stage.remaining().count() == 0 {
+        if !a.dry_run && state.state != StageState::Applied {
+            job.update(|st| st.state = StageState::Applied)
+                .map_err(job_failure)?;
+        }
+        return finish_output(
+            json,
+            &json!({"job": job.id(), "dry_run": a.dry_run, "applied": [], "remaining": [],
+                    "state": "applied", "message": "nothing left to apply"}),
+            &format!(
+                "nothing left to apply: every change of job {} is applied\n",
+                job.id()
+            ),
+        );
+    }
+
+    let paths = normalize_paths(&a.paths, &workdir, &env.places.cwd)?;
+    let excludes: Vec<Glob> = a
+        .exclude
+        .iter()
+        .map(|g| Glob::new(g.as_os_str().as_bytes()).map_err(Failure::usage))
+        .collect::<Result<_, _>>()?;
+    let force = normalize_paths(&a.force, &workdir, &env.places.cwd)?;
+    let sel = selection(&stage, &paths, &excludes, &pending)?;
+    if sel.indices.is_empty() {
+        return finish_output(
+            json,
+            &json!({"job": job.id(), "dry_run": a.dry_run, "applied": [],
+                    "message": "nothing selected"}),
+            "nothing selected: every staged change matched an --exclude\n",
+        );
+    }
+    let opts = Options {
+        force,
+        allow_special: a.allow_special,
+    };
+    let upper = job.upper();
+    let checked =
+        apply::check(&workdir, &upper, &stage, &sel.indices, &opts).map_err(Failure::setup)?;
+    let selected = checked.indices();
+    let _ = trace.append(
+        now_ms(),
+        TraceEventKind::ApplyStarted {
+            paths: selected.len(),
+            dry_run: a.dry_run,
+        },
+    );
+
+    if checked.refused() {
+        let at = now_ms();
+        for c in &checked.conflicts {
+            let _ = trace.append(
+                at,
+                TraceEventKind::ApplyPath {
+                    path: c.display.clone(),
+                    kind: stage.changes[c.index].kind,
+                    outcome: ApplyPathOutcome::Conflict,
+                },
+            );
+        }
+        for r in &checked.refusals {
+            let _ = trace.append(
+                at,
+                TraceEventKind::ApplyPath {
+                    path: r.display.clone(),
+                    kind: stage.changes[r.index].kind,
+                    outcome: ApplyPathOutcome::Refused,
+                },
+            );
+        }
+        let _ = trace.append(
+            at,
+            TraceEventKind::ApplyFinished {
+                outcome: ApplyOutcome::Refused,
+                applied: 0,
+                conflicts: checked.conflicts.len(),
+            },
+        );
+        print_refusal(&job, &checked, json, s)?;
+        return Ok(CONFLICT);
+    }
+
+    if a.dry_run {
+        let at = now_ms();
+        for &i in &selected {
+            let c = &stage.changes[i];
+            let _ = trace.append(
+                at,
+                TraceEventKind::ApplyPath {
+                    path: c.display.clone(),
+                    kind: c.kind,
+                    outcome: ApplyPathOutcome::Planned,
+                },
+            );
+        }
+        let _ = trace.append(
+            at,
+            TraceEventKind::ApplyFinished {
+                outcome: ApplyOutcome::DryRun,
+                applied: 0,
+                conflicts: 0,
+            },
+        );
+        let remaining = remaining_after(&stage, &selected);
+        return print_result(
+            &job, &stage, &sel, &checked, &selected, &remaining, true, json, s,
+        );
+    }
+
+    let mut hook = test_hook();
+    let result = apply::execute(
+        &workdir,
+        &upper,
+        &job.ledger_path(),
+        &mut stage,
+        &checked,
+        &mut hook,
+    );
+    let at = now_ms();
+    match result {
+        Ok(report) => {
+            for &i in &report.applied {
+                let c = &stage.changes[i];
+                let _ = trace.append(
+                    at,
+                    TraceEventKind::ApplyPath {
+                        path: c.display.clone(),
+                        kind: c.kind,
+                        outcome: ApplyPathOutcome::Applied,
+                    },
+                );
+            }
+            let _ = trace.append(
+                at,
+                TraceEventKind::ApplyFinished {
+                    outcome: ApplyOutcome::Applied,
+                    applied: report.applied.len(),
+                    conflicts: 0,
+                },
+            );
+            let remaining: Vec<usize> = (0..stage.changes.len())
+                .filter(|&i| stage.is_remaining(i))
+                .collect();
+            if remaining.is_empty() {
+                job.update(|st| st.state = StageState::Applied)
+                    .map_err(job_failure)?;
+            }
+            print_result(
+                &job,
+                &stage,
+                &sel,
+                &checked,
+                &report.applied,
+                &remaining,
+                false,
+                json,
+                s,
+            )
+        }
+        Err(e) => {
+            let _ = trace.append(
+                at,
+                TraceEventKind::ApplyFinished {
+                    outcome: ApplyOutcome::Failed,
+                    applied: 0,
+                    conflicts: 0,
+                },
+            );
+            Err(Failure::setup(format!(
+                "apply of job {} failed: {e}",
+                job.id()
+            )))
+        }
+    }
+}
+
+fn remaining_after(stage: &Stage, selected: &[usize]) -> Vec<usize> {
+    let sel: BTreeSet<usize> = selected.iter().copied().collect();
+    (0..stage.changes.len())
+        .filter(|&i| stage.is_remaining(i) && !sel.contains(&i))
+        .collect()
+}
+
+fn finish_output(json: bool, value: &serde_json::Value, text: &str) -> Result<u8, Failure> {
+    if json {
+        crate::print_json(value)?;
+    } else {
+        crate::write_stdout(text.as_bytes())?;
+    }
+    Ok(OK)
+}
+
+fn print_refusal(job: &Job, checked: &Checked, json: bool, s: Style) -> Result<(), Failure> {
+    let id = job.id();
+    if json {
+        let conflicts: Vec<_> = checked
+            .conflicts
+            .iter()
+            .map(|c| {
+                json!({"path": c.display, "reason": c.reason.code(), "message": c.reason.to_string(),
+                       "forceable": c.forceable})
+            })
+            .collect();
+        let refused: Vec<_> = checked
+            .refusals
+            .iter()
+            .map(|r| json!({"path": r.display, "what": r.what}))
+            .collect();
+        crate::print_json(&json!({
+            "job": id, "refused": true, "written": 0,
+            "conflicts": conflicts, "special_files": refused,
+        }))?;
+        return Ok(());
+    }
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "cofferdam: {} nothing was written to the workdir",
+        s.bad(&format!(
+            "apply refused: {} conflict(s), {} special file(s);",
+            checked.conflicts.len(),
+            checked.refusals.len()
+        ))
+    );
+    for c in &checked.conflicts {
+        let _ = writeln!(o, "  {} {}: {}", s.bad("conflict"), c.display, c.reason);
+    }
+    for r in &checked.refusals {
+        let _ = writeln!(
+            o,
+            "  {} {}: a staged {}; recreate it with --allow-special, or leave it out with \
+             --exclude",
+            s.bad("refused "),
+            r.display,
+            r.what
+        );
+    }
+    if checked.conflicts.iter().any(|c| c.forceable) {
+        let _ = writeln!(
+            o,
+            "fix: review with `cofferdam diff {id} --path PATH`; keep your version with \
+             `--exclude PATH`, or take the staged one with `--force PATH`"
+        );
+    }
+    eprint!("{o}");
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print_result(
+    job: &Job,
+    stage: &Stage,
+    sel: &Selection,
+    checked: &Checked,
+    applied: &[usize],
+    remaining: &[usize],
+    dry_run: bool,
+    json: bool,
+    s: Style,
+) -> Result<u8, Failure> {
+    let id = job.id();
+    let because = |b: &Because| match b {
+        Because::ParentOf(p) => format!("parent of {}", cofferdam_stage::seal::display_path(p).0),
+        Because::InsideWhole(p) => format!(
+            "inside {}, which is applied whole",
+            cofferdam_stage::seal::display_path(p).0
+        ),
+    };
+    if json {
+        let list = |v: &[usize]| -> Vec<serde_json::Value> {
+            v.iter()
+                .map(|&i| {
+                    let c = &stage.changes[i];
+                    json!({"path": c.display, "kind": c.kind})
+                })
+                .collect()
+        };
+        let added: Vec<_> = sel
+            .added
+            .iter()
+            .map(|(i, b)| json!({"path": stage.changes[*i].display, "because": because(b)}))
+            .collect();
+        let stripped: Vec<_> = checked
+            .stripped
+            .iter()
+            .map(|x| json!({"path": x.display, "from": format!("{:04o}", x.from), "to": format!("{:04o}", x.to)}))
+            .collect();
+        let forced: Vec<_> = checked
+            .forced
+            .iter()
+            .map(|c| json!({"path": c.display, "reason": c.reason.code(), "message": c.reason.to_string()}))
+            .collect();
+        crate::print_json(&json!({
+            "job": id, "dry_run": dry_run,
+            (if dry_run { "would_apply" } else { "applied" }): list(applied),
+            "dependencies": added, "setuid_stripped": stripped, "forced": forced,
+            "remaining": list(remaining),
+            "state": if remaining.is_empty() && !dry_run { "applied" } else { "staged" },
+        }))?;
+        return Ok(OK);
+    }
+    let mut o = String::new();
+    let verb = if dry_run { "would apply" } else { "applied" };
+    let _ = writeln!(
+        o,
+        "{} {} path(s) of job {id} to {}",
+        s.heading(verb),
+        applied.len(),
+        job.state()
+            .map(|st| st.workdir.display().to_string())
+            .unwrap_or_default()
+    );
+    for &i in applied.iter().take(LIST_LIMIT) {
+        let c = &stage.changes[i];
+        let _ = writeln!(o, "  {:<12} {}", s.good(kind_word(c.kind)), c.display);
+    }
+    if applied.len() > LIST_LIMIT {
+        let _ = writeln!(
+            o,
+            "  … and {} more (--json lists all)",
+            applied.len() - LIST_LIMIT
+        );
+    }
+    if !sel.added.is_empty() {
+        let _ = writeln!(o, "{}", s.heading("included as dependencies"));
+        for (i, b) in sel.added.iter().take(LIST_LIMIT) {
+            let _ = writeln!(o, "  {}  {}", stage.changes[*i].display, s.dim(&because(b)));
+        }
+        if sel.added.len() > LIST_LIMIT {
+            let _ = writeln!(o, "  … and {} more", sel.added.len() - LIST_LIMIT);
+        }
+        for &i in &sel.excluded_but_required {
+            let _ = writeln!(
+                o,
+                "  {} {} matched --exclude but is required",
+                s.warn("note:"),
+                stage.changes[i].display
+            );
+        }
+    }
+    for x in &checked.stripped {
+        let _ = writeln!(
+            o,
+            "{} {}: setuid/setgid not carried over ({:04o} → {:04o})",
+            s.warn("stripped"),
+            x.display,
+            x.from,
+            x.to
+        );
+    }
+    for c in &checked.forced {
+        let _ = writeln!(o, "{} {}: {}", s.warn("forced  "), c.display, c.reason);
+    }
+    if remaining.is_empty() {
+        if !dry_run {
+            let _ = writeln!(o, "every change is applied; job {id} is now `applied`");
+        }
+    } else {
+        let _ = writeln!(
+            o,
+            "{}",
+            s.heading(&format!("{} path(s) remain staged", remaining.len()))
+        );
+        for &i in remaining.iter().take(LIST_LIMIT) {
+            let c = &stage.changes[i];
+            let _ = writeln!(o, "  {:<12} {}", s.dim(kind_word(c.kind)), c.display);
+        }
+        if remaining.len() > LIST_LIMIT {
+            let _ = writeln!(o, "  … and {} more", remaining.len() - LIST_LIMIT);
+        }
+        let _ = writeln!(
+            o,
+            "next: cofferdam diff {id}  ·  cofferdam apply {id}  ·  cofferdam drop {id}"
+        );
+    }
+    crate::write_stdout(o.as_bytes())?;
+    Ok(OK)
+}

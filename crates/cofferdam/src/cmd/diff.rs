@@ -1,0 +1,189 @@
+//! `cofferdam diff [JOB] [--path P]… [--stat]`: what applying the staged changes would do,
+//! as unified diffs (text) or one line each (binary, large, symlink, mode-only, deleted,
+//! opaque). The diffs are `cofferdam_stage::diff`'s; this module picks the changes (still
+//! staged, at or beneath each `--path`), colours and prints. It changes nothing and takes
+//! no lock.
+
+use crate::cli::DiffArgs;
+use crate::cmd::apply::{
+    BUSY, job_failure, kind_word, normalize_paths, require_sealed, resolve, stage_failure,
+};
+use crate::exit::{Failure, OK};
+use crate::style::Style;
+use cofferdam_stage::apply;
+use cofferdam_stage::diff::{FileDiff, Sides, diff_change};
+use cofferdam_stage::fingerprint::HostRoot;
+use cofferdam_stage::job::StageState;
+use cofferdam_stage::review::Stage;
+use cofferdam_stage::select::is_at_or_beneath;
+use serde_json::json;
+use std::fmt::Write as _;
+use std::os::fd::AsFd;
+
+/// `cofferdam diff`.
+pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
+    let (env, job) = resolve(&a.job)?;
+    let mut state = job.state().map_err(job_failure)?;
+    if state.state == StageState::Active {
+        if job.is_locked().map_err(job_failure)? {
+            return Err(Failure {
+                code: BUSY,
+                message: format!(
+                    "job {} is still running; diff it when it has ended",
+                    job.id()
+                ),
+            });
+        }
+        state.state = StageState::Interrupted;
+    }
+    require_sealed(&job, &state, "review")?;
+    let stage = Stage::load(&job).map_err(stage_failure)?;
+    let workdir = state.workdir.clone();
+    if let Some(view) = apply::inspect(&workdir, &stage.ledger).map_err(Failure::setup)? {
+        eprintln!(
+            "cofferdam: an apply of job {} was interrupted ({} path(s) written, {} not); \
+             `cofferdam apply {}` finishes it",
+            job.id(),
+            view.written.len(),
+            view.not_written.len(),
+            job.id()
+        );
+    }
+    let paths = normalize_paths(&a.paths, &workdir, &env.places.cwd)?;
+    let shown: Vec<usize> = (0..stage.changes.len())
+        .filter(|&i| stage.is_remaining(i))
+        .filter(|&i| {
+            paths.is_empty()
+                || paths
+                    .iter()
+                    .any(|p| p.is_empty() || is_at_or_beneath(&stage.changes[i].path, p))
+        })
+        .collect();
+    let applied = stage.applied_count();
+
+    let host = HostRoot::open(&workdir)
+        .map_err(|e| Failure::setup(format!("{e}; the job applies to that directory")))?;
+    let open = |p: &std::path::Path| {
+        std::fs::File::open(p)
+            .map_err(|e| Failure::setup(format!("cannot open {}: {e}", p.display())))
+    };
+    let target = open(&workdir)?;
+    let upper = open(&job.upper())?;
+    let sides = Sides {
+        host: &host,
+        target: target.as_fd(),
+        upper: upper.as_fd(),
+        run_started_at_unix_ms: stage.run_started_at_unix_ms,
+    };
+    let mut diffs: Vec<FileDiff> = Vec::with_capacity(shown.len());
+    for &i in &shown {
+        diffs.push(diff_change(&sides, &stage.changes[i]).map_err(Failure::setup)?);
+    }
+
+    if json {
+        crate::print_json(&json!({
+            "job": job.id(),
+            "changes": diffs,
+            "applied_not_shown": applied,
+            "insertions": diffs.iter().map(|d| d.insertions).sum::<usize>(),
+            "deletions": diffs.iter().map(|d| d.deletions).sum::<usize>(),
+        }))?;
+        return Ok(OK);
+    }
+    let mut o = String::new();
+    if a.stat {
+        render_stat(&mut o, &diffs, s);
+    } else {
+        for d in &diffs {
+            render_diff(&mut o, d, s);
+        }
+    }
+    if diffs.is_empty() {
+        let _ = writeln!(
+            o,
+            "no staged changes{}",
+            if paths.is_empty() {
+                ""
+            } else {
+                " at those paths"
+            }
+        );
+    }
+    if applied > 0 {
+        let _ = writeln!(
+            o,
+            "{}",
+            s.dim(&format!("({applied} applied change(s) not shown)"))
+        );
+    }
+    crate::write_stdout(o.as_bytes())?;
+    Ok(OK)
+}
+
+fn render_diff(o: &mut String, d: &FileDiff, s: Style) {
+    let _ = writeln!(
+        o,
+        "{}",
+        s.heading(&format!("diff {} ({})", d.path, kind_word(d.kind)))
+    );
+    if let Some(c) = &d.conflict {
+        let _ = writeln!(o, "{}", s.bad(&format!("! {c}: apply would refuse it")));
+    }
+    if let Some(sum) = &d.summary {
+        let _ = writeln!(o, "{}", s.warn(sum));
+    }
+    if let Some(u) = &d.unified {
+        for line in u.lines() {
+            let painted = if line.starts_with("+++") || line.starts_with("---") {
+                s.heading(line)
+            } else if line.starts_with("@@") {
+                s.dim(line)
+            } else if line.starts_with('+') {
+                s.good(line)
+            } else if line.starts_with('-') {
+                s.bad(line)
+            } else {
+                line.to_owned()
+            };
+            let _ = writeln!(o, "{painted}");
+        }
+    }
+}
+
+fn render_stat(o: &mut String, diffs: &[FileDiff], s: Style) {
+    let width = diffs
+        .iter()
+        .map(|d| d.path.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(60);
+    let (mut ins, mut del) = (0, 0);
+    for d in diffs {
+        ins += d.insertions;
+        del += d.deletions;
+        let what = if d.unified.is_some() {
+            let n = d.insertions + d.deletions;
+            let bar = n.min(40);
+            let plus = (bar * d.insertions).checked_div(n).unwrap_or(0);
+            format!(
+                "{:>5} {}{}",
+                n,
+                s.good(&"+".repeat(plus)),
+                s.bad(&"-".repeat(bar - plus))
+            )
+        } else {
+            s.dim(d.summary.as_deref().unwrap_or(kind_word(d.kind)))
+        };
+        let mark = if d.conflict.is_some() {
+            s.bad(" !")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(o, " {:<width$} | {what}{mark}", d.path);
+    }
+    let _ = writeln!(
+        o,
+        " {} path(s) changed, {ins} insertion(s)(+), {del} deletion(s)(-)",
+        diffs.len()
+    );
+}
