@@ -7,7 +7,9 @@ use crate::exit::{Failure, OK};
 use crate::style::Style;
 use cofferdam_record::bundle::{ChangeKind, ControlDimension, ControlStatus, RunBundle};
 use cofferdam_record::read_bundle;
+use cofferdam_stage::apply;
 use cofferdam_stage::job::{Job, JobError, JobState, JobStore, JobSummary, StageState};
+use cofferdam_stage::review::Stage;
 use serde_json::json;
 use std::fmt::Write as _;
 
@@ -79,12 +81,24 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let state = job.state().map_err(job_failure)?;
     let stage_state = effective_state(&job, &state);
     let bundle = load_bundle(&job)?;
+    let stage_review = if (args.review || json) && stage_state == StageState::Staged {
+        review_stage(&job, &state.workdir)
+    } else {
+        None
+    };
     if json {
         let context = json!({
             "job_dir": job.dir(),
             "job_state": state_word(stage_state),
             "workdir": state.workdir,
             "bundle_path": bundle.as_ref().map(|_| job.bundle_path()),
+            "stage": stage_review.as_ref().map(|r| json!({
+                "applied": r.applied,
+                "remaining": r.remaining,
+                "conflicts_now": r.conflicts.iter()
+                    .map(|(path, reason)| json!({"path": path, "reason": reason}))
+                    .collect::<Vec<_>>(),
+            })),
         });
         match &bundle {
             Some(b) => crate::print_json(&Review {
@@ -119,6 +133,9 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
             );
         }
         Some(b) => render_bundle(&mut o, b, args.review, s),
+    }
+    if let Some(r) = &stage_review {
+        render_stage(&mut o, r, s);
     }
     crate::write_stdout(o.as_bytes())?;
     Ok(OK)
@@ -309,4 +326,84 @@ pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
     }
     crate::write_stdout(o.as_bytes())?;
     Ok(OK)
+}
+
+/// The stage as it stands now: what was applied, what remains, and what applying the rest
+/// would conflict with on the host today.
+struct StageReview {
+    applied: Vec<String>,
+    remaining: Vec<String>,
+    conflicts: Vec<(String, String)>,
+}
+
+/// Build the stage review; `None` when the stage cannot be read (the bundle view still
+/// shows the run). Reads only the changed paths on the host, never the whole workdir.
+fn review_stage(job: &Job, workdir: &std::path::Path) -> Option<StageReview> {
+    let stage = Stage::load(job).ok()?;
+    let (mut applied, mut remaining, mut indices) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, c) in stage.changes.iter().enumerate() {
+        if stage.is_remaining(i) {
+            remaining.push(c.display.clone());
+            indices.push(i);
+        } else {
+            applied.push(c.display.clone());
+        }
+    }
+    let conflicts = if indices.is_empty() {
+        Vec::new()
+    } else {
+        match apply::check(
+            workdir,
+            &job.upper(),
+            &stage,
+            &indices,
+            &apply::Options::default(),
+        ) {
+            Ok(checked) => checked
+                .conflicts
+                .iter()
+                .map(|c| (c.display.clone(), c.reason.to_string()))
+                .collect(),
+            Err(e) => vec![(String::from("(stage)"), e.to_string())],
+        }
+    };
+    Some(StageReview {
+        applied,
+        remaining,
+        conflicts,
+    })
+}
+
+fn render_stage(o: &mut String, r: &StageReview, s: Style) {
+    if r.applied.is_empty() && r.conflicts.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n{}",
+        s.heading(&format!(
+            "Stage: {} applied, {} remaining",
+            r.applied.len(),
+            r.remaining.len()
+        ))
+    );
+    for p in &r.applied {
+        let _ = writeln!(o, "  {} {p}", s.dim("applied     "));
+    }
+    for p in &r.remaining {
+        let _ = writeln!(o, "  {} {p}", s.warn("remaining   "));
+    }
+    if !r.conflicts.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n{}",
+            s.heading(&format!(
+                "Conflicts if applied now ({}): `apply` would refuse with exit 3",
+                r.conflicts.len()
+            ))
+        );
+        for (path, reason) in &r.conflicts {
+            let _ = writeln!(o, "  {} {path}: {reason}", s.bad("conflict    "));
+        }
+    }
 }

@@ -658,3 +658,48 @@ fn secrets_stay_hidden_when_the_workdir_is_home_and_they_are_symlinks() {
         "{masked}"
     );
 }
+
+#[test]
+fn status_review_shows_applied_remaining_and_conflicts_it_would_hit_now() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    s.cmd()
+        .args(["run", "-q", "--", "sh", "-c", "echo 1 > one; echo 2 > two"])
+        .assert()
+        .success();
+    s.cmd()
+        .args(["apply", "last", "--path", "one"])
+        .assert()
+        .success();
+    s.write("two", "the user's own two\n");
+    let text = String::from_utf8(
+        s.cmd()
+            .args(["--color", "never", "status", "--review"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    for needle in [
+        "Stage: 1 applied, 1 remaining",
+        "applied      one",
+        "remaining    two",
+        "Conflicts if applied now (1)",
+        "conflict     two",
+    ] {
+        assert!(text.contains(needle), "`{needle}` missing:\n{text}");
+    }
+    let v = bundle_of(&s, "last");
+    let stage = &v["review_context"]["stage"];
+    assert_eq!(stage["applied"], serde_json::json!(["one"]));
+    assert_eq!(stage["remaining"], serde_json::json!(["two"]));
+    assert_eq!(stage["conflicts_now"][0]["path"], "two");
+    let out = s.cmd().args(["apply", "last"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the review predicted the refusal: {out:?}"
+    );
+}
