@@ -519,6 +519,18 @@ impl Loop {
     /// process group as the caller's Ctrl-Z would; once continued, take the terminal again
     /// and continue the command.
     fn stop_with_command(&mut self) {
+        // Pid 1 sends the master before it starts the command, so when the stop is reported
+        // first (the status pipe polled before the socket) the master is already waiting on
+        // the socket: take it now, or what the command wrote would stay unshown.
+        if let Some(socket) = self.socket.take() {
+            match pty::recv_master(socket.as_fd()) {
+                Ok(Some(master)) => self.attach(master),
+                Ok(None) => {}
+                Err(e) => self
+                    .warnings
+                    .push(format!("cannot receive the command's terminal: {e}")),
+            }
+        }
         // Show what the command wrote before it stopped (the master is non-blocking).
         while self.master.is_some() && self.relay_master() {}
         if let Some(raw) = &mut self.raw {
