@@ -37,7 +37,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
@@ -451,44 +451,34 @@ impl HostRoot {
 
     /// `openat2(root, rel, flags | O_NOFOLLOW | O_CLOEXEC, RESOLVE_BENEATH |
     /// RESOLVE_NO_SYMLINKS)`, or the same component by component where `openat2` is
-    /// missing.
+    /// missing: the apply engine's resolution (`apply::fsops`), so the conflict check and
+    /// the writes can never resolve a path differently.
     fn open_beneath(&self, rel: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
-        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let resolve =
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        let mut tries = 0;
-        loop {
-            match rustix::fs::openat2(&self.fd, rel, flags, Mode::empty(), resolve) {
-                // EAGAIN: a concurrent rename made the kernel unsure; retry a few times.
-                Err(Errno::AGAIN) if tries < 8 => tries += 1,
-                Err(Errno::NOSYS) => return self.open_by_components(rel, flags),
-                other => return other,
-            }
-        }
+        crate::apply::fsops::open_beneath(self.fd.as_fd(), &rel_bytes(rel)?, flags)
     }
 
+    #[cfg(test)]
     fn open_by_components(&self, rel: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
-        let mut parts = rel.components().peekable();
-        let mut dir: Option<OwnedFd> = None;
-        while let Some(part) = parts.next() {
-            let Component::Normal(name) = part else {
-                return Err(Errno::INVAL);
-            };
-            let last = parts.peek().is_none();
-            let here = if last {
-                flags
-            } else {
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
-            };
-            let base = dir.as_ref().map_or(self.fd.as_fd(), AsFd::as_fd);
-            let fd = rustix::fs::openat(base, name, here, Mode::empty())?;
-            if last {
-                return Ok(fd);
-            }
-            dir = Some(fd);
-        }
-        Err(Errno::INVAL)
+        crate::apply::fsops::open_by_components(self.fd.as_fd(), &rel_bytes(rel)?, flags)
     }
+}
+
+/// `rel` as the `a/b/c` bytes the resolver takes: plain components only, never empty.
+fn rel_bytes(rel: &Path) -> Result<Vec<u8>, Errno> {
+    let mut bytes = Vec::new();
+    for part in rel.components() {
+        let Component::Normal(name) = part else {
+            return Err(Errno::INVAL);
+        };
+        if !bytes.is_empty() {
+            bytes.push(b'/');
+        }
+        bytes.extend_from_slice(name.as_bytes());
+    }
+    if bytes.is_empty() {
+        return Err(Errno::INVAL);
+    }
+    Ok(bytes)
 }
 
 /// Reject absolute paths and `.`/`..` components.
