@@ -388,6 +388,29 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     );
     o.details.insert("masked".into(), json!(masked));
     o.details.insert("hidden".into(), json!(plan.hidden.len()));
+    // A secret lent on purpose (`--mount ~/.aws:/creds:read`) is visible at its target: the
+    // control then holds only partly, and says which.
+    let lent: Vec<String> = plan
+        .mounts
+        .iter()
+        .filter(|m| matches!(m.mode, PlanMountMode::Read | PlanMountMode::Write))
+        // At its own path the masks above cover it; only a remapped target shows it.
+        .filter(|m| m.source != m.target)
+        .filter(|m| {
+            plan.hidden
+                .iter()
+                .any(|h| m.source.starts_with(h) || h.starts_with(&m.source))
+        })
+        .map(|m| format!("{} -> {}", m.source.display(), m.target.display()))
+        .collect();
+    if !lent.is_empty() {
+        o.status = ControlStatus::Partial;
+        o.reason = Some(format!(
+            "secret paths lent by a mount are visible: {}",
+            lent.join(", ")
+        ));
+        o.details.insert("lent".into(), json!(lent));
+    }
     obs.push(o);
 
     // Enter it.

@@ -703,3 +703,33 @@ fn status_review_shows_applied_remaining_and_conflicts_it_would_hit_now() {
         "the review predicted the refusal: {out:?}"
     );
 }
+
+#[test]
+fn a_secret_lent_on_purpose_is_visible_and_the_bundle_says_the_read_boundary_is_partial() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    std::fs::create_dir_all(s.home.path().join(".aws")).unwrap();
+    std::fs::write(s.home.path().join(".aws/credentials"), "LENT").unwrap();
+    let lend = format!("{}:/creds:read", s.home.path().join(".aws").display());
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--mount",
+            &lend,
+            "--",
+            "cat",
+            "/creds/credentials",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "LENT");
+    let b = last_bundle(&s);
+    assert_eq!(control_status(&b, "secrets_hidden"), vec!["partial"]);
+    assert_eq!(b["safety"]["filesystem_read_non_bypassable"], false);
+    assert_eq!(b["safety"]["filesystem_non_bypassable"], false);
+}
