@@ -244,14 +244,25 @@ pub fn write_fingerprints(
     path: &Path,
     fingerprints: &Fingerprints,
 ) -> Result<(), FingerprintError> {
+    write_fingerprints_with(path, fingerprints, crate::job::Durability::Durable)
+}
+
+/// [`write_fingerprints`] with the flushes `durability` asks for.
+pub fn write_fingerprints_with(
+    path: &Path,
+    fingerprints: &Fingerprints,
+    durability: crate::job::Durability,
+) -> Result<(), FingerprintError> {
     let mut bytes = serde_json::to_vec(fingerprints).map_err(|source| FingerprintError::Json {
         path: path.to_path_buf(),
         source,
     })?;
     bytes.push(b'\n');
-    crate::job::write_atomic(path, &bytes, 0o600).map_err(|source| FingerprintError::Io {
-        path: path.to_path_buf(),
-        source,
+    crate::job::write_atomic_with(path, &bytes, 0o600, durability).map_err(|source| {
+        FingerprintError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }
 

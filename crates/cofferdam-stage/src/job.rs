@@ -21,7 +21,16 @@
 //!
 //! A job directory is populated under a hidden temporary name and renamed into `jobs/`
 //! only once `job.json` is written and the creator holds the lock, so a listing never sees
-//! a half-made job. Ids are `run-<uuid v7>` (lowercase, hyphenated): their text sorts by
+//! a half-made job.
+//!
+//! # Durability
+//!
+//! Every small-file write is atomic (a reader sees the old file or the new one, also after
+//! the writer is killed), but only the records that must survive a power loss are flushed
+//! ([`Durability`]): a job's creation and its in-run updates are not, because the stage
+//! they describe is not flushed either (a power loss during a run can lose the job, and a
+//! listing then shows it unreadable at worst); the records written when a run ends are, in
+//! one go: each file is flushed, then one flush of the directory makes the renames last. Ids are `run-<uuid v7>` (lowercase, hyphenated): their text sorts by
 //! creation time, which is how [`JobStore::list`] orders jobs without reading them.
 //!
 //! # `job.json`
@@ -340,13 +349,28 @@ impl Job {
         read_state(&self.state_path())
     }
 
-    /// Read `job.json`, let `f` change it, and rewrite it atomically; the new state. The id
-    /// cannot be changed (it is restored). Call it while holding the job lock.
+    /// Read `job.json`, let `f` change it, and rewrite it atomically and durably (this also
+    /// makes earlier [`Durability::FileOnly`] writes in the job directory last); the new
+    /// state. The id cannot be changed (it is restored). Call it while holding the job lock.
     pub fn update(&self, f: impl FnOnce(&mut JobState)) -> Result<JobState, JobError> {
+        self.update_with(Durability::Durable, f)
+    }
+
+    /// [`Job::update`] for facts that only matter while the run lasts (its pid, its command
+    /// line for `status`): atomic, not flushed.
+    pub fn update_transient(&self, f: impl FnOnce(&mut JobState)) -> Result<JobState, JobError> {
+        self.update_with(Durability::Volatile, f)
+    }
+
+    fn update_with(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&mut JobState),
+    ) -> Result<JobState, JobError> {
         let mut state = self.state()?;
         f(&mut state);
         state.id.clone_from(&self.id);
-        write_state(&self.state_path(), &state)?;
+        write_state(&self.state_path(), &state, durability)?;
         Ok(state)
     }
 
@@ -603,9 +627,9 @@ impl JobStore {
                     .mode(DIR_MODE)
                     .create(&tmp)
                     .map_err(io_err("create", &tmp))?;
+                // Not flushed: see "Durability" in the module docs.
                 let made = populate(&tmp, &id, &state).and_then(|lock| {
                     fs::rename(&tmp, &entry).map_err(io_err("rename", &tmp))?;
-                    sync_dir(&self.jobs)?;
                     Ok(lock)
                 });
                 match made {
@@ -644,7 +668,6 @@ impl JobStore {
                 let made = populate(&stage_canon, &id, &state).and_then(|lock| {
                     std::os::unix::fs::symlink(&stage_canon, &entry)
                         .map_err(io_err("link", &entry))?;
-                    sync_dir(&self.jobs)?;
                     Ok(lock)
                 });
                 match made {
@@ -798,7 +821,7 @@ fn populate(dir: &Path, id: &str, state: &JobState) -> Result<JobLock, JobError>
         }
         Err(fs::TryLockError::Error(e)) => return Err(io_err("lock", &lock_path)(e)),
     }
-    write_state(&dir.join(JOB_FILE), state)?;
+    write_state(&dir.join(JOB_FILE), state, Durability::Volatile)?;
     Ok(JobLock {
         _file: file,
         id: id.to_owned(),
@@ -851,13 +874,13 @@ fn read_state(path: &Path) -> Result<JobState, JobError> {
     })
 }
 
-fn write_state(path: &Path, state: &JobState) -> Result<(), JobError> {
+fn write_state(path: &Path, state: &JobState, durability: Durability) -> Result<(), JobError> {
     let mut bytes = serde_json::to_vec_pretty(state).map_err(|source| JobError::Corrupt {
         path: path.to_path_buf(),
         source,
     })?;
     bytes.push(b'\n');
-    write_atomic(path, &bytes, FILE_MODE).map_err(io_err("write", path))
+    write_atomic_with(path, &bytes, FILE_MODE, durability).map_err(io_err("write", path))
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), JobError> {
@@ -884,11 +907,34 @@ fn now_unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Write `bytes` to `path` atomically: a temporary file beside it (created exclusively,
-/// with `mode`), fsync, rename over `path`, fsync of the directory. A crash leaves either
-/// the old file or the new one, never a mix; a stray temporary file (`.<name>.tmp-*`) at
-/// worst.
+/// How much of an atomic write must survive a power loss (every level survives the writer
+/// being killed: readers see the old file or the new one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The file and its rename are flushed (file fsync, directory fsync).
+    Durable,
+    /// The file is flushed, its rename only by a later [`Durability::Durable`] write in the
+    /// same directory: for a set of records written together, the last one durable.
+    FileOnly,
+    /// Nothing is flushed.
+    Volatile,
+}
+
+/// Write `bytes` to `path` atomically and durably: a temporary file beside it (created
+/// exclusively, with `mode`), fsync, rename over `path`, fsync of the directory. A crash
+/// leaves either the old file or the new one, never a mix; a stray temporary file
+/// (`.<name>.tmp-*`) at worst.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    write_atomic_with(path, bytes, mode, Durability::Durable)
+}
+
+/// [`write_atomic`] with the flushes `durability` asks for.
+pub fn write_atomic_with(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    durability: Durability,
+) -> io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let name = path
         .file_name()
@@ -913,10 +959,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
             .open(&tmp)?;
         file.set_permissions(fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if durability != Durability::Volatile {
+            file.sync_all()?;
+        }
         drop(file);
         fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        match durability {
+            Durability::Durable => File::open(dir)?.sync_all(),
+            Durability::FileOnly | Durability::Volatile => Ok(()),
+        }
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -927,6 +978,31 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_durability_replaces_the_file_whole_with_its_mode_and_no_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("record.json");
+        for (i, d) in [
+            Durability::Durable,
+            Durability::FileOnly,
+            Durability::Volatile,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let text = format!("{{\"n\": {i}}}\n");
+            write_atomic_with(&path, text.as_bytes(), 0o600, d).unwrap();
+            assert_eq!(fs::read_to_string(&path).unwrap(), text, "{d:?}");
+            let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o600, "{d:?}");
+        }
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![OsString::from("record.json")]);
+    }
 
     #[test]
     fn non_utf8_workdir_round_trips() {

@@ -20,6 +20,9 @@ pub use fingerprint::{
     Ctime, Fingerprint, FingerprintEntry, FingerprintError, Fingerprints, HostRoot, HostState,
     fingerprint_of, read_fingerprints, write_fingerprints,
 };
-pub use job::{Job, JobError, JobLock, JobState, JobStore, JobSummary, StageState, write_atomic};
+pub use job::{
+    Durability, Job, JobError, JobLock, JobState, JobStore, JobSummary, StageState, write_atomic,
+    write_atomic_with,
+};
 pub use seal::{SealError, SealResult, seal};
 pub use store::{StoreError, storage_root};
