@@ -1,0 +1,377 @@
+//! Resource limits and typed outcomes through the real binary: timeout, cancellation, a
+//! killed supervisor, memory, pids, file size, stage size and /tmp size. Each test asserts
+//! the exit code, `run.failure` and what `resources` says; timing only within generous
+//! bounds. As root on a host with cgroup v1 controllers the cgroup must be used; elsewhere
+//! the rlimit fallback and its limitation are asserted.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+fn sealed_host() -> bool {
+    require("unprivileged user namespaces", userns_independently())
+        && require("Landlock", landlock_abi_independently() > 0)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether cofferdam must use a cgroup v1 controller here: running as root with the
+/// controller's v1 hierarchy mounted.
+fn v1_as_root(controller: &str) -> bool {
+    is_root()
+        && std::fs::read_to_string("/proc/self/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                f.get(2) == Some(&"cgroup")
+                    && f.get(3)
+                        .is_some_and(|o| o.split(',').any(|c| c == controller))
+            })
+}
+
+fn last_bundle(s: &Sandbox) -> Value {
+    let out = s.cmd().args(["status", "--json", "last"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    json_of(&out)
+}
+
+fn trace_of(b: &Value) -> String {
+    std::fs::read_to_string(b["run"]["event_stream_ref"].as_str().unwrap()).unwrap()
+}
+
+/// Processes whose command line contains `marker` (a unique argument of the workload).
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) && !cmd.contains("cofferdam") {
+                out.push(format!("{name}: {cmd}"));
+            }
+        }
+    }
+    out
+}
+
+/// Wait up to `limit` for `cond`.
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+/// `cofferdam ARGS` started in the background with the test's clean environment.
+fn spawn(s: &Sandbox, args: &[&str]) -> Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("cofferdam"))
+        .env_clear()
+        .env("HOME", s.home.path())
+        .env("COFFERDAM_HOME", s.store.path())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(s.work.path())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn kill(child: &Child, sig: i32) {
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on our own unreaped child.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+#[test]
+fn timeout_ends_the_run_with_124_and_kills_a_workload_that_ignores_sigterm() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Instant::now();
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--timeout", "1s", "--", "sleep", "30"])
+        .output()
+        .unwrap();
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    let b = last_bundle(&s);
+    assert_eq!(b["run"]["failure"]["kind"], "timeout", "{b}");
+    assert_eq!(b["run"]["failure"]["limit"], "timeout_ms");
+    assert_eq!(b["run"]["state"], "failed");
+    assert_eq!(b["resources"]["effective"]["timeout_ms"], 1000);
+    assert!(trace_of(&b).contains(r#""type":"limit_hit","limit":"timeout_ms""#));
+
+    // SIGTERM ignored: the grace period ends in SIGKILL of the whole pid namespace.
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--timeout", "1s", "--", "sh", "-c"])
+        .arg("trap '' TERM; sleep 3511 & sleep 3511; wait")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert_eq!(last_bundle(&s)["run"]["failure"]["kind"], "timeout");
+    assert!(
+        wait_for(Duration::from_secs(5), || processes_with("3511").is_empty()),
+        "left behind: {:?}",
+        processes_with("3511")
+    );
+}
+
+#[test]
+fn sigint_or_sigterm_to_cofferdam_cancels_with_130_and_leaves_nothing() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    for (sig, marker) in [(libc::SIGINT, "3512"), (libc::SIGTERM, "3513")] {
+        let mut child = spawn(&s, &["run", "-q", "--", "sleep", marker]);
+        assert!(
+            wait_for(Duration::from_secs(20), || !processes_with(marker)
+                .is_empty()),
+            "the workload never started"
+        );
+        kill(&child, sig);
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "signal {sig}");
+        let b = last_bundle(&s);
+        assert_eq!(b["run"]["failure"]["kind"], "cancelled", "{b}");
+        assert_eq!(b["run"]["state"], "cancelled");
+        assert!(
+            wait_for(Duration::from_secs(5), || processes_with(marker).is_empty()),
+            "left behind: {:?}",
+            processes_with(marker)
+        );
+    }
+}
+
+#[test]
+fn memory_limit_ends_in_oom_under_a_cgroup_or_fails_the_allocation_under_rlimits() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--memory", "64MiB", "--", "awk"])
+        .arg("BEGIN { s = \"x\"; while (length(s) < 512 * 1024 * 1024) s = s s; print length(s) }")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "512 MiB fit under 64 MiB: {out:?}");
+    let b = last_bundle(&s);
+    let r = &b["resources"];
+    assert_eq!(r["requested"]["memory_bytes"], 64 << 20);
+    let by_cgroup = r["mechanisms"].to_string().contains("memory: cgroup");
+    if v1_as_root("memory") {
+        assert!(
+            by_cgroup,
+            "root with a v1 memory hierarchy must use it: {r}"
+        );
+    }
+    if by_cgroup {
+        assert_eq!(b["run"]["failure"]["kind"], "oom", "{b}");
+        assert_eq!(out.status.code(), Some(137));
+        assert!(trace_of(&b).contains(r#""limit":"memory_bytes""#));
+    } else {
+        assert_eq!(b["run"]["failure"]["kind"], "process_exit", "{b}");
+        let lim = r["limitations"].to_string();
+        assert!(
+            lim.contains("RLIMIT_DATA") && lim.contains("no cgroup"),
+            "{r}"
+        );
+    }
+    let left = std::fs::read_dir("/sys/fs/cgroup/memory")
+        .map(|_| find_cgroups(Path::new("/sys/fs/cgroup/memory"), 4))
+        .unwrap_or_default();
+    assert!(left.is_empty(), "cgroups left behind: {left:?}");
+}
+
+/// `cofferdam-run-*` cgroup directories under `dir`, `depth` levels down.
+fn find_cgroups(dir: &Path, depth: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("cofferdam-run-") {
+            // Another test's run may be live: only a finished run's cgroup is a leak.
+            let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
+            if procs.trim().is_empty() {
+                out.push(e.path().display().to_string());
+            }
+        } else if depth > 0 {
+            out.extend(find_cgroups(&e.path(), depth - 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_fork_bomb_under_pids_is_contained_and_leaves_nothing() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--pids",
+            "64",
+            "--timeout",
+            "5s",
+            "--",
+            "bash",
+            "-c",
+        ])
+        .arg("while :; do sleep 3514 & done")
+        .output()
+        .unwrap();
+    let b = last_bundle(&s);
+    let kind = b["run"]["failure"]["kind"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        kind == "timeout" || kind == "limit",
+        "{kind}: {}",
+        b["run"]["failure"]
+    );
+    assert_ne!(out.status.code(), Some(0));
+    if v1_as_root("pids") {
+        assert!(
+            b["resources"]["mechanisms"]
+                .to_string()
+                .contains("pids: cgroup v1 pids.max"),
+            "{}",
+            b["resources"]
+        );
+        assert!(trace_of(&b).contains(r#""limit":"pids""#), "no limit_hit");
+    }
+    assert!(
+        wait_for(Duration::from_secs(5), || processes_with("3514").is_empty()),
+        "left behind: {} processes",
+        processes_with("3514").len()
+    );
+}
+
+#[test]
+fn a_write_past_max_file_size_ends_as_limit() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--max-file-size", "1MiB", "--", "dd"])
+        .args(["if=/dev/zero", "of=big", "bs=1M", "count=10"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(128 + 25), "{out:?}");
+    let b = last_bundle(&s);
+    let f = &b["run"]["failure"];
+    assert_eq!(f["kind"], "limit", "{b}");
+    assert_eq!(f["limit"], "max_file_size_bytes");
+    assert_eq!(b["resources"]["effective"]["max_file_size_bytes"], 1 << 20);
+    assert!(trace_of(&b).contains(r#""limit":"max_file_size_bytes""#));
+}
+
+#[test]
+fn a_stage_past_stage_size_ends_as_limit_whether_the_poll_or_the_seal_sees_it() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    // Still running: the poll stops it.
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--stage-size",
+            "1MiB",
+            "--timeout",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg("dd if=/dev/zero of=big bs=1M count=10 2>/dev/null; sleep 3515")
+        .output()
+        .unwrap();
+    let b = last_bundle(&s);
+    assert_eq!(b["run"]["failure"]["kind"], "limit", "{b}");
+    assert_eq!(b["run"]["failure"]["limit"], "stage_size_bytes");
+    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(b["resources"]["effective"]["stage_size_bytes"], 1 << 20);
+    assert!(
+        b["resources"]["limitations"].to_string().contains("poll"),
+        "the poll's overshoot is a stated limitation"
+    );
+    // Gone before a poll: the check at seal fails the run.
+    s.cmd()
+        .args(["run", "-q", "--stage-size", "1MiB", "--", "dd"])
+        .args(["if=/dev/zero", "of=big2", "bs=1M", "count=10"])
+        .output()
+        .unwrap();
+    let b = last_bundle(&s);
+    assert_eq!(b["run"]["failure"]["limit"], "stage_size_bytes", "{b}");
+    // Under the cap: no failure.
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--stage-size",
+            "1MiB",
+            "--",
+            "sh",
+            "-c",
+            "echo hi > small",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn tmp_size_caps_the_sandboxs_tmp() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--tmp-size", "1MiB", "--", "dd"])
+        .args(["if=/dev/zero", "of=/tmp/big", "bs=1M", "count=10"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No space left"),
+        "{out:?}"
+    );
+    let b = last_bundle(&s);
+    assert_eq!(b["resources"]["effective"]["tmp_size_bytes"], 1 << 20);
+}
