@@ -375,3 +375,57 @@ fn tmp_size_caps_the_sandboxs_tmp() {
     let b = last_bundle(&s);
     assert_eq!(b["resources"]["effective"]["tmp_size_bytes"], 1 << 20);
 }
+
+#[test]
+fn kill_from_another_terminal_cancels_a_live_job_and_refuses_an_ended_one() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let mut child = spawn(&s, &["run", "-q", "--", "sleep", "3516"]);
+    assert!(
+        wait_for(Duration::from_secs(20), || !processes_with("3516")
+            .is_empty()),
+        "the workload never started"
+    );
+    let out = s.cmd().args(["kill", "last"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert_eq!(last_bundle(&s)["run"]["failure"]["kind"], "cancelled");
+    assert!(wait_for(Duration::from_secs(5), || processes_with("3516").is_empty()));
+    // Ended: nothing is signalled.
+    let out = s.cmd().args(["kill", "last"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not running"));
+}
+
+#[test]
+fn a_killed_supervisor_takes_the_sandbox_with_it_and_the_job_shows_interrupted() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let mut child = spawn(
+        &s,
+        &["run", "-q", "--", "sh", "-c", "echo x > kept; sleep 3517"],
+    );
+    assert!(
+        wait_for(Duration::from_secs(20), || !processes_with("3517")
+            .is_empty()),
+        "the workload never started"
+    );
+    kill(&child, libc::SIGKILL);
+    child.wait().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(2), || processes_with("3517").is_empty()),
+        "the sandbox outlived its supervisor: {:?}",
+        processes_with("3517")
+    );
+    let out = s.cmd().args(["status", "--json", "last"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json_of(&out)["review_context"]["job_state"], "interrupted");
+    assert!(
+        s.work.path().join("kept").metadata().is_err(),
+        "the stage leaked"
+    );
+}
