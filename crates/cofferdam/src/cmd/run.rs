@@ -114,6 +114,18 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         limit: CAPTURE_LIMIT,
     });
 
+    // What `status --review`/`apply` seal an interrupted job from if this process dies.
+    if let Err(e) = super::recover::write_provisional(&super::recover::Start {
+        policy: &policy,
+        plan: &plan,
+        decision: &decision,
+        job: &job,
+        started,
+        argv: &args.command,
+        controls: &limits.controls,
+    }) {
+        eprintln!("cofferdam: warning: {e}; if cofferdam dies mid-run the job cannot be sealed");
+    }
     let exe = PathBuf::from("/proc/self/exe");
     let outcome = {
         // Still right with a pty: the caller's terminal is cooked until the command's
@@ -256,6 +268,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     cofferdam_stage::write_atomic(&job.bundle_path(), text.as_bytes(), 0o600).map_err(|e| {
         Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
     })?;
+    super::recover::remove_provisional(&job);
     let code = exit_code_of(&ending);
     job.update(|s| {
         s.pid = None;

@@ -399,33 +399,77 @@ fn kill_from_another_terminal_cancels_a_live_job_and_refuses_an_ended_one() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not running"));
 }
 
-#[test]
-fn a_killed_supervisor_takes_the_sandbox_with_it_and_the_job_shows_interrupted() {
-    if !sealed_host() {
-        return;
-    }
-    let s = Sandbox::new();
-    let mut child = spawn(
-        &s,
-        &["run", "-q", "--", "sh", "-c", "echo x > kept; sleep 3517"],
-    );
+/// Start `script` under `cofferdam run`, wait for `marker` to run, SIGKILL cofferdam, and
+/// assert the sandbox died with it.
+fn run_then_kill_the_supervisor(s: &Sandbox, script: &str, marker: &str) {
+    let mut child = spawn(s, &["run", "-q", "--", "sh", "-c", script]);
     assert!(
-        wait_for(Duration::from_secs(20), || !processes_with("3517")
+        wait_for(Duration::from_secs(20), || !processes_with(marker)
             .is_empty()),
         "the workload never started"
     );
     kill(&child, libc::SIGKILL);
     child.wait().unwrap();
     assert!(
-        wait_for(Duration::from_secs(2), || processes_with("3517").is_empty()),
+        wait_for(Duration::from_secs(2), || processes_with(marker).is_empty()),
         "the sandbox outlived its supervisor: {:?}",
-        processes_with("3517")
+        processes_with(marker)
     );
+}
+
+#[test]
+fn a_killed_supervisor_takes_the_sandbox_with_it_and_the_job_shows_interrupted() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    run_then_kill_the_supervisor(&s, "echo x > kept; sleep 3517", "3517");
     let out = s.cmd().args(["status", "--json", "last"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(json_of(&out)["review_context"]["job_state"], "interrupted");
     assert!(
         s.work.path().join("kept").metadata().is_err(),
         "the stage leaked"
+    );
+
+    // `status --review` seals it on demand; the record says what is and is not known.
+    let out = s
+        .cmd()
+        .args(["status", "--review", "last"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    assert_eq!(b["review_context"]["job_state"], "staged", "{b}");
+    assert_eq!(b["run"]["failure"]["kind"], "signal");
+    assert!(
+        b["run"]["failure"].get("signal").is_none(),
+        "unknown is absent"
+    );
+    let message = b["run"]["failure"]["message"].as_str().unwrap();
+    assert!(message.contains("supervisor ended abruptly"), "{message}");
+    assert_eq!(b["safety"]["filesystem_non_bypassable"], false);
+    assert_eq!(b["filesystem"]["changes"][0]["path"], "kept");
+    // …and its change applies.
+    let out = s.cmd().args(["apply", "last"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(s.work.path().join("kept")).unwrap(),
+        "x\n"
+    );
+}
+
+#[test]
+fn apply_seals_an_interrupted_job_itself() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    run_then_kill_the_supervisor(&s, "echo y > made; sleep 3518", "3518");
+    let out = s.cmd().args(["apply", "last"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(s.work.path().join("made")).unwrap(),
+        "y\n"
     );
 }
