@@ -249,3 +249,168 @@ pub fn summarize(policy: &Policy, controls: &[ControlObservation]) -> ResourceSu
         limitations,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cofferdam_record::bundle::ControlDimension;
+    use serde_json::json;
+
+    fn all_requested() -> Policy {
+        let places = crate::policy::Places {
+            cwd: "/w".into(),
+            home: "/h".into(),
+        };
+        let flags = crate::policy::RunFlags {
+            memory: Some("64MiB".into()),
+            pids: Some(64),
+            cpus: Some(1.5),
+            timeout: Some("1s".into()),
+            cpu_time: Some("2s".into()),
+            max_file_size: Some("1MiB".into()),
+            open_files: Some(64),
+            io_bps: Some("1MiB".into()),
+            tmp_size: Some("1MiB".into()),
+            stage_size: Some("1MiB".into()),
+            ..Default::default()
+        };
+        crate::policy::resolve_policy(None, &flags, &places).unwrap()
+    }
+
+    fn obs(
+        m: ControlMechanism,
+        status: ControlStatus,
+        details: &[(&str, Value)],
+    ) -> ControlObservation {
+        let mut o = ControlObservation::new(m, ControlDimension::Resources, status);
+        for (k, v) in details {
+            o.details.insert((*k).into(), v.clone());
+        }
+        o
+    }
+
+    /// Every observation that could back a limit, all enforced.
+    fn everything() -> Vec<ControlObservation> {
+        let cg = |dim: &str, file: &str| {
+            obs(
+                ControlMechanism::Cgroup,
+                ControlStatus::Enforced,
+                &[
+                    ("dimension", json!(dim)),
+                    ("version", json!(1)),
+                    ("file", json!(file)),
+                ],
+            )
+        };
+        let rl = |name: &str, soft: u64| {
+            obs(
+                ControlMechanism::Rlimit,
+                ControlStatus::Enforced,
+                &[("resource", json!(name)), ("soft", json!(soft))],
+            )
+        };
+        let wc = |resource: &str, status| {
+            obs(
+                ControlMechanism::WallClock,
+                status,
+                &[("resource", json!(resource))],
+            )
+        };
+        let mut stage = wc("stage_size", ControlStatus::Partial);
+        stage.reason = Some("polled".into());
+        vec![
+            cg("memory_bytes", "memory.limit_in_bytes"),
+            cg("pids", "pids.max"),
+            cg("cpus", "cpu.cfs_quota_us"),
+            wc("timeout", ControlStatus::Enforced),
+            rl("RLIMIT_CPU", 2),
+            rl("RLIMIT_FSIZE", 1 << 20),
+            rl("RLIMIT_NOFILE", 64),
+            obs(
+                ControlMechanism::Tmpfs,
+                ControlStatus::Enforced,
+                &[("tmp_size_bytes", json!(1 << 20))],
+            ),
+            stage,
+        ]
+    }
+
+    fn effective_keys(r: &ResourceSummary) -> Vec<String> {
+        serde_json::to_value(&r.effective)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn with_every_mechanism_every_row_but_io_is_effective() {
+        let r = summarize(&all_requested(), &everything());
+        assert_eq!(effective_keys(&r).len(), 9, "{:?}", r.effective);
+        assert!(r.effective.io_bytes_per_sec.is_none());
+        assert_eq!(r.effective.cpu_time_ms, Some(2000));
+        assert!(
+            r.mechanisms
+                .iter()
+                .any(|m| m.contains("cgroup v1 pids.max"))
+        );
+        // io is not implemented; the stage poll's overshoot is a stated limitation.
+        assert_eq!(r.limitations.len(), 2, "{:?}", r.limitations);
+    }
+
+    #[test]
+    fn each_row_is_absent_and_a_limitation_when_its_mechanism_is_taken_away() {
+        let all = everything();
+        let full = summarize(&all_requested(), &all);
+        for i in 0..all.len() {
+            let mut fewer = all.clone();
+            let gone = fewer.remove(i);
+            let r = summarize(&all_requested(), &fewer);
+            assert_eq!(
+                effective_keys(&r).len(),
+                effective_keys(&full).len() - 1,
+                "removing {gone:?} left {:?}",
+                r.effective
+            );
+            assert!(r.limitations.len() > full.limitations.len() - 1, "{gone:?}");
+        }
+        // Taken away by status rather than absence: not enforced is not effective.
+        for i in 0..all.len() {
+            let mut weaker = all.clone();
+            weaker[i].status = ControlStatus::Failed;
+            let r = summarize(&all_requested(), &weaker);
+            assert_eq!(effective_keys(&r).len(), 8, "{:?}", weaker[i]);
+        }
+    }
+
+    #[test]
+    fn without_a_cgroup_memory_falls_back_to_rlimit_data_and_says_why() {
+        let mut failed = obs(
+            ControlMechanism::Cgroup,
+            ControlStatus::Unavailable,
+            &[("dimension", json!("memory_bytes"))],
+        );
+        failed.reason = Some("no delegated subtree".into());
+        let data = obs(
+            ControlMechanism::Rlimit,
+            ControlStatus::Enforced,
+            &[
+                ("resource", json!("RLIMIT_DATA")),
+                ("soft", json!(64 << 20)),
+            ],
+        );
+        let r = summarize(&all_requested(), &[failed, data]);
+        assert_eq!(r.effective.memory_bytes, Some(64 << 20));
+        let memory = r
+            .limitations
+            .iter()
+            .find(|l| l.starts_with("memory"))
+            .unwrap();
+        assert!(
+            memory.contains("RLIMIT_DATA") && memory.contains("no delegated subtree"),
+            "{memory}"
+        );
+    }
+}

@@ -184,15 +184,27 @@ fn install_one(
     if limit.version == CgroupVersion::V2 {
         let parent = dir.parent().unwrap_or(&dir);
         let ctl = parent.join("cgroup.subtree_control");
-        std::fs::write(&ctl, format!("+{}", limit.controller)).map_err(|e| {
-            format!(
-                "cannot enable the {} controller in {}: {e} (a cgroup with processes of its \
+        let enable = || std::fs::write(&ctl, format!("+{}", limit.controller));
+        enable()
+            .or_else(|e| {
+                // No internal processes: when cofferdam is alone in its delegated cgroup
+                // (`systemd-run --user --scope -p Delegate=yes cofferdam …`), it steps
+                // into a leaf of its own so the parent can hand controllers down.
+                if e.raw_os_error() == Some(libc::EBUSY) && leave_for_leaf(parent)? {
+                    enable()
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| {
+                format!(
+                    "cannot enable the {} controller in {}: {e} (a cgroup with processes of its \
                  own cannot give controllers to a child; start cofferdam in a delegated scope \
                  of its own, e.g. `systemd-run --user --scope -p Delegate=yes cofferdam …`)",
-                limit.controller,
-                ctl.display()
-            )
-        })?;
+                    limit.controller,
+                    ctl.display()
+                )
+            })?;
     }
     for (i, (file, value)) in limit.writes.iter().enumerate() {
         let path = dir.join(file);
@@ -216,6 +228,30 @@ fn install_one(
         }
     }
     Ok(dir)
+}
+
+/// Move this process out of `parent` into a new leaf child, but only when it is the only
+/// process there (so nobody else's cgroup changes); whether it moved.
+fn leave_for_leaf(parent: &Path) -> std::io::Result<bool> {
+    let me = std::process::id();
+    let procs = std::fs::read_to_string(parent.join("cgroup.procs"))?;
+    if !only_pid(&procs, me) {
+        return Ok(false);
+    }
+    let leaf = parent.join(format!("cofferdam-supervisor-{me}"));
+    match std::fs::create_dir(&leaf) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::write(leaf.join("cgroup.procs"), me.to_string())?;
+    Ok(true)
+}
+
+/// Whether a `cgroup.procs` listing is exactly `pid`.
+fn only_pid(procs: &str, pid: u32) -> bool {
+    let mut pids = procs.lines().filter_map(|l| l.trim().parse::<u32>().ok());
+    pids.next() == Some(pid) && pids.next().is_none()
 }
 
 /// Whether the value read back is the one written (v1 rounds memory limits to pages).
@@ -342,6 +378,14 @@ mod tests {
             v2_own_dir(MOUNTINFO, PROC),
             Some(PathBuf::from("/sys/fs/cgroup/unified/user.slice"))
         );
+    }
+
+    #[test]
+    fn the_supervisor_steps_aside_only_when_alone() {
+        assert!(only_pid("42\n", 42));
+        assert!(!only_pid("42\n43\n", 42));
+        assert!(!only_pid("43\n", 42));
+        assert!(!only_pid("", 42));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 
 use crate::exit::Failure;
 use cofferdam_policy::outcome::{Ending, RunReport, assemble_bundle};
-use cofferdam_record::bundle::{FailureKind, RunFailure, RunState, SafetySummary};
+use cofferdam_record::bundle::{
+    ControlMechanism, FailureKind, RunFailure, RunState, SafetySummary,
+};
 use cofferdam_record::trace::TraceEventKind;
 use cofferdam_record::{read_bundle, write_bundle_json};
 use cofferdam_stage::job::{Job, JobLock, JobState, StageState};
@@ -85,8 +87,19 @@ pub(crate) fn seal_interrupted(
             provisional_path(job).display()
         ))
     })?;
-    // The overlay's work directory is left over by the dead sandbox.
+    // The overlay's work directory is left over by the dead sandbox, and so is the run's
+    // cgroup (empty now: its processes died with the supervisor; rmdir refuses otherwise).
     job.remove_overlay_work().ok();
+    for o in &bundle.executor_observations.controls {
+        if o.mechanism == ControlMechanism::Cgroup
+            && let Some(path) = o.details.get("path").and_then(|p| p.as_str())
+            && std::path::Path::new(path)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy() == format!("cofferdam-{}", job.id()))
+        {
+            let _ = std::fs::remove_dir(path);
+        }
+    }
     let sealed =
         cofferdam_stage::seal::seal(&job.upper(), &state.workdir).map_err(Failure::setup)?;
     let mut fingerprints = sealed.fingerprints;
