@@ -91,6 +91,31 @@ fn spawn(s: &Sandbox, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// `spawn`, then wait until the workload (`marker`) runs.
+fn start(s: &Sandbox, args: &[&str], marker: &str) -> Child {
+    let child = spawn(s, args);
+    let started = wait_for(Duration::from_secs(20), || {
+        !processes_with(marker).is_empty()
+    });
+    assert!(started, "the workload never started");
+    child
+}
+
+/// Assert that no process with `marker` is left within `secs`.
+fn assert_gone(marker: &str, secs: u64) {
+    let gone = wait_for(Duration::from_secs(secs), || {
+        processes_with(marker).is_empty()
+    });
+    assert!(gone, "left behind: {:?}", processes_with(marker));
+}
+
+/// `cofferdam run -q` with the test's clean environment.
+fn run_q(s: &Sandbox) -> assert_cmd::Command {
+    let mut c = s.cmd();
+    c.args(["run", "-q"]);
+    c
+}
+
 fn kill(child: &Child, sig: i32) {
     let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: kill(2) on our own unreaped child.
@@ -104,9 +129,8 @@ fn timeout_ends_the_run_with_124_and_kills_a_workload_that_ignores_sigterm() {
     }
     let s = Sandbox::new();
     let t = Instant::now();
-    let out = s
-        .cmd()
-        .args(["run", "-q", "--timeout", "1s", "--", "sleep", "30"])
+    let out = run_q(&s)
+        .args(["--timeout", "1s", "--", "sleep", "30"])
         .output()
         .unwrap();
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
@@ -119,19 +143,14 @@ fn timeout_ends_the_run_with_124_and_kills_a_workload_that_ignores_sigterm() {
     assert!(trace_of(&b).contains(r#""type":"limit_hit","limit":"timeout_ms""#));
 
     // SIGTERM ignored: the grace period ends in SIGKILL of the whole pid namespace.
-    let out = s
-        .cmd()
-        .args(["run", "-q", "--timeout", "1s", "--", "sh", "-c"])
+    let out = run_q(&s)
+        .args(["--timeout", "1s", "--", "sh", "-c"])
         .arg("trap '' TERM; sleep 3511 & sleep 3511; wait")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(124), "{out:?}");
     assert_eq!(last_bundle(&s)["run"]["failure"]["kind"], "timeout");
-    assert!(
-        wait_for(Duration::from_secs(5), || processes_with("3511").is_empty()),
-        "left behind: {:?}",
-        processes_with("3511")
-    );
+    assert_gone("3511", 5);
 }
 
 #[test]
@@ -141,23 +160,14 @@ fn sigint_or_sigterm_to_cofferdam_cancels_with_130_and_leaves_nothing() {
     }
     let s = Sandbox::new();
     for (sig, marker) in [(libc::SIGINT, "3512"), (libc::SIGTERM, "3513")] {
-        let mut child = spawn(&s, &["run", "-q", "--", "sleep", marker]);
-        assert!(
-            wait_for(Duration::from_secs(20), || !processes_with(marker)
-                .is_empty()),
-            "the workload never started"
-        );
+        let mut child = start(&s, &["run", "-q", "--", "sleep", marker], marker);
         kill(&child, sig);
         let status = child.wait().unwrap();
         assert_eq!(status.code(), Some(130), "signal {sig}");
         let b = last_bundle(&s);
         assert_eq!(b["run"]["failure"]["kind"], "cancelled", "{b}");
         assert_eq!(b["run"]["state"], "cancelled");
-        assert!(
-            wait_for(Duration::from_secs(5), || processes_with(marker).is_empty()),
-            "left behind: {:?}",
-            processes_with(marker)
-        );
+        assert_gone(marker, 5);
     }
 }
 
@@ -167,9 +177,8 @@ fn memory_limit_ends_in_oom_under_a_cgroup_or_fails_the_allocation_under_rlimits
         return;
     }
     let s = Sandbox::new();
-    let out = s
-        .cmd()
-        .args(["run", "-q", "--memory", "64MiB", "--", "awk"])
+    let out = run_q(&s)
+        .args(["--memory", "64MiB", "--", "awk"])
         .arg("BEGIN { s = \"x\"; while (length(s) < 512 * 1024 * 1024) s = s s; print length(s) }")
         .output()
         .unwrap();
@@ -232,19 +241,8 @@ fn a_fork_bomb_under_pids_is_contained_and_leaves_nothing() {
         return;
     }
     let s = Sandbox::new();
-    let out = s
-        .cmd()
-        .args([
-            "run",
-            "-q",
-            "--pids",
-            "64",
-            "--timeout",
-            "5s",
-            "--",
-            "bash",
-            "-c",
-        ])
+    let out = run_q(&s)
+        .args(["--pids", "64", "--timeout", "5s", "--", "bash", "-c"])
         // Bounded, so a host where nothing enforces --pids (root on cgroup v2 without
         // delegation) is not flooded; the pids cgroup refuses well before 300.
         .arg("i=0; while [ $i -lt 300 ]; do sleep 3514 & i=$((i+1)); done; wait")
@@ -271,11 +269,7 @@ fn a_fork_bomb_under_pids_is_contained_and_leaves_nothing() {
         );
         assert!(trace_of(&b).contains(r#""limit":"pids""#), "no limit_hit");
     }
-    assert!(
-        wait_for(Duration::from_secs(5), || processes_with("3514").is_empty()),
-        "left behind: {} processes",
-        processes_with("3514").len()
-    );
+    assert_gone("3514", 5);
 }
 
 #[test]
@@ -284,9 +278,8 @@ fn a_write_past_max_file_size_ends_as_limit() {
         return;
     }
     let s = Sandbox::new();
-    let out = s
-        .cmd()
-        .args(["run", "-q", "--max-file-size", "1MiB", "--", "dd"])
+    let out = run_q(&s)
+        .args(["--max-file-size", "1MiB", "--", "dd"])
         .args(["if=/dev/zero", "of=big", "bs=1M", "count=10"])
         .output()
         .unwrap();
@@ -306,19 +299,8 @@ fn a_stage_past_stage_size_ends_as_limit_whether_the_poll_or_the_seal_sees_it() 
     }
     let s = Sandbox::new();
     // Still running: the poll stops it.
-    let out = s
-        .cmd()
-        .args([
-            "run",
-            "-q",
-            "--stage-size",
-            "1MiB",
-            "--timeout",
-            "60s",
-            "--",
-            "sh",
-            "-c",
-        ])
+    let out = run_q(&s)
+        .args(["--stage-size", "1MiB", "--timeout", "60s", "--", "sh", "-c"])
         .arg("dd if=/dev/zero of=big bs=1M count=10 2>/dev/null; sleep 3515")
         .output()
         .unwrap();
@@ -332,26 +314,16 @@ fn a_stage_past_stage_size_ends_as_limit_whether_the_poll_or_the_seal_sees_it() 
         "the poll's overshoot is a stated limitation"
     );
     // Gone before a poll: the check at seal fails the run.
-    s.cmd()
-        .args(["run", "-q", "--stage-size", "1MiB", "--", "dd"])
+    run_q(&s)
+        .args(["--stage-size", "1MiB", "--", "dd"])
         .args(["if=/dev/zero", "of=big2", "bs=1M", "count=10"])
         .output()
         .unwrap();
     let b = last_bundle(&s);
     assert_eq!(b["run"]["failure"]["limit"], "stage_size_bytes", "{b}");
     // Under the cap: no failure.
-    let out = s
-        .cmd()
-        .args([
-            "run",
-            "-q",
-            "--stage-size",
-            "1MiB",
-            "--",
-            "sh",
-            "-c",
-            "echo hi > small",
-        ])
+    let out = run_q(&s)
+        .args(["--stage-size", "1MiB", "--", "sh", "-c", "echo hi > small"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -363,9 +335,8 @@ fn tmp_size_caps_the_sandboxs_tmp() {
         return;
     }
     let s = Sandbox::new();
-    let out = s
-        .cmd()
-        .args(["run", "-q", "--tmp-size", "1MiB", "--", "dd"])
+    let out = run_q(&s)
+        .args(["--tmp-size", "1MiB", "--", "dd"])
         .args(["if=/dev/zero", "of=/tmp/big", "bs=1M", "count=10"])
         .output()
         .unwrap();
@@ -384,17 +355,12 @@ fn kill_from_another_terminal_cancels_a_live_job_and_refuses_an_ended_one() {
         return;
     }
     let s = Sandbox::new();
-    let mut child = spawn(&s, &["run", "-q", "--", "sleep", "3516"]);
-    assert!(
-        wait_for(Duration::from_secs(20), || !processes_with("3516")
-            .is_empty()),
-        "the workload never started"
-    );
+    let mut child = start(&s, &["run", "-q", "--", "sleep", "3516"], "3516");
     let out = s.cmd().args(["kill", "last"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(child.wait().unwrap().code(), Some(130));
     assert_eq!(last_bundle(&s)["run"]["failure"]["kind"], "cancelled");
-    assert!(wait_for(Duration::from_secs(5), || processes_with("3516").is_empty()));
+    assert_gone("3516", 5);
     // Ended: nothing is signalled.
     let out = s.cmd().args(["kill", "last"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -404,19 +370,10 @@ fn kill_from_another_terminal_cancels_a_live_job_and_refuses_an_ended_one() {
 /// Start `script` under `cofferdam run`, wait for `marker` to run, SIGKILL cofferdam, and
 /// assert the sandbox died with it.
 fn run_then_kill_the_supervisor(s: &Sandbox, script: &str, marker: &str) {
-    let mut child = spawn(s, &["run", "-q", "--", "sh", "-c", script]);
-    assert!(
-        wait_for(Duration::from_secs(20), || !processes_with(marker)
-            .is_empty()),
-        "the workload never started"
-    );
+    let mut child = start(s, &["run", "-q", "--", "sh", "-c", script], marker);
     kill(&child, libc::SIGKILL);
     child.wait().unwrap();
-    assert!(
-        wait_for(Duration::from_secs(2), || processes_with(marker).is_empty()),
-        "the sandbox outlived its supervisor: {:?}",
-        processes_with(marker)
-    );
+    assert_gone(marker, 2);
 }
 
 #[test]
