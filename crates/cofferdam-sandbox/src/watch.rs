@@ -11,7 +11,7 @@
 //! `cofferdam_policy::verdict`'s business.
 //!
 //! The stage cap is a poll: the stage's allocated bytes are summed every
-//! [`STAGE_POLL_INTERVAL`], so a burst between two polls can overshoot the cap before the
+//! [`STAGE_POLL_INTERVAL`] (less often when a walk takes longer than a tenth of that), so a burst between two polls can overshoot the cap before the
 //! workload is stopped (the check at seal is exact, and fails the run as well).
 
 use cofferdam_policy::verdict::{Cause, stage_cause};
@@ -127,7 +127,12 @@ impl Watch {
             if self.stop.is_none()
                 && let Some((dir, cap)) = &self.spec.stage_cap
             {
+                let walk = Instant::now();
                 let bytes = allocated_bytes(dir);
+                // A large stage makes the walk slow: poll less often rather than spend
+                // more than a tenth of the supervisor's time on it (the relay waits).
+                let spent = walk.elapsed().saturating_mul(10);
+                self.next_poll = Some(Instant::now() + STAGE_POLL_INTERVAL.max(spent));
                 if bytes > *cap {
                     let cause = stage_cause(bytes, *cap);
                     self.begin(cause, init);

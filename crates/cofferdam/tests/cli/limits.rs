@@ -432,3 +432,30 @@ fn apply_seals_an_interrupted_job_itself() {
         "y\n"
     );
 }
+
+#[test]
+fn cpus_is_a_cgroup_quota_or_a_stated_limitation() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = run_q(&s)
+        .args(["--cpus", "0.5", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r = last_bundle(&s)["resources"].clone();
+    if v1_as_root("cpu") {
+        assert_eq!(r["effective"]["cpus"], 0.5, "{r}");
+        assert!(
+            r["mechanisms"].to_string().contains("cpu.cfs_quota_us"),
+            "{r}"
+        );
+    } else if r["effective"].get("cpus").is_none() {
+        assert!(r["limitations"].to_string().contains("cpus"), "{r}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("`cpus` is not enforced"),
+            "{out:?}"
+        );
+    }
+}
