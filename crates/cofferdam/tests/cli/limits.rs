@@ -459,3 +459,21 @@ fn cpus_is_a_cgroup_quota_or_a_stated_limitation() {
         );
     }
 }
+
+#[test]
+fn cpu_time_ends_as_limit_by_sigxcpu() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = run_q(&s)
+        .args(["--cpu-time", "1s", "--timeout", "60s", "--", "sh", "-c"])
+        .arg("while :; do :; done")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(128 + 24), "{out:?}");
+    let b = last_bundle(&s);
+    assert_eq!(b["run"]["failure"]["kind"], "limit", "{b}");
+    assert_eq!(b["run"]["failure"]["limit"], "cpu_time_ms");
+    assert_eq!(b["resources"]["effective"]["cpu_time_ms"], 1000);
+}
