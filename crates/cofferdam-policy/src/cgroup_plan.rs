@@ -42,7 +42,8 @@ pub struct CgroupLimit {
     pub version: CgroupVersion,
     /// The controller (`memory`, `pids`, `cpu`).
     pub controller: &'static str,
-    /// Files and values, written in order (e.g. the period before the quota).
+    /// Files and values, written in order and read back; the first is the limit itself
+    /// (named in the observation), the rest complete it (swap, the CFS period).
     pub writes: Vec<(&'static str, String)>,
 }
 
@@ -112,7 +113,11 @@ pub fn plan_cgroup(r: &ResourceRequest, facts: &CgroupFacts, is_root: bool) -> C
                 ("memory.swap.max", "0".into()),
             ]
         } else {
-            vec![("memory.limit_in_bytes", m.0.to_string())]
+            // memsw after the memory limit (it may not be below it): no escape into swap.
+            vec![
+                ("memory.limit_in_bytes", m.0.to_string()),
+                ("memory.memsw.limit_in_bytes", m.0.to_string()),
+            ]
         };
         add(ResourceDimension::MemoryBytes, "memory", writes);
     }
@@ -129,8 +134,8 @@ pub fn plan_cgroup(r: &ResourceRequest, facts: &CgroupFacts, is_root: bool) -> C
             vec![("cpu.max", format!("{quota} {CPU_PERIOD_US}"))]
         } else {
             vec![
-                ("cpu.cfs_period_us", CPU_PERIOD_US.to_string()),
                 ("cpu.cfs_quota_us", quota.to_string()),
+                ("cpu.cfs_period_us", CPU_PERIOD_US.to_string()),
             ]
         };
         add(ResourceDimension::Cpus, "cpu", writes);

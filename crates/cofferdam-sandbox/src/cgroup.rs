@@ -23,6 +23,9 @@ use cofferdam_record::bundle::{
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
+/// Files that exist only with swap accounting; their absence is not a failure.
+const SWAP_FILES: &[&str] = &["memory.swap.max", "memory.memsw.limit_in_bytes"];
+
 /// The cgroup directories made for one run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunCgroup {
@@ -57,7 +60,7 @@ fn observation(
         .insert("version".into(), json!(limit.version.number()));
     o.details
         .insert("controller".into(), json!(limit.controller));
-    if let Some((file, value)) = limit.writes.last() {
+    if let Some((file, value)) = limit.writes.first() {
         o.details.insert("file".into(), json!(file));
         o.details.insert("value".into(), json!(value));
     }
@@ -206,16 +209,17 @@ fn install_one(
                 )
             })?;
     }
-    for (i, (file, value)) in limit.writes.iter().enumerate() {
+    for (file, value) in &limit.writes {
         let path = dir.join(file);
-        let last = i + 1 == limit.writes.len();
         match std::fs::write(&path, value) {
             Ok(()) => {}
-            // Swap accounting is optional (memory.swap.max without swap accounting).
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && *file == "memory.swap.max" => {}
+            // Swap accounting is optional: without it there is no swap file to limit.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && SWAP_FILES.contains(file) => {
+                continue;
+            }
             Err(e) => return Err(format!("cannot write {value} to {}: {e}", path.display())),
         }
-        if last {
+        {
             let back = std::fs::read_to_string(&path)
                 .map_err(|e| format!("cannot read back {}: {e}", path.display()))?;
             if !same_value(back.trim(), value) {

@@ -433,9 +433,10 @@ impl Loop {
             // Once the status pipe is at its end the init is exiting: look at it now and
             // then, and give up on the streams a while after it is gone.
             let tick = Duration::from_millis(100);
+            let live = self.status.is_some();
             let sleep = [
-                self.status.is_none().then_some(tick),
-                self.watch.wake_in(Instant::now()),
+                (!live).then_some(tick),
+                self.watch.wake_in(Instant::now()).filter(|_| live),
             ]
             .into_iter()
             .flatten()
@@ -464,7 +465,11 @@ impl Loop {
                     self.on_signal(sig, child);
                 }
             }
-            self.watch.tick(Instant::now(), child);
+            // Once the status stream has ended pid 1 is gone and the workload with it: a
+            // deadline passing while the output drains is not a timeout.
+            if self.status.is_some() {
+                self.watch.tick(Instant::now(), child);
+            }
             if self.status.is_none() {
                 match exited_at {
                     Some(t) if t.elapsed() >= DRAIN_AFTER_EXIT => return Ok(()),
@@ -686,7 +691,9 @@ impl Loop {
     fn on_signal(&mut self, sig: libc::c_int, child: &mut Child) {
         match sig {
             libc::SIGWINCH => self.sync_size(),
-            libc::SIGTERM | libc::SIGHUP | libc::SIGINT => self.watch.on_signal(sig, child),
+            libc::SIGTERM | libc::SIGHUP | libc::SIGINT if self.status.is_some() => {
+                self.watch.on_signal(sig, child);
+            }
             libc::SIGTSTP => {
                 // Give the terminal back, stop, and take it again when continued.
                 if let Some(raw) = &mut self.raw {
