@@ -23,5 +23,8 @@ pub use scope::{ScopeInputs, build_scope_report};
 pub mod doctor;
 
 pub use doctor::{CheckStatus, DoctorReport, doctor};
+pub mod cgroup_plan;
 pub mod outcome;
 pub mod plan;
+pub mod resources;
+pub mod verdict;

@@ -9,10 +9,10 @@ use crate::policy::{INJECTED_ENV, Policy};
 use crate::tier::ContainmentDecision;
 use cofferdam_record::SCHEMA_VERSION;
 use cofferdam_record::bundle::{
-    AgentCtlSnapshot, BundleArtifact, BundleRun, ChangeEntry, ControlMechanism, ControlObservation,
-    ControlStatus, EnvironmentProjection, ExecutorIdentity, ExecutorObservations, ExecutorPlan,
-    FailureKind, FileAccessPolicy, FilesystemSummary, MountGrant, NetworkSummary, OverlayState,
-    ResourceLimits, ResourceSummary, RunBundle, RunFailure, RunState, SafetySummary,
+    AgentCtlSnapshot, BundleArtifact, BundleRun, ChangeEntry, ControlObservation,
+    EnvironmentProjection, ExecutorIdentity, ExecutorObservations, ExecutorPlan, FailureKind,
+    FileAccessPolicy, FilesystemSummary, MountGrant, NetworkSummary, OverlayState, ResourceSummary,
+    RunBundle, RunFailure, RunState, SafetySummary,
 };
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -40,6 +40,15 @@ pub enum Ending {
         /// Its exit code.
         code: Option<i32>,
         /// The signal that killed it.
+        signal: Option<i32>,
+    },
+    /// The run was stopped or ended by a limit: `crate::verdict::judge` found the cause.
+    Stopped {
+        /// Why.
+        cause: crate::verdict::Cause,
+        /// The command's exit code, when it exited.
+        code: Option<i32>,
+        /// The signal that ended it, when one did.
         signal: Option<i32>,
     },
 }
@@ -91,6 +100,11 @@ pub fn failure_of(ending: &Ending) -> Option<RunFailure> {
             FailureKind::Setup,
             "the sandbox ended without reporting the command's status".into(),
         )),
+        Ending::Stopped {
+            cause,
+            code,
+            signal,
+        } => Some(crate::verdict::failure_of_cause(cause, *code, *signal)),
     }
 }
 
@@ -137,7 +151,7 @@ pub fn assemble_bundle(
 ) -> RunBundle {
     let failure = failure_of(&r.ending);
     let exit_code = match &r.ending {
-        Ending::Exited { code, .. } => *code,
+        Ending::Exited { code, .. } | Ending::Stopped { code, .. } => *code,
         Ending::ExecFailed { code, .. } => Some(*code),
         Ending::SetupFailed { .. } => None,
     };
@@ -260,137 +274,16 @@ fn agent_label(argv: &[String]) -> String {
         .unwrap_or_default()
 }
 
-/// Requested limits, and the effective ones backed by an enforced rlimit observation whose
-/// details name the limit (`"resource": "RLIMIT_DATA"`, …) and the value set (`"soft"`).
+/// Requested limits, and the effective ones backed by an enforced observation
+/// (`crate::resources`).
 fn resources(policy: &Policy, controls: &[ControlObservation]) -> ResourceSummary {
-    let r = &policy.resources;
-    let requested = ResourceLimits {
-        memory_bytes: r.memory.map(|s| s.0),
-        pids: r.pids,
-        cpus: r.cpus,
-        timeout_ms: r.timeout.map(|t| t.as_millis_u64()),
-        cpu_time_ms: r.cpu_time.map(|t| t.as_millis_u64()),
-        max_file_size_bytes: r.max_file_size.map(|s| s.0),
-        open_files: r.open_files,
-        io_bytes_per_sec: r.io_bps.map(|s| s.0),
-        tmp_size_bytes: r.tmp_size.map(|s| s.0),
-        stage_size_bytes: r.stage_size.map(|s| s.0),
-    };
-    let set = |name: &str| -> Option<u64> {
-        controls
-            .iter()
-            .filter(|o| {
-                o.mechanism == ControlMechanism::Rlimit && o.status == ControlStatus::Enforced
-            })
-            .filter(|o| {
-                o.details
-                    .get("resource")
-                    .and_then(serde_json::Value::as_str)
-                    == Some(name)
-            })
-            .find_map(|o| o.details.get("soft").and_then(serde_json::Value::as_u64))
-    };
-    let tmpfs = controls.iter().any(|o| {
-        o.mechanism == ControlMechanism::Tmpfs
-            && o.status == ControlStatus::Enforced
-            && o.details
-                .get("tmp_size_bytes")
-                .and_then(serde_json::Value::as_u64)
-                .is_some()
-    });
-    let effective = ResourceLimits {
-        memory_bytes: requested.memory_bytes.and(set("RLIMIT_DATA")),
-        pids: requested.pids.and(set("RLIMIT_NPROC")),
-        cpus: None,
-        timeout_ms: None,
-        cpu_time_ms: requested
-            .cpu_time_ms
-            .and(set("RLIMIT_CPU").map(|s| s.saturating_mul(1000))),
-        max_file_size_bytes: requested.max_file_size_bytes.and(set("RLIMIT_FSIZE")),
-        open_files: requested.open_files.and(set("RLIMIT_NOFILE")),
-        io_bytes_per_sec: None,
-        tmp_size_bytes: requested.tmp_size_bytes.filter(|_| tmpfs),
-        stage_size_bytes: None,
-    };
-    let mut mechanisms = Vec::new();
-    let mut limitations = Vec::new();
-    let pairs: [(&str, bool, bool, &str); 10] = [
-        (
-            "memory",
-            requested.memory_bytes.is_some(),
-            effective.memory_bytes.is_some(),
-            "RLIMIT_DATA (per process, data segment only)",
-        ),
-        (
-            "pids",
-            requested.pids.is_some(),
-            effective.pids.is_some(),
-            "RLIMIT_NPROC",
-        ),
-        ("cpus", requested.cpus.is_some(), false, ""),
-        ("timeout", requested.timeout_ms.is_some(), false, ""),
-        (
-            "cpu_time",
-            requested.cpu_time_ms.is_some(),
-            effective.cpu_time_ms.is_some(),
-            "RLIMIT_CPU (per process)",
-        ),
-        (
-            "max_file_size",
-            requested.max_file_size_bytes.is_some(),
-            effective.max_file_size_bytes.is_some(),
-            "RLIMIT_FSIZE",
-        ),
-        (
-            "open_files",
-            requested.open_files.is_some(),
-            effective.open_files.is_some(),
-            "RLIMIT_NOFILE",
-        ),
-        ("io_bps", requested.io_bytes_per_sec.is_some(), false, ""),
-        (
-            "tmp_size",
-            requested.tmp_size_bytes.is_some(),
-            effective.tmp_size_bytes.is_some(),
-            "tmpfs size= on /tmp",
-        ),
-        (
-            "stage_size",
-            requested.stage_size_bytes.is_some(),
-            false,
-            "",
-        ),
-    ];
-    for (name, asked, enforced, mechanism) in pairs {
-        match (asked, enforced) {
-            (true, true) => mechanisms.push(format!("{name}: {mechanism}")),
-            (true, false) => limitations.push(format!(
-                "{name} was requested but this build does not enforce it on this host"
-            )),
-            _ => {}
-        }
-    }
-    if controls.iter().any(|o| {
-        o.mechanism == ControlMechanism::Rlimit
-            && o.status == ControlStatus::Enforced
-            && o.details
-                .get("resource")
-                .and_then(serde_json::Value::as_str)
-                == Some("RLIMIT_CORE")
-    }) {
-        mechanisms.push("core dumps: RLIMIT_CORE=0".into());
-    }
-    ResourceSummary {
-        requested,
-        effective,
-        mechanisms,
-        limitations,
-    }
+    crate::resources::summarize(policy, controls)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cofferdam_record::bundle::{ControlMechanism, ControlStatus};
 
     #[test]
     fn endings_map_to_typed_failures_and_exit_codes() {

@@ -120,7 +120,7 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
         runtime_writes: Vec::new(),
         manifest_files: manifest_files(p),
         resources: resource_rows(p, f, tier),
-        io_max: io_max(p, f),
+        io_max: io_max(p),
         cgroup_scope: cgroup_scope(p, f),
         filesystem_boundary: FilesystemBoundaryReport {
             not_protected: not_protected(p, tier, abi),
@@ -217,30 +217,11 @@ fn manifest_files(p: &Policy) -> Vec<ManifestFileReport> {
         .collect()
 }
 
-/// Where one cgroup controller would come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CgroupSource {
-    /// A delegated cgroup v2 subtree.
-    V2,
-    /// A cgroup v1 hierarchy (root only).
-    V1,
-}
+use crate::cgroup_plan::CgroupVersion as CgroupSource;
 
-/// Where controller `ctrl` would come from on this host, if anywhere: a delegated v2
-/// subtree that has it, else a v1 hierarchy when running as root.
+/// Where controller `ctrl` would come from on this host (`crate::cgroup_plan` decides).
 fn controller_source(f: &HostFacts, ctrl: &str) -> Option<CgroupSource> {
-    let c = &f.cgroup;
-    if c.v2_delegated && has(&c.v2_delegated_controllers, ctrl) {
-        Some(CgroupSource::V2)
-    } else if f.is_root && has(&c.v1_controllers, ctrl) && ctrl != "io" {
-        Some(CgroupSource::V1)
-    } else {
-        None
-    }
-}
-
-fn has(v: &[String], name: &str) -> bool {
-    v.iter().any(|c| c == name)
+    crate::cgroup_plan::controller_source(&f.cgroup, f.is_root, ctrl)
 }
 
 /// The controllers the requested limits need.
@@ -250,7 +231,7 @@ fn needed_controllers(p: &Policy) -> Vec<&'static str> {
         (r.memory.is_some(), "memory"),
         (r.pids.is_some(), "pids"),
         (r.cpus.is_some(), "cpu"),
-        (r.io_bps.is_some(), "io"),
+        // Not `io`: this build never plans io.max; `io_max` says so.
     ]
     .into_iter()
     .filter_map(|(wanted, c)| wanted.then_some(c))
@@ -330,7 +311,7 @@ fn cgroup_scope(p: &Policy, f: &HostFacts) -> CgroupScopeReport {
     }
 }
 
-fn io_max(p: &Policy, f: &HostFacts) -> IoMaxReport {
+fn io_max(p: &Policy) -> IoMaxReport {
     let Some(bps) = p.resources.io_bps else {
         return IoMaxReport {
             requested_bytes_per_sec: None,
@@ -338,21 +319,14 @@ fn io_max(p: &Policy, f: &HostFacts) -> IoMaxReport {
             reason: None,
         };
     };
-    match controller_source(f, "io") {
-        Some(_) => IoMaxReport {
-            requested_bytes_per_sec: Some(bps.0),
-            status: "available".into(),
-            reason: None,
-        },
-        _ => IoMaxReport {
-            requested_bytes_per_sec: Some(bps.0),
-            status: "unavailable".into(),
-            reason: Some(
-                "io.max needs a delegated cgroup v2 subtree with the io controller; this host \
-                 has none, so disk bandwidth is not limited"
-                    .into(),
-            ),
-        },
+    IoMaxReport {
+        requested_bytes_per_sec: Some(bps.0),
+        status: "unavailable".into(),
+        reason: Some(
+            "io.max needs the block device behind the workdir, which this build does not \
+             resolve (with or without a delegated io controller): disk bandwidth is not limited"
+                .into(),
+        ),
     }
 }
 
@@ -444,15 +418,14 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
         row("open_files", n as f64, Some("RLIMIT_NOFILE".into()), None);
     }
     if let Some(b) = r.io_bps {
-        match cg("io", "io.max", "") {
-            Some(_) => row("io_bps", b.0 as f64, Some("cgroup2 io.max".into()), None),
-            None => row(
-                "io_bps",
-                b.0 as f64,
-                None,
-                Some("no delegated cgroup v2 subtree with the io controller on this host"),
+        row(
+            "io_bps",
+            b.0 as f64,
+            None,
+            Some(
+                "not enforced: io.max needs the workdir's block device, which this build does not resolve",
             ),
-        }
+        );
     }
     if let Some(s) = r.tmp_size {
         if sealed {
@@ -475,8 +448,10 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
         row(
             "stage_size",
             s.0 as f64,
-            None,
-            Some("this build does not cap the stage yet; its size is reported after the run"),
+            Some("supervisor poll of the stage's allocated bytes, kill on exceed".into()),
+            Some(
+                "polled every 250 ms: a burst between polls can overshoot before the kill (the check at seal fails the run as well)",
+            ),
         );
     }
     rows
@@ -848,16 +823,14 @@ mod tests {
             Some("cgroup2 memory.max")
         );
         assert_eq!(r.resources[1].mechanism.as_deref(), Some("cgroup2 cpu.max"));
-        assert_eq!(r.io_max.status, "available");
+        assert_eq!(r.io_max.status, "unavailable", "io.max is not implemented");
 
         let mut f = HostFacts::capable_example();
         f.is_root = true;
         let r = report(&p, &f);
         assert_eq!(r.cgroup_scope.status, "v1");
-        assert!(
-            r.cgroup_scope.reason.unwrap().contains("io"),
-            "io has no v1 fallback"
-        );
+        assert_eq!(r.cgroup_scope.reason, None, "{:?}", r.cgroup_scope);
+        assert_eq!(r.io_max.status, "unavailable", "io has no v1 fallback");
 
         // Root on this host: cgroup2 writable but only with hugetlb, v1 has memory.
         let mut f = HostFacts::capable_example();

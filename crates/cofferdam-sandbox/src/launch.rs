@@ -17,9 +17,11 @@
 //! Owns the process plumbing only: what the messages mean is the caller's business.
 
 use crate::init::INIT_ARG;
-use crate::relay::{CapturedOutput, OutPipe, Relay, SignalPipe, Sink};
+use crate::relay::{CANCEL_SIGNALS, CapturedOutput, OutPipe, Relay, SIGNALS, SignalPipe, Sink};
 use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, parse};
+use crate::watch::{Watch, WatchSpec};
 use cofferdam_policy::plan::SandboxPlan;
+use cofferdam_policy::verdict::Cause;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use rustix::pipe::PipeFlags;
 use std::io::Write;
@@ -76,6 +78,17 @@ pub enum LaunchError {
     /// The relay loop failed; the sandbox was killed.
     #[error("cannot relay the sandbox's terminal or output: {0}")]
     Relay(std::io::Error),
+    /// The init could not be placed in the run's cgroup; the sandbox was killed.
+    #[error(
+        "cannot place the sandbox in its cgroup ({path}): {source}; the limits it carries would \
+         not apply, so the run was stopped before the command started"
+    )]
+    Cgroup {
+        /// The `cgroup.procs` file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// What a sealed run reported and how its init ended.
@@ -92,6 +105,8 @@ pub struct SealedOutcome {
     pub terminal: bool,
     /// Problems with the relay that did not stop the run (raw mode, a capture file).
     pub warnings: Vec<String>,
+    /// Why the supervisor stopped the run (timeout, cancellation, stage cap), if it did.
+    pub stop: Option<Cause>,
 }
 
 /// The sandbox init after the command ended. Reap it with [`InitProcess::wait`]: the status
@@ -134,12 +149,14 @@ fn create_capture(spec: &CaptureSpec, name: &str) -> Result<Sink, LaunchError> {
 
 /// Run `plan` in the sealed tier with `exe` as the init: on a new pseudo-terminal relayed to
 /// this process's stdin and stdout when `plan.terminal` is set (stdin, when a terminal, is in
-/// raw mode meanwhile), saving the output when `capture` is given. `on_start` is called with the init's pid once it runs (for
-/// cancellation from another thread).
+/// raw mode meanwhile), saving the output when `capture` is given, under `watch` (timeout,
+/// cancellation by SIGINT/SIGTERM/SIGHUP, stage cap, cgroups to join). `on_start` is called
+/// with the init's pid once it runs.
 pub fn run_sealed(
     exe: &Path,
     plan: &SandboxPlan,
     capture: Option<&CaptureSpec>,
+    watch: WatchSpec,
     on_start: impl FnOnce(u32),
 ) -> Result<SealedOutcome, LaunchError> {
     let json = serde_json::to_vec(plan).map_err(LaunchError::Plan)?;
@@ -202,19 +219,15 @@ pub fn run_sealed(
     // Installed before the init starts so a SIGTERM during setup is not lost; restored by
     // the relay after the terminal.
     let mut warnings = Vec::new();
-    let signals = if terminal {
-        match SignalPipe::install() {
-            Ok(s) => Some(s),
-            Err(e) => {
-                warnings.push(format!(
-                    "cannot handle signals for the terminal relay ({e}): window size changes \
-                     are not passed on"
-                ));
-                None
-            }
+    let signals = match SignalPipe::install(if terminal { SIGNALS } else { CANCEL_SIGNALS }) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warnings.push(format!(
+                "cannot handle signals for the relay ({e}): a cancellation ends the supervisor \
+                 and, with it, the sandbox; window size changes are not passed on"
+            ));
+            None
         }
-    } else {
-        None
     };
 
     // SAFETY: the closure runs in the forked child before exec and calls only
@@ -244,6 +257,19 @@ pub fn run_sealed(
     drop(status_w);
     drop(socket_child);
 
+    // Into the run's cgroups before the init reads its plan, so pid 1 and everything it
+    // starts are inside from the first instruction on.
+    for procs in &watch.cgroup_procs {
+        if let Err(source) = std::fs::write(procs, child.id().to_string()) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(LaunchError::Cgroup {
+                path: procs.clone(),
+                source,
+            });
+        }
+    }
+
     // The plan may exceed a pipe's buffer: write it whole, then close so the init sees EOF.
     // A write error means the init died early; its status says why. Written before
     // `on_start`, so the caller's bookkeeping overlaps the sandbox's setup.
@@ -259,6 +285,7 @@ pub fn run_sealed(
         out,
         err,
         signals,
+        watch: Watch::new(watch),
     };
     let relayed = match relay.run(&mut child) {
         Ok(r) => r,
@@ -275,5 +302,6 @@ pub fn run_sealed(
         output: relayed.output,
         terminal: relayed.terminal,
         warnings,
+        stop: relayed.stop,
     })
 }

@@ -7,6 +7,7 @@
 //! means are decided in `cofferdam-policy` from the values this crate returns.
 
 pub mod caps;
+pub mod cgroup;
 pub mod init;
 pub mod landlock;
 pub mod launch;
@@ -20,5 +21,6 @@ pub mod seccomp;
 pub mod setup_error;
 pub mod status;
 pub mod userns;
+pub mod watch;
 
 pub use probe::probe_host;

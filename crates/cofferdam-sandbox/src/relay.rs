@@ -5,12 +5,14 @@
 //! Owns copying bytes and nothing else: status lines are collected unread, capture files are
 //! written up to their limit with every byte counted, the caller's terminal is put in raw
 //! mode only once the command's terminal exists and is restored on every way out of the loop
-//! (end, error, panic, a signal to the supervisor: SIGTERM/SIGHUP are forwarded to the init
-//! and a second one kills it; SIGTSTP gives the terminal back before stopping). It runs on the
+//! (end, error, panic, a signal to the supervisor: SIGINT/SIGTERM/SIGHUP cancel the run
+//! through `crate::watch`, which also keeps the timeout and the stage cap; SIGTSTP gives the terminal back before stopping). It runs on the
 //! supervisor's thread, so it may allocate freely; the init is unaffected.
 
 use crate::pty::{self, RawMode};
 use crate::status::StatusMessage;
+use crate::watch::Watch;
+use cofferdam_policy::verdict::Cause;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
@@ -132,26 +134,30 @@ pub(crate) struct SignalPipe {
 }
 
 /// The signals pty mode handles.
-const SIGNALS: &[libc::c_int] = &[
+pub(crate) const SIGNALS: &[libc::c_int] = &[
     libc::SIGWINCH,
     libc::SIGTERM,
     libc::SIGHUP,
+    libc::SIGINT,
     libc::SIGTSTP,
     libc::SIGCONT,
 ];
 
+/// The signals every mode handles: they cancel the run (`crate::watch`).
+pub(crate) const CANCEL_SIGNALS: &[libc::c_int] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGINT];
+
 impl SignalPipe {
-    /// Install the pty mode's signal handling (before the init is started, so a SIGTERM
-    /// during setup is not lost). `Err(BUSY)` when another relay in this process has it.
-    pub(crate) fn install() -> Result<SignalPipe, Errno> {
+    /// Install handling of `signals` (before the init is started, so a SIGTERM during setup
+    /// is not lost). `Err(BUSY)` when another relay in this process has it.
+    pub(crate) fn install(signals: &[libc::c_int]) -> Result<SignalPipe, Errno> {
         let (read, write) = rustix::pipe::pipe_with(
             rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
         )?;
         SIGNAL_PIPE
             .compare_exchange(-1, write.as_raw_fd(), Ordering::SeqCst, Ordering::SeqCst)
             .map_err(|_| Errno::BUSY)?;
-        let mut previous = Vec::with_capacity(SIGNALS.len());
-        for &sig in SIGNALS {
+        let mut previous = Vec::with_capacity(signals.len());
+        for &sig in signals {
             // SAFETY: a zeroed sigaction with an empty mask and `on_signal` (async-signal-safe)
             // as handler is valid; the old disposition is saved for Drop.
             unsafe {
@@ -211,8 +217,10 @@ pub(crate) struct Relay {
     pub(crate) terminal_sink: Option<Sink>,
     pub(crate) out: Option<OutPipe>,
     pub(crate) err: Option<OutPipe>,
-    /// The signal self-pipe, in pty mode.
+    /// The signal self-pipe.
     pub(crate) signals: Option<SignalPipe>,
+    /// The timeout, cancellation and stage cap.
+    pub(crate) watch: Watch,
 }
 
 /// What the loop collected.
@@ -222,6 +230,8 @@ pub(crate) struct Relayed {
     pub(crate) output: CapturedOutput,
     pub(crate) terminal: bool,
     pub(crate) warnings: Vec<String>,
+    /// Why the supervisor stopped the run, if it did.
+    pub(crate) stop: Option<Cause>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,7 +304,7 @@ struct Loop {
     out_sink: Option<Sink>,
     err_sink: Option<Sink>,
     init: Option<Pid>,
-    terms: u32,
+    watch: Watch,
     warnings: Vec<String>,
     buf: Vec<u8>,
 }
@@ -311,6 +321,7 @@ impl Relay {
             out,
             err,
             signals,
+            watch,
         } = self;
         let mut l = Loop {
             status: Some(status),
@@ -329,7 +340,7 @@ impl Relay {
             out_sink: None,
             err_sink: None,
             init: i32::try_from(child.id()).ok().and_then(Pid::from_raw),
-            terms: 0,
+            watch,
             warnings: Vec::new(),
             buf: vec![0u8; 64 * 1024],
         };
@@ -359,11 +370,14 @@ impl Relay {
                 l.warnings.push(e.clone());
             }
         }
+        let (stop, watch_warnings) = l.watch.into_parts();
+        l.warnings.extend(watch_warnings);
         Ok(Relayed {
             stream: l.stream,
             output,
             terminal: l.had_master,
             warnings: l.warnings,
+            stop,
         })
     }
 }
@@ -399,7 +413,11 @@ impl Loop {
             if want.is_empty() {
                 return Ok(());
             }
-            if want.len() == 1 && want[0].2 == Role::Status && signals.is_none() {
+            if want.len() == 1
+                && want[0].2 == Role::Status
+                && signals.is_none()
+                && !self.watch.active()
+            {
                 // Pass-through: only the status pipe; a blocking read is all it takes.
                 drop(want);
                 self.handle(Role::Status, PollFlags::IN);
@@ -414,16 +432,20 @@ impl Loop {
                 .collect();
             // Once the status pipe is at its end the init is exiting: look at it now and
             // then, and give up on the streams a while after it is gone.
-            let tick = Timespec {
-                tv_sec: 0,
-                tv_nsec: 100_000_000,
-            };
-            let timeout = if self.status.is_none() {
-                Some(&tick)
-            } else {
-                None
-            };
-            match rustix::event::poll(&mut fds, timeout) {
+            let tick = Duration::from_millis(100);
+            let live = self.status.is_some();
+            let sleep = [
+                (!live).then_some(tick),
+                self.watch.wake_in(Instant::now()).filter(|_| live),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|d| Timespec {
+                tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                tv_nsec: i64::from(d.subsec_nanos()),
+            });
+            match rustix::event::poll(&mut fds, sleep.as_ref()) {
                 Ok(_) | Err(Errno::INTR) => {}
                 Err(e) => return Err(e),
             }
@@ -440,8 +462,13 @@ impl Loop {
             }
             if let Some(s) = signals {
                 for sig in s.drain() {
-                    self.on_signal(sig);
+                    self.on_signal(sig, child);
                 }
+            }
+            // Once the status stream has ended pid 1 is gone and the workload with it: a
+            // deadline passing while the output drains is not a timeout.
+            if self.status.is_some() {
+                self.watch.tick(Instant::now(), child);
             }
             if self.status.is_none() {
                 match exited_at {
@@ -661,19 +688,11 @@ impl Loop {
         }
     }
 
-    fn on_signal(&mut self, sig: libc::c_int) {
+    fn on_signal(&mut self, sig: libc::c_int, child: &mut Child) {
         match sig {
             libc::SIGWINCH => self.sync_size(),
-            libc::SIGTERM | libc::SIGHUP => {
-                self.terms += 1;
-                let forward = if self.terms == 1 {
-                    Signal::from_named_raw(sig).unwrap_or(Signal::TERM)
-                } else {
-                    Signal::KILL
-                };
-                if let Some(pid) = self.init {
-                    let _ = rustix::process::kill_process(pid, forward);
-                }
+            libc::SIGTERM | libc::SIGHUP | libc::SIGINT if self.status.is_some() => {
+                self.watch.on_signal(sig, child);
             }
             libc::SIGTSTP => {
                 // Give the terminal back, stop, and take it again when continued.

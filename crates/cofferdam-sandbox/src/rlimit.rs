@@ -6,17 +6,19 @@
 //! and the pure rule that never raises a hard limit. It may not choose the values (the plan
 //! does) nor touch cgroups.
 //!
-//! Each limit is set with soft = hard = the value, so the workload cannot raise it again. A
-//! value above the current hard limit cannot be set without `CAP_SYS_RESOURCE` and is never
-//! attempted: the hard limit is used instead and the observation is `partial`.
+//! Each limit is set with soft = hard = the value (`RLIMIT_CPU`: hard one second more, see
+//! [`hard_for`]), so the workload cannot raise it again. A value above the current hard
+//! limit cannot be set without `CAP_SYS_RESOURCE` and is never attempted: the hard limit is
+//! used instead and the observation is `partial`.
 //!
 //! Notes for readers of the observations: `RLIMIT_NPROC` counts every task (threads too) of
 //! the real uid, and the kernel does not enforce it for a process holding
 //! `CAP_SYS_RESOURCE` or `CAP_SYS_ADMIN` (the init drops capabilities right after) nor,
 //! ever, for the host's root user (kuid 0, `INIT_USER` in `copy_process`): when the real uid
 //! maps to host uid 0 (read from `/proc/self/uid_map`, one level), the `RLIMIT_NPROC`
-//! observation is `partial` with that reason. `RLIMIT_CPU` at soft = hard delivers `SIGKILL`;
-//! `RLIMIT_FSIZE` delivers `SIGXFSZ` (`EFBIG` when ignored).
+//! observation is `partial` with that reason. `RLIMIT_CPU` delivers `SIGXCPU` at the soft
+//! limit, then `SIGKILL` a second later; `RLIMIT_FSIZE` delivers `SIGXFSZ` (`EFBIG` when
+//! ignored).
 
 use std::collections::BTreeMap;
 
@@ -103,6 +105,24 @@ pub fn clamp(requested: u64, hard: Option<u64>) -> (u64, bool) {
     }
 }
 
+/// The hard limit to set with soft limit `value`: the same, except for `RLIMIT_CPU`, whose
+/// hard limit is one second more (when the current hard limit allows) so the kernel sends
+/// SIGXCPU at the soft limit first: the run ends recognisably as `limit cpu_time_ms`
+/// rather than by an anonymous SIGKILL, which still follows a second later. Pure.
+pub fn hard_for(limit: Limit, value: u64, current_hard: Option<u64>) -> u64 {
+    match limit {
+        Limit::Cpu => {
+            let up = value.saturating_add(1);
+            if current_hard.is_none_or(|h| up <= h) {
+                up
+            } else {
+                value
+            }
+        }
+        _ => value,
+    }
+}
+
 /// Whether `ruid` maps to uid 0 of the parent user namespace according to `uid_map` (the
 /// text of `/proc/self/uid_map`: `inside outside count` lines). Pure.
 pub fn maps_to_root(uid_map: &str, ruid: u32) -> bool {
@@ -134,7 +154,7 @@ fn limit_value(v: Option<u64>) -> Value {
     v.map_or_else(|| json!("unlimited"), |v| json!(v))
 }
 
-/// Set every limit of `plan` (soft = hard), one observation each, in the order data,
+/// Set every limit of `plan` (soft = hard but for [`hard_for`]), one observation each, in the order data,
 /// nproc, cpu, fsize, nofile, core; an empty plan gives no observation.
 ///
 /// Each observation has mechanism `rlimit`, dimension `resources`, details `{"resource":
@@ -160,9 +180,10 @@ fn apply_one(limit: Limit, requested: u64) -> ControlObservation {
     details.insert("previous_hard".to_owned(), limit_value(before.maximum));
     // u64::MAX is RLIM_INFINITY on Linux: rustix spells it `None`.
     let v = (value != u64::MAX).then_some(value);
+    let hard = hard_for(limit, value, before.maximum);
     let new = Rlimit {
         current: v,
-        maximum: v,
+        maximum: (hard != u64::MAX).then_some(hard),
     };
     let (status, reason) = match rustix::process::setrlimit(limit.resource(), new) {
         Err(e) => (
@@ -262,6 +283,18 @@ mod tests {
         let shifted = "         0     100000      65536\n";
         assert!(!maps_to_root(shifted, 0));
         assert!(!maps_to_root("", 0));
+    }
+
+    #[test]
+    fn only_rlimit_cpu_leaves_a_second_between_soft_and_hard() {
+        assert_eq!(hard_for(Limit::Cpu, 5, None), 6);
+        assert_eq!(
+            hard_for(Limit::Cpu, 5, Some(5)),
+            5,
+            "never above the current hard"
+        );
+        assert_eq!(hard_for(Limit::Cpu, u64::MAX, None), u64::MAX);
+        assert_eq!(hard_for(Limit::Fsize, 5, None), 5);
     }
 
     #[test]

@@ -1279,25 +1279,41 @@ fn rlimit_data_stops_large_mappings_and_core_is_zero() {
 }
 
 #[test]
-fn rlimit_cpu_kills_a_spinning_process() {
-    let out = in_child(|r| {
-        for o in rlimit::apply(&only(RlimitPlan {
-            cpu_seconds: Some(1),
-            ..RlimitPlan::default()
-        })) {
-            r.obs(&o);
-        }
-        r.put("spinning", "yes");
-        let start = std::time::Instant::now();
-        let mut x: u64 = 0;
-        while start.elapsed() < std::time::Duration::from_secs(20) {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-        3
-    });
-    assert_eq!(out.get("spinning"), "yes");
-    assert_eq!(out.signal(), Some(libc::SIGKILL), "{out:#?}");
-    assert_eq!(out.observations()[0].status, ControlStatus::Enforced);
+fn rlimit_cpu_sends_sigxcpu_then_kills_a_spinning_process() {
+    // SIGXCPU at the soft limit; a process that ignores it is killed at the hard limit,
+    // one second later.
+    for ignore in [false, true] {
+        let out = in_child(|r| {
+            for o in rlimit::apply(&only(RlimitPlan {
+                cpu_seconds: Some(1),
+                ..RlimitPlan::default()
+            })) {
+                r.obs(&o);
+            }
+            if ignore {
+                // SAFETY: ignoring a signal in this single-threaded test child.
+                unsafe {
+                    libc::signal(libc::SIGXCPU, libc::SIG_IGN);
+                }
+            }
+            r.put("spinning", "yes");
+            let start = std::time::Instant::now();
+            let mut x: u64 = 0;
+            while start.elapsed() < std::time::Duration::from_secs(20) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            3
+        });
+        assert_eq!(out.get("spinning"), "yes");
+        let want = if ignore { libc::SIGKILL } else { libc::SIGXCPU };
+        assert_eq!(out.signal(), Some(want), "{out:#?}");
+        let obs = &out.observations()[0];
+        assert_eq!(obs.status, ControlStatus::Enforced);
+        assert_eq!(
+            (obs.details["soft"].clone(), obs.details["hard"].clone()),
+            (1.into(), 2.into())
+        );
+    }
 }
 
 #[test]

@@ -47,6 +47,8 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Discard a job's stage; the workdir is not touched.
     Drop(DropArgs),
+    /// Stop a running job from another terminal (it ends `cancelled`, exit 130).
+    Kill(KillArgs),
     /// A first run for newcomers: a scratch project, a scripted agent, its review.
     Demo,
     /// Explain what a policy would be allowed to do on this host, changing nothing.
@@ -234,6 +236,13 @@ pub struct ApplyArgs {
     /// Recreate staged device nodes, fifos and sockets instead of refusing the apply.
     #[arg(long = "allow-special")]
     pub allow_special: bool,
+}
+
+/// `cofferdam kill`.
+#[derive(Debug, Args)]
+pub struct KillArgs {
+    /// The job: `last` (the newest job of this directory), an id prefix, or a path.
+    pub job: String,
 }
 
 /// `cofferdam drop`.

@@ -42,6 +42,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Diff(a) => cmd::diff::diff(a, cli.json, style),
         Command::Apply(a) => cmd::apply::apply(a, cli.json, style),
         Command::Drop(a) => cmd::drop::drop_job(a, cli.json, style),
+        Command::Kill(a) => cmd::kill::kill(a, cli.json),
         Command::Demo => cmd::demo::demo(style),
         Command::Doctor(a) => cmd::doctor::run(a.host_facts.as_deref(), cli.json, style),
         Command::Bundle(BundleCommand::Verify { file }) => cmd::bundle::verify(file, cli.json),

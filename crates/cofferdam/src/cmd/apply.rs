@@ -87,18 +87,19 @@ pub(crate) fn lock(job: &Job, doing: &str) -> Result<JobLock, Failure> {
 }
 
 /// Read `job.json`; with the lock held, an `active` job has lost its supervisor: mark it
-/// `interrupted`.
-pub(crate) fn settled_state(job: &Job, _lock: &JobLock) -> Result<JobState, Failure> {
-    let state = job.state().map_err(job_failure)?;
+/// `interrupted`, and seal an interrupted job on demand (`crate::cmd::recover`).
+pub(crate) fn settled_state(job: &Job, lock: &JobLock) -> Result<JobState, Failure> {
+    let mut state = job.state().map_err(job_failure)?;
     if state.state == StageState::Active {
-        return job
+        state = job
             .update(|s| {
                 s.state = StageState::Interrupted;
                 s.pid = None;
             })
-            .map_err(job_failure);
+            .map_err(job_failure)?;
     }
-    Ok(state)
+    // Sealed on demand from the provisional bundle, when the run left one.
+    crate::cmd::recover::seal_interrupted(job, lock, state)
 }
 
 /// Refuse jobs whose stage cannot be reviewed or applied.

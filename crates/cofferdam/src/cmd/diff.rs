@@ -36,6 +36,12 @@ pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
         }
         state.state = StageState::Interrupted;
     }
+    if state.state == StageState::Interrupted
+        && let Ok(lock) = job.try_lock()
+    {
+        // Sealed on demand (`crate::cmd::recover`).
+        state = crate::cmd::apply::settled_state(&job, &lock)?;
+    }
     require_sealed(&job, &state, "review")?;
     let stage = Stage::load(&job).map_err(stage_failure)?;
     let workdir = state.workdir.clone();

@@ -11,7 +11,7 @@ use cofferdam_policy::outcome::{Ending, RunReport, assemble_bundle, exit_code_of
 use cofferdam_policy::plan::{Invoker, JobPaths, build_plan};
 use cofferdam_policy::{ScopeInputs, build_scope_report, decide_containment};
 use cofferdam_record::bundle::{
-    BundleArtifact, CapturedStream, ControlObservation, ProcessOutput, RunBundle,
+    BundleArtifact, CapturedStream, ControlObservation, FailureKind, ProcessOutput, RunBundle,
 };
 use cofferdam_record::trace::TraceEventKind;
 use cofferdam_record::{EnforcementTier, write_bundle_json};
@@ -56,9 +56,6 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     cofferdam_stage::store::check_outside_workdir(&env.storage_root, &policy.workdir)
         .map_err(Failure::setup)?;
     refuse_unsupported(&policy)?;
-    for warning in unenforced_limits(&policy) {
-        eprintln!("cofferdam: warning: {warning}");
-    }
 
     let store = JobStore::open(&env.storage_root).map_err(Failure::setup)?;
     let (job, _lock) = store
@@ -87,6 +84,11 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         },
         args.command.clone(),
     );
+    // Cgroup, timeout and stage cap; the cgroup is removed when `limits` drops, at the end.
+    let limits = super::limits::prepare(&policy, &facts, &mut plan, &job.upper());
+    for warning in &limits.warnings {
+        eprintln!("cofferdam: warning: {warning}");
+    }
     let scope = build_scope_report(&ScopeInputs {
         policy: &policy,
         facts: &facts,
@@ -112,25 +114,47 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         limit: CAPTURE_LIMIT,
     });
 
+    // What `status --review`/`apply` seal an interrupted job from if this process dies.
+    if let Err(e) = super::recover::write_provisional(&super::recover::Start {
+        policy: &policy,
+        plan: &plan,
+        decision: &decision,
+        job: &job,
+        started,
+        argv: &args.command,
+        controls: &limits.controls,
+    }) {
+        eprintln!("cofferdam: warning: {e}; if cofferdam dies mid-run the job cannot be sealed");
+    }
     let exe = PathBuf::from("/proc/self/exe");
     let outcome = {
         // Still right with a pty: the caller's terminal is cooked until the command's
         // terminal exists, and the supervisor must live to restore it and write the records.
         let _quiet = crate::signals::IgnoreTerminalSignals::new();
-        run_sealed(&exe, &plan, capture.as_ref(), |pid| {
-            // Runs while the sandbox sets itself up. A failure only costs `status` the
-            // command line of a live job; the records at the end are written regardless.
-            let _ = job.update_transient(|s| {
-                s.command = args.command.clone();
-                s.started_at_unix_ms = Some(started);
-                s.pid = Some(pid);
-            });
-        })
+        run_sealed(
+            &exe,
+            &plan,
+            capture.as_ref(),
+            limits.watch.clone(),
+            |_init| {
+                // Runs while the sandbox sets itself up. A failure only costs `status` the
+                // command line of a live job; the records at the end are written regardless.
+                let _ = job.update_transient(|s| {
+                    s.command = args.command.clone();
+                    s.started_at_unix_ms = Some(started);
+                    // The supervisor's pid (`cofferdam kill` signals it; the lock proves it).
+                    s.pid = Some(std::process::id());
+                });
+            },
+        )
         .map_err(Failure::setup)?
     };
     let finished = now_ms();
 
-    let mut controls: Vec<ControlObservation> = Vec::new();
+    let mut controls: Vec<ControlObservation> = limits.controls.clone();
+    for o in &controls {
+        let _ = trace.append(started, TraceEventKind::ControlInstalled(o.clone()));
+    }
     let mut warnings = Vec::new();
     let mut ending: Option<Ending> = None;
     let SealedOutcome {
@@ -139,6 +163,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         output,
         terminal: _,
         warnings: relay_warnings,
+        stop,
     } = outcome;
     let mut init = Some(init);
     for m in messages {
@@ -196,6 +221,18 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         }
     };
 
+    let (ending, hits) = limits.conclude(stop, ending, &controls);
+    for (limit, message) in hits {
+        let _ = trace.append(finished, TraceEventKind::LimitHit { limit, message });
+    }
+    if let Some(f) = cofferdam_policy::outcome::failure_of(&ending)
+        && matches!(
+            f.kind,
+            FailureKind::Timeout | FailureKind::Cancelled | FailureKind::Oom | FailureKind::Limit
+        )
+    {
+        eprintln!("cofferdam: {}", f.message);
+    }
     let sealed =
         cofferdam_stage::seal::seal(&job.upper(), &policy.workdir).map_err(Failure::setup)?;
     let mut fingerprints = sealed.fingerprints;
@@ -241,6 +278,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         Durability::FileOnly,
     )
     .map_err(|e| Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display())))?;
+    super::recover::remove_provisional(&job);
     let code = exit_code_of(&ending);
     job.update(|s| {
         s.pid = None;
@@ -303,24 +341,6 @@ fn refuse_unsupported(policy: &cofferdam_policy::Policy) -> Result<(), Failure> 
         )));
     }
     Ok(())
-}
-
-/// Requested limits this build does not enforce, as warnings printed before the run (the
-/// bundle's `resources.limitations` says the same afterwards).
-fn unenforced_limits(policy: &cofferdam_policy::Policy) -> Vec<String> {
-    let r = &policy.resources;
-    [
-        (r.cpus.is_some(), "cpus"),
-        (r.timeout.is_some(), "timeout"),
-        (r.io_bps.is_some(), "io_bps"),
-        (r.stage_size.is_some(), "stage_size"),
-    ]
-    .into_iter()
-    .filter(|(asked, _)| *asked)
-    .map(|(_, name)| {
-        format!("`{name}` was requested but this build does not enforce it yet; the run goes on without it")
-    })
-    .collect()
 }
 
 /// `run.output` and the `capture` artifacts from what `--capture` saved. In pty mode stdout

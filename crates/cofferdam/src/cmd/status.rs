@@ -78,7 +78,14 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let job = store
         .resolve(&args.job, &env.places.cwd)
         .map_err(job_failure)?;
-    let state = job.state().map_err(job_failure)?;
+    let mut state = job.state().map_err(job_failure)?;
+    if args.review
+        && effective_state(&job, &state) == StageState::Interrupted
+        && let Ok(lock) = job.try_lock()
+    {
+        // `--review` seals an interrupted job on demand (`crate::cmd::recover`).
+        state = crate::cmd::apply::settled_state(&job, &lock)?;
+    }
     let stage_state = effective_state(&job, &state);
     let bundle = load_bundle(&job)?;
     let stage_review = if (args.review || json) && stage_state == StageState::Staged {

@@ -6,6 +6,7 @@
 
 mod apply;
 mod common;
+mod limits;
 mod pty;
 mod run;
 mod scope;

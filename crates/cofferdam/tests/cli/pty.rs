@@ -339,9 +339,12 @@ fn sigterm_to_cofferdam_ends_the_command_restores_the_terminal_and_keeps_the_rec
     };
     assert_eq!(r, 0);
     let (st, screen) = run.finish();
-    assert_eq!(st.code(), Some(143), "{screen}");
+    // A cancellation (DESIGN.md §7): forwarded as SIGTERM, recorded as `cancelled`.
+    assert_eq!(st.code(), Some(130), "{screen}");
     assert_eq!(t.stty(), before, "the caller's terminal was not restored");
-    assert_eq!(last_bundle(&s)["run"]["failure"]["signal"], 15);
+    let failure = &last_bundle(&s)["run"]["failure"];
+    assert_eq!(failure["kind"], "cancelled", "{failure}");
+    assert_eq!(failure["signal"], 15);
 }
 
 #[test]

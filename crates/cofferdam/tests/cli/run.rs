@@ -587,6 +587,8 @@ fn what_this_build_cannot_honour_is_refused_or_warned_never_silent() {
             "-q",
             "--timeout",
             "1h",
+            "--io-bps",
+            "1MiB",
             "--max-file-size",
             "1MiB",
             "--",
@@ -596,18 +598,21 @@ fn what_this_build_cannot_honour_is_refused_or_warned_never_silent() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("`timeout` was requested"),
+        String::from_utf8_lossy(&out.stderr).contains("`io_bps` is not enforced"),
         "{out:?}"
     );
     let b = last_bundle(&s);
-    assert_eq!(b["resources"]["requested"]["timeout_ms"], 3_600_000);
+    assert_eq!(b["resources"]["requested"]["io_bytes_per_sec"], 1 << 20);
     assert!(
-        b["resources"]["effective"].get("timeout_ms").is_none(),
+        b["resources"]["effective"]
+            .get("io_bytes_per_sec")
+            .is_none(),
         "{b}"
     );
+    assert_eq!(b["resources"]["effective"]["timeout_ms"], 3_600_000);
     assert_eq!(b["resources"]["effective"]["max_file_size_bytes"], 1 << 20);
     let limitations = b["resources"]["limitations"].to_string();
-    assert!(limitations.contains("timeout"), "{limitations}");
+    assert!(limitations.contains("io_bps"), "{limitations}");
 }
 
 #[test]

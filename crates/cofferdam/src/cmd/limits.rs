@@ -1,0 +1,183 @@
+//! The supervisor's part of a run's resource limits: before the launch, install the run's
+//! cgroup (`cofferdam_policy::cgroup_plan` decides, `cofferdam_sandbox::cgroup` writes),
+//! drop the rlimits a cgroup replaces, and arm the watch (timeout, stage cap); after it,
+//! gather the evidence (the watch's stop, the cgroup's counters, the stage's size) and let
+//! `cofferdam_policy::verdict` name the cause. The cgroup is removed when this is dropped,
+//! after the init has been reaped.
+
+use cofferdam_policy::Policy;
+use cofferdam_policy::cgroup_plan::plan_cgroup;
+use cofferdam_policy::outcome::Ending;
+use cofferdam_policy::plan::SandboxPlan;
+use cofferdam_policy::verdict::{Cause, Evidence, judge, limits_hit};
+use cofferdam_record::bundle::{
+    ControlDimension, ControlMechanism, ControlObservation, ControlStatus, ResourceDimension,
+};
+use cofferdam_sandbox::cgroup::{RunCgroup, dimension_of};
+use cofferdam_sandbox::watch::{STAGE_POLL_INTERVAL, WatchSpec, allocated_bytes};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+/// What the supervisor installed for one run.
+pub struct Limits {
+    cgroup: Option<RunCgroup>,
+    /// The watch to run the sandbox under.
+    pub watch: WatchSpec,
+    /// Observations of what the supervisor installed (cgroup, wall clock, stage poll), and
+    /// of the cgroup limits it could not, with the reason.
+    pub controls: Vec<ControlObservation>,
+    /// Limits requested but not enforced at all, for a warning before the run.
+    pub warnings: Vec<String>,
+    stage: Option<(PathBuf, u64)>,
+}
+
+fn watch_observation(resource: &str, status: ControlStatus, value: u64) -> ControlObservation {
+    let mut o = ControlObservation::new(
+        ControlMechanism::WallClock,
+        ControlDimension::Resources,
+        status,
+    );
+    o.details.insert("resource".into(), json!(resource));
+    o.details.insert("value".into(), json!(value));
+    o
+}
+
+/// Install the run's cgroup and arm the watch; adjusts `plan.rlimits` where a cgroup
+/// enforces the same limit for the whole run (so an allocation past the memory limit ends
+/// in the cgroup's OOM kill, which is recorded, rather than a failed `malloc`).
+pub fn prepare(
+    policy: &Policy,
+    facts: &cofferdam_record::HostFacts,
+    plan: &mut SandboxPlan,
+    upper: &Path,
+) -> Limits {
+    let r = &policy.resources;
+    let cplan = plan_cgroup(r, &facts.cgroup, facts.is_root);
+    let mut controls = Vec::new();
+    for (dim, reason) in &cplan.not_planned {
+        let mut o = ControlObservation::new(
+            ControlMechanism::Cgroup,
+            ControlDimension::Resources,
+            ControlStatus::Unavailable,
+        );
+        o.reason = Some(reason.clone());
+        o.details.insert(
+            "dimension".into(),
+            serde_json::to_value(dim).unwrap_or_default(),
+        );
+        controls.push(o);
+    }
+    let cgroup = (!cplan.limits.is_empty()).then(|| {
+        let (cg, obs) = cofferdam_sandbox::cgroup::install(&cplan, &plan.run_id);
+        controls.extend(obs);
+        cg
+    });
+    let by_cgroup = |dim| {
+        controls.iter().any(|o| {
+            o.mechanism == ControlMechanism::Cgroup
+                && o.status == ControlStatus::Enforced
+                && dimension_of(o) == Some(dim)
+        })
+    };
+    if by_cgroup(ResourceDimension::MemoryBytes) {
+        plan.rlimits.data = None;
+    }
+    if by_cgroup(ResourceDimension::Pids) {
+        plan.rlimits.nproc = None;
+    }
+    let mut warnings = Vec::new();
+    for o in &controls {
+        if o.status == ControlStatus::Failed {
+            warnings.push(format!(
+                "a cgroup limit could not be installed: {}",
+                o.reason.as_deref().unwrap_or("unknown")
+            ));
+        }
+    }
+    if !by_cgroup(ResourceDimension::Cpus) && r.cpus.is_some() {
+        warnings.push("`cpus` is not enforced on this host (no usable cgroup cpu controller); the run goes on without it".into());
+    }
+    if r.io_bps.is_some() {
+        warnings.push("`io_bps` is not enforced by this build; the run goes on without it".into());
+    }
+    let mut watch = WatchSpec {
+        timeout: r.timeout.map(|t| t.0),
+        cgroup_procs: cgroup
+            .as_ref()
+            .map(RunCgroup::procs_files)
+            .unwrap_or_default(),
+        ..Default::default()
+    };
+    if let Some(t) = r.timeout {
+        controls.push(watch_observation(
+            "timeout",
+            ControlStatus::Enforced,
+            t.as_millis_u64(),
+        ));
+    }
+    let stage = r.stage_size.map(|s| (upper.to_path_buf(), s.0));
+    if let Some((dir, cap)) = &stage {
+        watch.stage_cap = Some((dir.clone(), *cap));
+        let mut o = watch_observation("stage_size", ControlStatus::Partial, *cap);
+        o.reason = Some(format!(
+            "a poll every {} ms of the stage's allocated bytes: a burst between two polls can \
+             overshoot the cap before the workload is stopped (the exact check at seal fails the \
+             run as well); a directory the workload makes unreadable is not counted",
+            STAGE_POLL_INTERVAL.as_millis()
+        ));
+        controls.push(o);
+    }
+    Limits {
+        cgroup: cgroup.filter(|c| !c.is_empty()),
+        watch,
+        controls,
+        warnings,
+        stage,
+    }
+}
+
+impl Limits {
+    /// The ending with its cause, and every limit the evidence shows was reached.
+    pub fn conclude(
+        &self,
+        stop: Option<Cause>,
+        ending: Ending,
+        controls: &[ControlObservation],
+    ) -> (Ending, Vec<(ResourceDimension, String)>) {
+        let counters = self
+            .cgroup
+            .as_ref()
+            .map(RunCgroup::counters)
+            .unwrap_or_default();
+        let rlimit = |name: &str| {
+            controls.iter().any(|o| {
+                o.mechanism == ControlMechanism::Rlimit
+                    && o.status == ControlStatus::Enforced
+                    && o.details.get("resource").and_then(|v| v.as_str()) == Some(name)
+            })
+        };
+        let ev = Evidence {
+            intervention: stop,
+            oom_kills: counters.oom_kills,
+            pids_denied: counters.pids_denied,
+            stage_over: self.stage.as_ref().and_then(|(dir, cap)| {
+                let bytes = allocated_bytes(dir);
+                (bytes > *cap).then_some((bytes, *cap))
+            }),
+            fsize_limited: rlimit("RLIMIT_FSIZE"),
+            cpu_time_limited: rlimit("RLIMIT_CPU"),
+        };
+        let hits = limits_hit(&ending, &ev);
+        (judge(ending, &ev), hits)
+    }
+}
+
+impl Drop for Limits {
+    fn drop(&mut self) {
+        if let Some(cg) = self.cgroup.take() {
+            for e in cg.remove() {
+                eprintln!("cofferdam: warning: {e}");
+            }
+        }
+    }
+}
