@@ -12,7 +12,10 @@ pub mod units;
 pub use manifest::{Manifest, ManifestError, MountMode, parse_manifest};
 pub mod tier;
 
-pub use tier::{ContainmentDecision, Missing, TierDecision, decide_containment, decide_tier};
+pub use tier::{
+    ContainmentDecision, Missing, TierDecision, decide_containment, decide_containment_capped,
+    decide_tier,
+};
 pub mod policy;
 
 pub use policy::{LoadedManifest, Places, Policy, RunFlags, resolve_policy};
@@ -25,3 +28,4 @@ pub mod doctor;
 pub use doctor::{CheckStatus, DoctorReport, doctor};
 pub mod outcome;
 pub mod plan;
+pub mod scoped_plan;

@@ -16,8 +16,10 @@ pub mod probe;
 pub mod pty;
 pub mod relay;
 pub mod rlimit;
+pub mod scoped;
 pub mod seccomp;
 pub mod setup_error;
+pub mod sockfilter;
 pub mod status;
 pub mod userns;
 
