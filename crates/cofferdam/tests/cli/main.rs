@@ -9,3 +9,4 @@ mod common;
 mod pty;
 mod run;
 mod scope;
+mod tiers;
