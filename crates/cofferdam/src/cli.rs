@@ -86,7 +86,8 @@ pub struct PolicyArgs {
     /// The folder the command works in (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
-    /// The containment floor; the strongest of this and the manifest's wins.
+    /// The containment floor; the strongest of this and the manifest's wins (default:
+    /// scoped, when neither declares one).
     #[arg(long, value_name = "CLASS", value_parser = parse_class)]
     pub containment: Option<ContainmentClass>,
     /// Lend a host path: SRC[:TGT][:MODE], MODE one of read (default), stage, write, hide.
