@@ -358,3 +358,30 @@ fn an_advisory_run_claims_no_boundary_and_the_review_warns_first() {
         "new\n"
     );
 }
+
+#[test]
+fn a_scoped_run_leaves_no_process_behind() {
+    let s = Sandbox::new();
+    if !scoped_host() {
+        return;
+    }
+    // No pid namespace here: the init is a subreaper and kills what the command leaves.
+    let out = no_userns(&s)
+        .args([
+            "run",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", out_text(&out));
+    let pid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&cmdline).starts_with("sleep"),
+        "the background sleep (pid {pid}) outlived the run"
+    );
+}
