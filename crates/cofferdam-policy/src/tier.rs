@@ -91,7 +91,9 @@ pub fn decide_tier(facts: &HostFacts) -> TierDecision {
             mechanism: "Landlock",
             detail: format!("kernel {} reports no Landlock ABI", facts.kernel_release),
             fix: "use Linux 5.13 or newer with CONFIG_SECURITY_LANDLOCK=y and `landlock` in the \
-                  lsm= boot parameter (e.g. lsm=landlock,lockdown,yama,integrity,apparmor)"
+                  lsm= boot parameter (e.g. lsm=landlock,lockdown,yama,integrity,apparmor); \
+                  or, knowing nothing will be enforced, run as a plain host process with \
+                  --containment advisory"
                 .to_owned(),
         });
     }
@@ -417,6 +419,8 @@ mod tests {
         f.userns.can_create = false;
         let c = decide_containment(&f, ContainmentClass::Scoped);
         assert_eq!(c.achieved, ContainmentClass::Advisory);
-        assert!(c.shortfall_reason.unwrap().contains("Landlock"));
+        let reason = c.shortfall_reason.unwrap();
+        assert!(reason.contains("Landlock"), "{reason}");
+        assert!(reason.contains("--containment advisory"), "{reason}");
     }
 }
