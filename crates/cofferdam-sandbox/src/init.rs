@@ -19,7 +19,8 @@
 //! SIGCONT on to its process group.
 //!
 //! Owns the order of effects only: every decision is in the plan, every mechanism in its own
-//! module. It must stay single-threaded.
+//! module. It must stay single-threaded. A plan for a tier without namespaces (scoped,
+//! advisory) is handed to `crate::scoped`, which reuses the command's exec and reaping here.
 
 use crate::setup_error::SetupError;
 use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, send};

@@ -381,33 +381,31 @@ const FORMAT_MASK: u32 = 0o170_000;
 
 fn upper_of(path: &Path, meta: &fs::Metadata) -> io::Result<Upper> {
     let ft = meta.file_type();
-    Ok(
-        if (ft.is_char_device() && meta.rdev() == 0)
-            || crate::copystage::is_xattr_whiteout(path, meta)
-        {
-            Upper::Whiteout
-        } else if ft.is_dir() {
-            Upper::Dir {
-                mode: meta.mode() & PERM_MASK,
-            }
-        } else if ft.is_file() {
-            Upper::File {
-                size: meta.size(),
-                mode: meta.mode() & PERM_MASK,
-            }
-        } else if ft.is_symlink() {
-            Upper::Symlink {
-                target: fs::read_link(path)?.into_os_string().into_encoded_bytes(),
-            }
-        } else if is_other(&ft) {
-            Upper::Other {
-                st_mode: meta.mode(),
-                rdev: meta.rdev(),
-            }
-        } else {
-            return Err(io::Error::from(io::ErrorKind::Unsupported));
-        },
-    )
+    let whiteout = (ft.is_char_device() && meta.rdev() == 0)
+        || crate::copystage::is_xattr_whiteout(path, meta);
+    Ok(if whiteout {
+        Upper::Whiteout
+    } else if ft.is_dir() {
+        Upper::Dir {
+            mode: meta.mode() & PERM_MASK,
+        }
+    } else if ft.is_file() {
+        Upper::File {
+            size: meta.size(),
+            mode: meta.mode() & PERM_MASK,
+        }
+    } else if ft.is_symlink() {
+        Upper::Symlink {
+            target: fs::read_link(path)?.into_os_string().into_encoded_bytes(),
+        }
+    } else if is_other(&ft) {
+        Upper::Other {
+            st_mode: meta.mode(),
+            rdev: meta.rdev(),
+        }
+    } else {
+        return Err(io::Error::from(io::ErrorKind::Unsupported));
+    })
 }
 
 /// Whether the upper directory at `path` is marked opaque.

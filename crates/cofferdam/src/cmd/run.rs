@@ -117,6 +117,10 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         Some(paths) => Some(copy::prepare(&policy.workdir, paths, decision.tier)?),
         None => None,
     };
+    if let Some(stage) = &copy_stage {
+        let o = TraceEventKind::ControlInstalled(stage.observation.clone());
+        let _ = trace.append(now_ms(), o);
+    }
 
     // A terminal on stdin: the command gets its own pseudo-terminal, relayed to it.
     plan.terminal = cofferdam_sandbox::pty::caller_terminal();
