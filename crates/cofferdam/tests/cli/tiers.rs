@@ -45,6 +45,14 @@ fn out_text(o: &std::process::Output) -> String {
     )
 }
 
+/// Run `c` with `args`, assert exit 0, return its stdout and a description for messages.
+fn succeeds(mut c: Command, args: &[&str]) -> (String, String) {
+    let out = c.args(args).output().unwrap();
+    let text = out_text(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), text)
+}
+
 fn last_bundle(s: &Sandbox) -> Value {
     let jobs = s.store.path().join("jobs");
     let dir = std::fs::read_dir(&jobs)
@@ -105,13 +113,7 @@ fn a_scoped_run_stages_by_copy_landlock_denies_outside_writes_and_apply_and_drop
         real_a.display(),
         outside.display(),
     );
-    let out = no_userns(&s)
-        .args(["run", "--", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    let text = out_text(&out);
-    assert_eq!(out.status.code(), Some(0), "{text}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (stdout, text) = succeeds(no_userns(&s), &["run", "--", "sh", "-c", &script]);
     assert!(
         stdout.contains("ref: refs/heads/main"),
         ".git is copied: {text}"
@@ -383,5 +385,57 @@ fn a_scoped_run_leaves_no_process_behind() {
     assert!(
         !String::from_utf8_lossy(&cmdline).starts_with("sleep"),
         "the background sleep (pid {pid}) outlived the run"
+    );
+}
+
+#[test]
+fn a_tier_cap_runs_scoped_for_the_invoking_user_and_the_read_claim_matches_a_real_read() {
+    let s = Sandbox::new();
+    if !require("Landlock", landlock_abi_independently() > 0) {
+        return;
+    }
+    s.write("a.txt", "old\n");
+    let secret = s.home.path().join(".ssh");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::write(secret.join("id_ed25519"), "key\n").unwrap();
+    let script = format!(
+        "echo new > a.txt; (cat /etc/shadow) >/dev/null 2>&1 && echo READ-SHADOW; \
+         (cat '{}') 2>/dev/null && echo READ-KEY; echo done",
+        secret.join("id_ed25519").display()
+    );
+    let (stdout, text) = succeeds(
+        s.cmd(),
+        &["run", "--tier", "scoped", "--", "sh", "-c", &script],
+    );
+    assert!(
+        stdout.contains("done") && !stdout.contains("READ-KEY"),
+        "{text}"
+    );
+    let b = last_bundle(&s);
+    assert_eq!(b["executor_observations"]["tier"], "landlock+seccomp");
+    assert_eq!(b["executor_plan"]["floor_met"], true);
+    let cs = controls(&b);
+    let hidden = cs
+        .iter()
+        .find(|c| c["mechanism"] == "secrets_hidden")
+        .expect("a secrets_hidden observation");
+    // The bundle's claim follows what a real read inside could do.
+    let shadow_read = stdout.contains("READ-SHADOW");
+    assert_eq!(
+        hidden["status"] == "partial",
+        shadow_read,
+        "{hidden} / {text}"
+    );
+    assert_eq!(
+        b["safety"]["filesystem_read_non_bypassable"],
+        !shadow_read
+            && cs
+                .iter()
+                .filter(|c| c["dimension"] == "filesystem_read")
+                .all(|c| c["status"] == "enforced")
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.work.path().join("a.txt")).unwrap(),
+        "old\n"
     );
 }
