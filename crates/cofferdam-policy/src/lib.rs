@@ -12,7 +12,10 @@ pub mod units;
 pub use manifest::{Manifest, ManifestError, MountMode, parse_manifest};
 pub mod tier;
 
-pub use tier::{ContainmentDecision, Missing, TierDecision, decide_containment, decide_tier};
+pub use tier::{
+    ContainmentDecision, Missing, TierDecision, decide_containment, decide_containment_capped,
+    decide_tier,
+};
 pub mod policy;
 
 pub use policy::{LoadedManifest, Places, Policy, RunFlags, resolve_policy};
@@ -27,4 +30,5 @@ pub mod cgroup_plan;
 pub mod outcome;
 pub mod plan;
 pub mod resources;
+pub mod scoped_plan;
 pub mod verdict;

@@ -1,8 +1,9 @@
 //! The effective policy of one run: the manifest combined with the command-line flags.
 //!
 //! Owns the combination rules: scalar flags override the manifest, list flags add to it, and
-//! the containment floor is the strongest of the manifest's `containment`, `--containment`
-//! and the default `scoped`. Paths are resolved lexically (`~`, relative to the manifest's
+//! the containment floor is the strongest of the manifest's `containment` and
+//! `--containment`, or the default `scoped` when neither declares one (so
+//! `--containment advisory` is how a host without Landlock runs at all). Paths are resolved lexically (`~`, relative to the manifest's
 //! folder or the current directory, `.` and `..` folded) without touching the filesystem;
 //! the caller canonicalizes the workdir before handing it in.
 
@@ -203,7 +204,7 @@ pub fn resolve_policy(
         .and_then(|l| l.path.parent())
         .map_or_else(|| places.cwd.clone(), Path::to_path_buf);
 
-    let floor = [Some(DEFAULT_FLOOR), m.containment, flags.containment]
+    let floor = [m.containment, flags.containment]
         .into_iter()
         .flatten()
         .max()
@@ -485,10 +486,15 @@ mod tests {
     }
 
     #[test]
-    fn floor_is_the_strongest_of_manifest_flag_and_default() {
+    fn floor_is_the_strongest_declared_else_the_default() {
         let cases = [
             (None, None, ContainmentClass::Scoped),
-            (Some("advisory"), None, ContainmentClass::Scoped),
+            (Some("advisory"), None, ContainmentClass::Advisory),
+            (
+                None,
+                Some(ContainmentClass::Advisory),
+                ContainmentClass::Advisory,
+            ),
             (Some("sealed"), None, ContainmentClass::Sealed),
             (
                 Some("sealed"),

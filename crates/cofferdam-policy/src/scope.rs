@@ -505,8 +505,9 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
         match p.network.mode {
             NetworkMode::Host => {}
             _ if abi.is_some_and(|a| a >= 4) => out.push(
-                "network: no network namespace; Landlock confines TCP by port only (no names, \
-                 no UDP), so DNS and other UDP traffic are not confined"
+                "network: no network namespace; Landlock refuses every TCP connect and bind \
+                 (loopback included) and a seccomp filter refuses UDP, raw and every other \
+                 socket family but unix and netlink, so name resolution fails too"
                     .to_owned(),
             ),
             _ => out.push(

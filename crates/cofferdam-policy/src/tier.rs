@@ -91,7 +91,9 @@ pub fn decide_tier(facts: &HostFacts) -> TierDecision {
             mechanism: "Landlock",
             detail: format!("kernel {} reports no Landlock ABI", facts.kernel_release),
             fix: "use Linux 5.13 or newer with CONFIG_SECURITY_LANDLOCK=y and `landlock` in the \
-                  lsm= boot parameter (e.g. lsm=landlock,lockdown,yama,integrity,apparmor)"
+                  lsm= boot parameter (e.g. lsm=landlock,lockdown,yama,integrity,apparmor); \
+                  or, knowing nothing will be enforced, run as a plain host process with \
+                  --containment advisory"
                 .to_owned(),
         });
     }
@@ -131,8 +133,10 @@ fn missing_userns(facts: &HostFacts) -> Missing {
     let (detail, fix) = if u.max_user_namespaces == Some(0) {
         (
             format!("user.max_user_namespaces is 0 ({error})"),
-            "sudo sysctl -w user.max_user_namespaces=15000 (persist it in /etc/sysctl.d/)"
-                .to_owned(),
+            format!(
+                "sudo sysctl -w user.max_user_namespaces=15000 (persist it in /etc/sysctl.d/){}",
+                apparmor_hint(u.apparmor_restrict)
+            ),
         )
     } else if u.unprivileged_userns_clone == Some(false) && !facts.is_root {
         (
@@ -152,16 +156,31 @@ fn missing_userns(facts: &HostFacts) -> Missing {
     } else {
         (
             format!("unshare(CLONE_NEWUSER) failed: {error}"),
-            "this environment forbids user namespaces (a container's seccomp profile, a \
+            format!(
+                "this environment forbids user namespaces (a container's seccomp profile, a \
              hardened kernel or WSL1): run on a host or container that permits them, or use \
-             --containment scoped"
-                .to_owned(),
+             --containment scoped{}",
+                apparmor_hint(u.apparmor_restrict)
+            ),
         )
     };
     Missing {
         mechanism: "unprivileged user namespaces",
         detail,
         fix,
+    }
+}
+
+/// The AppArmor way to user namespaces, added to a fix unless the probe saw AppArmor's
+/// restriction switched off (then it cannot be the cause).
+fn apparmor_hint(restrict: Option<bool>) -> &'static str {
+    if restrict == Some(false) {
+        ""
+    } else {
+        "; where AppArmor restricts user namespaces (Ubuntu 23.10+, \
+         kernel.apparmor_restrict_unprivileged_userns=1), install cofferdam's AppArmor \
+         profile instead: sudo install -m 644 packaging/apparmor/cofferdam \
+         /etc/apparmor.d/cofferdam && sudo apparmor_parser -r /etc/apparmor.d/cofferdam"
     }
 }
 
@@ -185,21 +204,45 @@ pub struct ContainmentDecision {
 /// Decide the run's containment: always the strongest tier the host offers; the floor only
 /// decides whether `run` refuses.
 pub fn decide_containment(facts: &HostFacts, declared: ContainmentClass) -> ContainmentDecision {
+    decide_containment_capped(facts, declared, None)
+}
+
+/// [`decide_containment`] with the run's tier capped at `cap` (`run --tier`): the cap can only
+/// lower the tier the host offers, never raise it, and a cap below the floor is a shortfall
+/// like any other (the run refuses).
+pub fn decide_containment_capped(
+    facts: &HostFacts,
+    declared: ContainmentClass,
+    cap: Option<ContainmentClass>,
+) -> ContainmentDecision {
     let tiers = decide_tier(facts);
-    let achieved = tiers.class();
+    let host = tiers.class();
+    let achieved = cap.map_or(host, |c| c.min(host));
     let floor_met = achieved >= declared;
     let shortfall_reason = (!floor_met).then(|| {
-        let missing: Vec<String> = tiers.missing_for(declared).iter().map(Missing::sentence).collect();
-        format!(
-            "the declared floor is {declared} but this host backs only {achieved}: {declared} needs {}",
-            missing.join("; ")
-        )
+        if host >= declared {
+            format!(
+                "the declared floor is {declared} but --tier {achieved} caps this run below it; \
+                 fix: drop --tier, or lower the floor with --containment {achieved}"
+            )
+        } else {
+            let missing: Vec<String> =
+                tiers.missing_for(declared).iter().map(Missing::sentence).collect();
+            format!(
+                "the declared floor is {declared} but this host backs only {host}: {declared} needs {}",
+                missing.join("; ")
+            )
+        }
     });
     ContainmentDecision {
         declared,
         achieved,
-        host: achieved,
-        tier: tiers.tier,
+        host,
+        tier: if achieved == host {
+            tiers.tier
+        } else {
+            EnforcementTier::for_class(achieved)
+        },
         floor_met,
         shortfall_reason,
     }
@@ -226,6 +269,56 @@ mod tests {
             out.push((f, [b(0), b(1), b(2), b(3), b(4), b(5)]));
         }
         out
+    }
+
+    #[test]
+    fn a_tier_cap_only_lowers_and_a_cap_below_the_floor_refuses() {
+        use ContainmentClass as C;
+        let sealed = HostFacts::capable_example();
+        let d = decide_containment_capped(&sealed, C::Scoped, Some(C::Scoped));
+        assert_eq!(d.tier, EnforcementTier::LandlockSeccomp);
+        assert_eq!(
+            (d.achieved, d.host, d.floor_met),
+            (C::Scoped, C::Sealed, true)
+        );
+        let d = decide_containment_capped(&sealed, C::Advisory, Some(C::Advisory));
+        assert_eq!(d.tier, EnforcementTier::None);
+        let d = decide_containment_capped(&sealed, C::Scoped, Some(C::Advisory));
+        assert!(!d.floor_met);
+        let reason = d.shortfall_reason.unwrap_or_default();
+        assert!(reason.contains("--tier advisory"), "{reason}");
+        let mut scoped = HostFacts::capable_example();
+        scoped.userns.can_create = false;
+        let d = decide_containment_capped(&scoped, C::Scoped, Some(C::Sealed));
+        assert_eq!(
+            d.tier,
+            EnforcementTier::LandlockSeccomp,
+            "a cap never raises"
+        );
+        assert_eq!(
+            decide_containment_capped(&sealed, C::Scoped, None),
+            decide_containment(&sealed, C::Scoped)
+        );
+    }
+
+    #[test]
+    fn the_userns_shortfall_names_the_apparmor_profile_unless_apparmor_is_off() {
+        let mut f = HostFacts::capable_example();
+        f.userns.can_create = false;
+        f.userns.max_user_namespaces = Some(0);
+        f.userns.apparmor_restrict = None;
+        let reason = decide_containment(&f, ContainmentClass::Sealed)
+            .shortfall_reason
+            .unwrap_or_default();
+        assert!(
+            reason.contains("user namespaces") && reason.contains("packaging/apparmor/cofferdam"),
+            "{reason}"
+        );
+        f.userns.apparmor_restrict = Some(false);
+        let reason = decide_containment(&f, ContainmentClass::Sealed)
+            .shortfall_reason
+            .unwrap_or_default();
+        assert!(!reason.contains("AppArmor"), "{reason}");
     }
 
     #[test]
@@ -326,6 +419,8 @@ mod tests {
         f.userns.can_create = false;
         let c = decide_containment(&f, ContainmentClass::Scoped);
         assert_eq!(c.achieved, ContainmentClass::Advisory);
-        assert!(c.shortfall_reason.unwrap().contains("Landlock"));
+        let reason = c.shortfall_reason.unwrap();
+        assert!(reason.contains("Landlock"), "{reason}");
+        assert!(reason.contains("--containment advisory"), "{reason}");
     }
 }

@@ -19,7 +19,8 @@
 //! SIGCONT on to its process group.
 //!
 //! Owns the order of effects only: every decision is in the plan, every mechanism in its own
-//! module. It must stay single-threaded.
+//! module. It must stay single-threaded. A plan for a tier without namespaces (scoped,
+//! advisory) is handed to `crate::scoped`, which reuses the command's exec and reaping here.
 
 use crate::setup_error::SetupError;
 use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, send};
@@ -83,7 +84,7 @@ fn set_handlers(sigs: &[libc::c_int], handler: libc::sighandler_t) {
 /// included.
 const FORWARDED: &[libc::c_int] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
 
-fn status_fd() -> BorrowedFd<'static> {
+pub(crate) fn status_fd() -> BorrowedFd<'static> {
     // SAFETY: the supervisor hands the init the status pipe as fd STATUS_FD, open for the
     // life of the process (closed only by exec, being close-on-exec in pid 1's command).
     unsafe { BorrowedFd::borrow_raw(STATUS_FD) }
@@ -96,11 +97,11 @@ fn take_terminal_socket() -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(TERMINAL_FD) }
 }
 
-fn report(o: ControlObservation) {
+pub(crate) fn report(o: ControlObservation) {
     send(status_fd(), &StatusMessage::Control { observation: o });
 }
 
-fn fail(e: &SetupError) -> i32 {
+pub(crate) fn fail(e: &SetupError) -> i32 {
     send(
         status_fd(),
         &StatusMessage::SetupFailed {
@@ -131,6 +132,11 @@ fn read_plan() -> Result<SandboxPlan, String> {
 /// The init's entry point: never returns.
 pub fn init_main() -> ! {
     let code = match read_plan() {
+        Ok(plan)
+            if plan.tier != cofferdam_record::EnforcementTier::MountnsPivotRootLandlockSeccomp =>
+        {
+            crate::scoped::run_scoped(&plan)
+        }
         Ok(plan) => run_init(&plan),
         Err(e) => {
             send(
@@ -146,7 +152,7 @@ pub fn init_main() -> ! {
     std::process::exit(code)
 }
 
-fn die_with_parent() {
+pub(crate) fn die_with_parent() {
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
 }
 
@@ -221,7 +227,7 @@ fn wait_for(pid: i32) -> i32 {
 
 /// A control that must be enforced for the sealed tier to hold: anything else is a setup
 /// failure (the command does not run).
-fn require(o: ControlObservation, step: &str) -> Result<(), i32> {
+pub(crate) fn require(o: ControlObservation, step: &str) -> Result<(), i32> {
     let ok = o.status == ControlStatus::Enforced;
     let reason = o
         .reason
@@ -322,7 +328,7 @@ fn candidates(argv0: &str, env: &[(String, String)]) -> Vec<CString> {
         .collect()
 }
 
-fn run_command(plan: &SandboxPlan) -> i32 {
+pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
     let argv: Vec<CString> = plan
         .argv
         .iter()

@@ -221,17 +221,17 @@ impl SeccompFilters {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn target() -> Result<(TargetArch, &'static str), SeccompError> {
+pub(crate) fn target() -> Result<(TargetArch, &'static str), SeccompError> {
     Ok((TargetArch::x86_64, "x86_64"))
 }
 
 #[cfg(target_arch = "aarch64")]
-fn target() -> Result<(TargetArch, &'static str), SeccompError> {
+pub(crate) fn target() -> Result<(TargetArch, &'static str), SeccompError> {
     Ok((TargetArch::aarch64, "aarch64"))
 }
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn target() -> Result<(TargetArch, &'static str), SeccompError> {
+pub(crate) fn target() -> Result<(TargetArch, &'static str), SeccompError> {
     Err(SeccompError::UnsupportedArch(std::env::consts::ARCH))
 }
 
@@ -265,7 +265,11 @@ pub fn x32_guard() -> Vec<sock_filter> {
     ]
 }
 
-fn dword(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, BackendError> {
+pub(crate) fn dword(
+    arg: u8,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompCondition, BackendError> {
     SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
 }
 

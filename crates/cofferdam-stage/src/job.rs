@@ -441,11 +441,21 @@ impl Job {
 }
 
 impl Job {
-    /// Remove the stage (`upper/`) and the overlay's `work/`, for `drop`: the records
+    /// Remove the stage (`upper/`), the overlay's `work/` and a copy-tier run's leftovers
+    /// (`copy/`, `home/`, `tmp/`), for `drop`: the records
     /// (`job.json`, the bundle, the trace, fingerprints, the ledger) stay. Directories are
     /// made accessible first; absent is fine. Call it while holding the job lock.
     pub fn remove_stage(&self) -> Result<(), JobError> {
         self.remove_overlay_work()?;
+        // A copy-tier run interrupted before its seal leaves its copy, HOME stage and temp
+        // directory behind (`cofferdam_stage::copystage`).
+        for name in ["copy", "home", "tmp"] {
+            let dir = self.dir.join(name);
+            if fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+                make_removable(&dir)?;
+                fs::remove_dir_all(&dir).map_err(io_err("remove", &dir))?;
+            }
+        }
         let upper = self.upper();
         match fs::symlink_metadata(&upper) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

@@ -6,6 +6,7 @@
 
 pub mod apply;
 pub mod conflict;
+pub mod copystage;
 pub mod diff;
 pub mod fingerprint;
 pub mod job;

@@ -11,7 +11,7 @@
 //!
 //! | upper entry | host counterpart | change |
 //! |---|---|---|
-//! | char device 0:0 (whiteout) | exists | `deleted` (old type from the host) |
+//! | whiteout: char device 0:0, or an empty file with `user.overlay.whiteout` (the copy stage's, [`crate::copystage`]) | exists | `deleted` (old type from the host) |
 //! | whiteout | absent | none (a warning: it hides nothing) |
 //! | anything else | absent | `added`; below an added directory everything is `added` |
 //! | directory with `user.overlay.opaque=y` (or `trusted.`) | directory | `opaque`; every entry below it is `added` |
@@ -381,7 +381,9 @@ const FORMAT_MASK: u32 = 0o170_000;
 
 fn upper_of(path: &Path, meta: &fs::Metadata) -> io::Result<Upper> {
     let ft = meta.file_type();
-    Ok(if ft.is_char_device() && meta.rdev() == 0 {
+    let whiteout = (ft.is_char_device() && meta.rdev() == 0)
+        || crate::copystage::is_xattr_whiteout(path, meta);
+    Ok(if whiteout {
         Upper::Whiteout
     } else if ft.is_dir() {
         Upper::Dir {

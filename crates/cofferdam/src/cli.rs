@@ -88,7 +88,8 @@ pub struct PolicyArgs {
     /// The folder the command works in (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
-    /// The containment floor; the strongest of this and the manifest's wins.
+    /// The containment floor; the strongest of this and the manifest's wins (default:
+    /// scoped, when neither declares one).
     #[arg(long, value_name = "CLASS", value_parser = parse_class)]
     pub containment: Option<ContainmentClass>,
     /// Lend a host path: SRC[:TGT][:MODE], MODE one of read (default), stage, write, hide.
@@ -158,6 +159,11 @@ pub struct RunArgs {
     /// Do not print the job id and summary at the end.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Run on at most this class's tier (scoped or advisory) although the host offers a
+    /// stronger one. Only lowers: a class above the host's changes nothing, and one below
+    /// the floor refuses like any shortfall.
+    #[arg(long, value_name = "CLASS", value_parser = parse_class)]
+    pub tier: Option<ContainmentClass>,
     /// Also save the command's stdout and stderr (or its terminal) in the job, up to 16 MiB
     /// each, recorded in the bundle's run.output.
     #[arg(long)]

@@ -44,12 +44,15 @@ fn watch_observation(resource: &str, status: ControlStatus, value: u64) -> Contr
 
 /// Install the run's cgroup and arm the watch; adjusts `plan.rlimits` where a cgroup
 /// enforces the same limit for the whole run (so an allocation past the memory limit ends
-/// in the cgroup's OOM kill, which is recorded, rather than a failed `malloc`).
+/// in the cgroup's OOM kill, which is recorded, rather than a failed `malloc`). With
+/// `poll_stage` false (the copy tiers: the changes reach `upper` only when the run ends) the
+/// stage cap is checked at the end only.
 pub fn prepare(
     policy: &Policy,
     facts: &cofferdam_record::HostFacts,
     plan: &mut SandboxPlan,
     upper: &Path,
+    poll_stage: bool,
 ) -> Limits {
     let r = &policy.resources;
     let cplan = plan_cgroup(r, &facts.cgroup, facts.is_root);
@@ -117,14 +120,22 @@ pub fn prepare(
     }
     let stage = r.stage_size.map(|s| (upper.to_path_buf(), s.0));
     if let Some((dir, cap)) = &stage {
-        watch.stage_cap = Some((dir.clone(), *cap));
         let mut o = watch_observation("stage_size", ControlStatus::Partial, *cap);
-        o.reason = Some(format!(
-            "a poll every {} ms of the stage's allocated bytes: a burst between two polls can \
-             overshoot the cap before the workload is stopped (the exact check at seal fails the \
-             run as well); a directory the workload makes unreadable is not counted",
-            STAGE_POLL_INTERVAL.as_millis()
-        ));
+        if poll_stage {
+            watch.stage_cap = Some((dir.clone(), *cap));
+            o.reason = Some(format!(
+                "a poll every {} ms of the stage's allocated bytes: a burst between two polls \
+                 can overshoot the cap before the workload is stopped (the exact check at seal \
+                 fails the run as well); a directory the workload makes unreadable is not counted",
+                STAGE_POLL_INTERVAL.as_millis()
+            ));
+        } else {
+            o.reason = Some(
+                "checked once the run has ended (the copy tiers stage the changes then): the \
+                 run fails as over the cap, but the workload is not stopped when it passes it"
+                    .into(),
+            );
+        }
         controls.push(o);
     }
     Limits {

@@ -9,7 +9,7 @@ use crate::context;
 use crate::exit::Failure;
 use cofferdam_policy::outcome::{Ending, RunReport, assemble_bundle, exit_code_of};
 use cofferdam_policy::plan::{Invoker, JobPaths, build_plan};
-use cofferdam_policy::{ScopeInputs, build_scope_report, decide_containment};
+use cofferdam_policy::{ScopeInputs, build_scope_report, decide_containment_capped};
 use cofferdam_record::bundle::{
     BundleArtifact, CapturedStream, ControlObservation, FailureKind, ProcessOutput, RunBundle,
 };
@@ -22,6 +22,8 @@ use cofferdam_stage::job::{Durability, JobStore, StageState};
 use cofferdam_stage::trace_log::TraceLog;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+mod copy;
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -42,16 +44,14 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     // mechanism anyway, so a stale cache can only make the setup fail, never weaken it.
     let facts =
         cofferdam_sandbox::probe::probe_host_cached(&env.storage_root.join("host-facts.json"));
-    let decision = decide_containment(&facts, policy.floor);
+    let decision = decide_containment_capped(&facts, policy.floor, args.tier);
     if let Some(reason) = &decision.shortfall_reason {
         return Err(Failure::setup(format!("refusing to run: {reason}")));
     }
-    if decision.tier != EnforcementTier::MountnsPivotRootLandlockSeccomp {
-        return Err(Failure::setup(format!(
-            "refusing to run: this host offers the {} tier, and this build runs commands only \
-             on the sealed tier; `cofferdam doctor` shows what is missing",
-            decision.tier
-        )));
+    // Scoped and advisory: the workdir is staged by a copy (`copy`), not an overlay.
+    let copy_tier = decision.tier != EnforcementTier::MountnsPivotRootLandlockSeccomp;
+    if copy_tier {
+        copy::refuse_unsupported(&policy, decision.tier)?;
     }
     cofferdam_stage::store::check_outside_workdir(&env.storage_root, &policy.workdir)
         .map_err(Failure::setup)?;
@@ -71,21 +71,30 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         home: env.places.home.clone(),
         env: std::env::vars().collect(),
     };
-    let mut plan = build_plan(
-        &policy,
-        &facts,
-        &inv,
-        &JobPaths {
-            run_id: run_id.clone(),
-            new_root: job.new_root(),
-            upper: job.upper(),
-            overlay_work: job.overlay_work(),
-            storage_root: env.storage_root.clone(),
-        },
-        args.command.clone(),
-    );
+    let job_paths = JobPaths {
+        run_id: run_id.clone(),
+        new_root: job.new_root(),
+        upper: job.upper(),
+        overlay_work: job.overlay_work(),
+        storage_root: env.storage_root.clone(),
+    };
+    let copy_paths = copy_tier.then(|| copy::paths(&job, job_paths.clone()));
+    let mut plan = match &copy_paths {
+        None => build_plan(&policy, &facts, &inv, &job_paths, args.command.clone()),
+        Some(paths) => copy::plan(
+            &policy,
+            &facts,
+            &inv,
+            &decision,
+            paths,
+            &env.places.cwd,
+            args.command.clone(),
+        ),
+    };
     // Cgroup, timeout and stage cap; the cgroup is removed when `limits` drops, at the end.
-    let limits = super::limits::prepare(&policy, &facts, &mut plan, &job.upper());
+    // On the copy tiers the changes reach `upper/` only when the run ends, so the stage cap
+    // is checked then, not polled.
+    let limits = super::limits::prepare(&policy, &facts, &mut plan, &job.upper(), !copy_tier);
     for warning in &limits.warnings {
         eprintln!("cofferdam: warning: {warning}");
     }
@@ -106,6 +115,16 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             },
         )
         .map_err(Failure::setup)?;
+    // After the start time: a host edit after the copy is newer than the run's start, so
+    // the apply-time conflict check catches it.
+    let copy_stage = match copy_paths {
+        Some(paths) => Some(copy::prepare(&policy.workdir, paths, decision.tier)?),
+        None => None,
+    };
+    if let Some(stage) = &copy_stage {
+        let o = TraceEventKind::ControlInstalled(stage.observation.clone());
+        let _ = trace.append(now_ms(), o);
+    }
 
     // A terminal on stdin: the command gets its own pseudo-terminal, relayed to it.
     plan.terminal = cofferdam_sandbox::pty::caller_terminal();
@@ -221,6 +240,14 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         }
     };
 
+    if let Some(stage) = copy_stage {
+        if decision.tier == EnforcementTier::None {
+            warnings.insert(0, copy::ADVISORY_WARNING.to_owned());
+        }
+        warnings.extend(stage.warnings.iter().cloned());
+        controls.insert(0, stage.observation.clone());
+        stage.finish(&job.upper())?;
+    }
     let (ending, hits) = limits.conclude(stop, ending, &controls);
     for (limit, message) in hits {
         let _ = trace.append(finished, TraceEventKind::LimitHit { limit, message });

@@ -117,6 +117,9 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
         return Ok(OK);
     }
     let mut o = String::new();
+    if let Some(b) = bundle.as_ref().filter(|_| args.review) {
+        advisory_banner(&mut o, b, s);
+    }
     let _ = writeln!(
         o,
         "{} {}  {}",
@@ -169,6 +172,27 @@ fn shell_words(argv: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// First in a review of a run no boundary held (the advisory tier): say so before anything
+/// else. Derived from the bundle's safety, not from the tier name.
+fn advisory_banner(o: &mut String, b: &RunBundle, s: Style) {
+    let sf = &b.safety;
+    let nothing_held = sf.host_process
+        && !sf.filesystem_read_non_bypassable
+        && !sf.filesystem_write_non_bypassable
+        && !sf.network_non_bypassable;
+    if nothing_held {
+        let _ = writeln!(
+            o,
+            "{}\n",
+            s.warn(&format!(
+                "WARNING: no boundary held in this run ({} tier): the command ran as a host \
+                 process; filesystem, network and process isolation were not enforced",
+                b.executor_observations.tier.class()
+            ))
+        );
+    }
 }
 
 fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
@@ -265,7 +289,10 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
             }
         }
     }
-    let warnings: Vec<&String> = b.safety.warnings.iter().chain(&b.run.warnings).collect();
+    let mut warnings: Vec<&String> = b.safety.warnings.iter().chain(&b.run.warnings).collect();
+    // The supervisor's warnings are in both lists: show each once.
+    let mut seen = std::collections::HashSet::new();
+    warnings.retain(|w| seen.insert(*w));
     if !warnings.is_empty() {
         let _ = writeln!(o, "\n{}", s.heading("Warnings"));
         for w in warnings {

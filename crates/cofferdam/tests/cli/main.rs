@@ -10,3 +10,4 @@ mod limits;
 mod pty;
 mod run;
 mod scope;
+mod tiers;

@@ -1,0 +1,281 @@
+//! The sandbox init on the tiers without namespaces (DESIGN.md §3, last paragraph): the
+//! scoped tier (`landlock+seccomp`) runs steps 4–8 of the sealed order on the host, and the
+//! advisory tier (`none`) only the environment and the rlimits. The command runs as a plain
+//! host process in the copy of the workdir (`plan.fs.workdir`), the init's child.
+//!
+//! Scoped order, each step reporting its observation like the sealed tier: `chdir` into the
+//! copy; rlimits; close inherited descriptors; non-dumpable; drop capabilities (a caller
+//! without `CAP_SETPCAP` cannot empty the bounding set: `partial`, `no_new_privs` covers
+//! it); `no_new_privs`; Landlock (its `filesystem_write` must be `enforced`, or the command
+//! does not run: that is the tier's write boundary); the socket-family filter when the plan
+//! confines TCP; a check that each hidden path really cannot be opened; the seccomp
+//! filter; then the ready marker and the command. Evidence of absence is reported too: no
+//! pid namespace (`process` is not isolated), and at Landlock ABI below 9, pathname unix
+//! sockets stay reachable (`network` partial).
+//!
+//! The init is a child subreaper: when the command's main process ends, every descendant
+//! left (daemons, background jobs) is killed before the init exits, so nothing keeps
+//! writing to the copy after the stage is sealed.
+//!
+//! Owns the order only; each mechanism is its own module. Single-threaded, like the init.
+
+use crate::init::{SETUP_FAILED, die_with_parent, fail, report, require, run_command, status_fd};
+use crate::setup_error::SetupError;
+use crate::status::{STATUS_FD, StatusMessage, TERMINAL_FD, send};
+use crate::{caps, landlock, rlimit, seccomp, sockfilter};
+use cofferdam_policy::plan::SandboxPlan;
+use cofferdam_record::EnforcementTier;
+use cofferdam_record::bundle::{
+    ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
+};
+use serde_json::json;
+use std::path::PathBuf;
+
+/// The Landlock ABI from which `connect(2)` to a pathname unix socket is a handled right.
+pub const UNIX_CONNECT_ABI: u32 = 9;
+
+/// Run the plan on the scoped or advisory tier; returns the init's exit code.
+pub fn run_scoped(plan: &SandboxPlan) -> i32 {
+    die_with_parent();
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) takes an integer flag and changes no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    if let Err(code) = setup(plan) {
+        return code;
+    }
+    let code = run_command(plan);
+    kill_descendants();
+    code
+}
+
+fn step_err(step: &str, errno: rustix::io::Errno) -> i32 {
+    fail(&SetupError {
+        step: step.into(),
+        errno,
+    })
+}
+
+fn setup(plan: &SandboxPlan) -> Result<(), i32> {
+    let scoped = plan.tier == EnforcementTier::LandlockSeccomp;
+    rustix::process::chdir(&plan.fs.workdir)
+        .map_err(|e| step_err(&format!("chdir {}", plan.fs.workdir.display()), e))?;
+    report(process_view());
+    for o in rlimit::apply(&plan.rlimits) {
+        report(o);
+    }
+    let filters = if scoped {
+        Some(seccomp::build_filters().map_err(|e| {
+            step_err(
+                &format!("build the seccomp filter: {e}"),
+                rustix::io::Errno::INVAL,
+            )
+        })?)
+    } else {
+        None
+    };
+    let keep: &[i32] = if plan.terminal.is_some() {
+        &[STATUS_FD, TERMINAL_FD]
+    } else {
+        &[STATUS_FD]
+    };
+    require(caps::close_fds(keep), "close inherited file descriptors")?;
+    rustix::io::fcntl_setfd(status_fd(), rustix::io::FdFlags::CLOEXEC)
+        .map_err(|e| step_err("mark the status channel close-on-exec", e))?;
+    let Some(filters) = filters else {
+        // Advisory: a host process with the projected environment and rlimits, nothing else.
+        advisory_absences().into_iter().for_each(report);
+        send(status_fd(), &StatusMessage::Ready);
+        return Ok(());
+    };
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| step_err("make the init non-dumpable", e))?;
+    report(caps::drop_all());
+    require(caps::no_new_privs(), "set no_new_privs")?;
+    let mut write_enforced = false;
+    let mut landlock_abi = 0;
+    for o in landlock::install(&plan.landlock) {
+        if o.dimension == ControlDimension::FilesystemWrite {
+            write_enforced = o.status == ControlStatus::Enforced;
+            landlock_abi = o
+                .details
+                .get("abi")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|a| u32::try_from(a).ok())
+                .unwrap_or(0);
+        }
+        report(o);
+    }
+    if !write_enforced {
+        send(
+            status_fd(),
+            &StatusMessage::SetupFailed {
+                step: "install Landlock".into(),
+                error: "Landlock did not enforce the write boundary (see its observation); \
+                        the scoped tier cannot hold without it"
+                    .into(),
+            },
+        );
+        return Err(SETUP_FAILED);
+    }
+    if plan.landlock.tcp.is_some() {
+        report(unix_sockets(landlock_abi));
+        require(sockfilter::install(), "install the socket-family filter")?;
+    }
+    report(hidden_paths(&plan.fs.hidden));
+    require(seccomp::install(&filters), "install the seccomp filter")?;
+    send(status_fd(), &StatusMessage::Ready);
+    Ok(())
+}
+
+/// What the advisory tier does not install, said as observations so that no dimension is
+/// left to look covered by an unrelated control (closing descriptors is not a syscall
+/// filter).
+fn advisory_absences() -> Vec<ControlObservation> {
+    let why = "the advisory tier installs no Landlock ruleset and no seccomp filter";
+    [
+        (ControlMechanism::Landlock, ControlDimension::FilesystemRead),
+        (
+            ControlMechanism::Landlock,
+            ControlDimension::FilesystemWrite,
+        ),
+        (ControlMechanism::Landlock, ControlDimension::Network),
+        (ControlMechanism::Seccomp, ControlDimension::KernelSurface),
+    ]
+    .into_iter()
+    .map(|(m, d)| {
+        let mut o = ControlObservation::new(m, d, ControlStatus::Unavailable);
+        o.reason = Some(why.to_owned());
+        o
+    })
+    .collect()
+}
+
+/// No pid namespace on these tiers: the command sees and shares the host's process view.
+fn process_view() -> ControlObservation {
+    let mut o = ControlObservation::new(
+        ControlMechanism::Pidns,
+        ControlDimension::Process,
+        ControlStatus::Unavailable,
+    );
+    o.reason = Some(
+        "no pid namespace on this tier: the command is a host process and sees the host's \
+         processes"
+            .into(),
+    );
+    o
+}
+
+/// Whether `connect(2)` to a pathname unix socket outside the sandbox is confined: Landlock
+/// handles it from ABI 9; below, a reachable socket file (an ssh-agent, a container
+/// runtime's socket) is a way out.
+pub fn unix_sockets(abi: u32) -> ControlObservation {
+    let enforced = abi >= UNIX_CONNECT_ABI;
+    let mut o = ControlObservation::new(
+        ControlMechanism::Landlock,
+        ControlDimension::Network,
+        if enforced {
+            ControlStatus::Enforced
+        } else {
+            ControlStatus::Partial
+        },
+    );
+    o.details.insert("control".into(), json!("unix_connect"));
+    o.details.insert("abi".into(), json!(abi));
+    if !enforced {
+        o.reason = Some(format!(
+            "Landlock ABI {abi} does not confine connect(2) to pathname unix sockets (ABI \
+             {UNIX_CONNECT_ABI} does): a socket file the command can reach by path, such as an \
+             ssh-agent or a container runtime's socket, stays reachable"
+        ));
+    }
+    o
+}
+
+/// Try to open each path that must be hidden, after Landlock: any that opens is exposed.
+fn hidden_paths(paths: &[PathBuf]) -> ControlObservation {
+    let mut exposed = Vec::new();
+    for p in paths {
+        let flags = rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::CLOEXEC
+            | rustix::fs::OFlags::NONBLOCK
+            | rustix::fs::OFlags::NOCTTY;
+        if rustix::fs::open(p, flags, rustix::fs::Mode::empty()).is_ok() {
+            exposed.push(p.display().to_string());
+        }
+    }
+    let mut o = ControlObservation::new(
+        ControlMechanism::SecretsHidden,
+        ControlDimension::FilesystemRead,
+        if exposed.is_empty() {
+            ControlStatus::Enforced
+        } else {
+            ControlStatus::Partial
+        },
+    );
+    o.details.insert("checked".into(), json!(paths.len()));
+    if !exposed.is_empty() {
+        o.reason = Some(format!(
+            "readable despite Landlock (they lie beneath a granted system directory and \
+             file permissions allow this user): {}",
+            exposed.join(", ")
+        ));
+        o.details.insert("exposed".into(), json!(exposed));
+    }
+    o
+}
+
+/// Kill every process left below the init (orphans reparent to it as a subreaper) until it
+/// has no child left.
+fn kill_descendants() {
+    loop {
+        let children = std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|s| {
+                s.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>();
+        for pid in &children {
+            // SAFETY: kill(2) on a pid that is our own child (not yet reaped, so the pid
+            // cannot have been reused).
+            unsafe {
+                libc::kill(*pid, libc::SIGKILL);
+            }
+        }
+        match rustix::process::wait(rustix::process::WaitOptions::empty()) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return, // ECHILD: nothing left
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_sockets_are_confined_only_from_abi_9() {
+        assert_eq!(unix_sockets(7).status, ControlStatus::Partial);
+        assert!(
+            unix_sockets(7)
+                .reason
+                .unwrap_or_default()
+                .contains("ssh-agent")
+        );
+        assert_eq!(unix_sockets(9).status, ControlStatus::Enforced);
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_opened_counts_as_hidden() {
+        let o = hidden_paths(&[PathBuf::from("/nonexistent/cofferdam-test")]);
+        assert_eq!(o.status, ControlStatus::Enforced);
+        let o = hidden_paths(&[PathBuf::from("/")]);
+        assert_eq!(o.status, ControlStatus::Partial);
+    }
+}

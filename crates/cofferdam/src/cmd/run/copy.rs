@@ -1,0 +1,148 @@
+//! The run's parts that differ on the tiers without namespaces (scoped `landlock+seccomp`,
+//! advisory `none`): what those tiers refuse, the workdir copy in the job with its HOME stage
+//! and temp directory, the plan, and, after the command, turning the copy into the stage
+//! the seal reads. The launch, the observations, the seal and the records are the sealed
+//! run's (`super::run`).
+//!
+//! Without a mount namespace nothing can appear at the workdir's own path: the command runs
+//! in the copy (`<job>/copy`, its start directory mapped there), with HOME at `<job>/home`
+//! and TMPDIR at `<job>/tmp`; the three are removed after the seal (the stage keeps only
+//! the changed entries, in `<job>/upper`).
+
+use crate::exit::Failure;
+use cofferdam_policy::Policy;
+use cofferdam_policy::plan::{Invoker, JobPaths, SandboxPlan};
+use cofferdam_policy::scoped_plan::{CopyPaths, build_copy_plan, cwd_in_copy};
+use cofferdam_policy::tier::ContainmentDecision;
+use cofferdam_record::bundle::{
+    ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
+};
+use cofferdam_record::{EnforcementTier, HostFacts};
+use cofferdam_stage::copystage::{self, Snapshot};
+use cofferdam_stage::job::Job;
+use serde_json::json;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+/// The warning an advisory run carries first, in the bundle and in `status --review`.
+pub const ADVISORY_WARNING: &str = "advisory tier: the command ran as a host process with \
+     nothing enforced; it could read and write anything this user can, reach the network, \
+     and see other processes. Only its writes inside the workdir copy were staged";
+
+/// Refuse what the copy tiers cannot honour, before anything is created.
+pub fn refuse_unsupported(policy: &Policy, tier: EnforcementTier) -> Result<(), Failure> {
+    if let Some(p) = policy.read_only.first() {
+        return Err(Failure::setup(format!(
+            "refusing to run: read-only paths (here `{p}`) need the sealed tier's read-only \
+             mounts, and this run is on the {tier} tier, where Landlock cannot take writes \
+             away beneath the writable copy; drop --read-only and [filesystem] read_only, or \
+             run on a host with user namespaces (`cofferdam doctor` shows how)"
+        )));
+    }
+    if let Some(m) = policy.mounts.first() {
+        return Err(Failure::setup(format!(
+            "refusing to run: {} ({}) lends a host path, which needs the sealed tier's mount \
+             namespace; this run is on the {tier} tier. Drop --mount and [filesystem] mounts, \
+             or run on a host with user namespaces (`cofferdam doctor` shows how)",
+            m.written, m.origin
+        )));
+    }
+    Ok(())
+}
+
+/// The copy stage of one run.
+pub struct CopyStage {
+    paths: CopyPaths,
+    snapshot: Snapshot,
+    /// The `workdir_copy` observation.
+    pub observation: ControlObservation,
+    /// What the copy skipped.
+    pub warnings: Vec<String>,
+}
+
+/// The job's copy-stage directories.
+pub fn paths(job: &Job, shared: JobPaths) -> CopyPaths {
+    CopyPaths {
+        job: shared,
+        copy: job.dir().join("copy"),
+        home: job.dir().join("home"),
+        tmp: job.dir().join("tmp"),
+    }
+}
+
+/// The run's plan on a copy tier.
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    policy: &Policy,
+    facts: &HostFacts,
+    inv: &Invoker,
+    decision: &ContainmentDecision,
+    paths: &CopyPaths,
+    cwd: &Path,
+    argv: Vec<String>,
+) -> SandboxPlan {
+    let start = cwd_in_copy(&policy.workdir, cwd, &paths.copy);
+    build_copy_plan(policy, facts, inv, decision, paths, start, argv)
+}
+
+/// Copy the workdir into the job and create the HOME stage and the temp directory.
+pub fn prepare(
+    workdir: &Path,
+    paths: CopyPaths,
+    tier: EnforcementTier,
+) -> Result<CopyStage, Failure> {
+    for dir in [&paths.home, &paths.tmp] {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| Failure::setup(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let report = copystage::copy_workdir(workdir, &paths.copy).map_err(Failure::setup)?;
+    let mut details = std::collections::BTreeMap::new();
+    details.insert("copy".into(), json!(paths.copy));
+    details.insert("entries".into(), json!(report.snapshot.entries.len()));
+    details.insert("reflinked_files".into(), json!(report.reflinked));
+    details.insert("copied_files".into(), json!(report.copied));
+    details.insert("copied_bytes".into(), json!(report.copied_bytes));
+    details.insert("hard_links".into(), json!(report.hard_links));
+    details.insert("skipped".into(), json!(report.snapshot.skipped.len()));
+    let scoped = tier == EnforcementTier::LandlockSeccomp;
+    let observation = ControlObservation {
+        mechanism: ControlMechanism::WorkdirCopy,
+        dimension: ControlDimension::FilesystemWrite,
+        // On the scoped tier Landlock keeps the command's writes inside the copy, the HOME
+        // stage and the temp directory; on the advisory tier nothing does.
+        status: if scoped {
+            ControlStatus::Enforced
+        } else {
+            ControlStatus::Partial
+        },
+        reason: (!scoped).then(|| {
+            "the command is an unconfined host process: its writes inside the copy are \
+             staged, but nothing stops writes to the real workdir or elsewhere"
+                .to_owned()
+        }),
+        details,
+    };
+    Ok(CopyStage {
+        paths,
+        snapshot: report.snapshot,
+        observation,
+        warnings: report.warnings,
+    })
+}
+
+impl CopyStage {
+    /// After the command: move what it changed in the copy into `upper` (see
+    /// `cofferdam_stage::copystage`), then remove the copy, the HOME stage and the temp
+    /// directory. The seal runs on `upper` afterwards, as on the sealed tier.
+    pub fn finish(self, upper: &Path) -> Result<(), Failure> {
+        let now = copystage::list(&self.paths.copy).map_err(Failure::setup)?;
+        let delta = copystage::compare(&self.snapshot, &now);
+        copystage::materialize(&self.paths.copy, upper, &delta).map_err(Failure::setup)?;
+        for dir in [&self.paths.copy, &self.paths.home, &self.paths.tmp] {
+            copystage::remove_tree(dir).map_err(Failure::setup)?;
+        }
+        Ok(())
+    }
+}
