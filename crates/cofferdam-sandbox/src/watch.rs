@@ -172,15 +172,29 @@ impl Watch {
 
     /// SIGKILL pid 1 of the sandbox (ending its whole pid namespace), every process left in
     /// the run's cgroups, and the init.
+    ///
+    /// On the tiers without a pid namespace killing the init's child ends nothing below it:
+    /// orphans reparent to the init (a child subreaper), so its children are killed round
+    /// after round until none is left, and only then the init (killing it first would hand
+    /// them to the host's init instead).
     fn kill(&mut self, init: &mut Child) {
         self.killed = true;
-        if let Ok(None) = init.try_wait() {
-            for pid in children(init.id()) {
+        for _ in 0..KILL_ROUNDS {
+            if !matches!(init.try_wait(), Ok(None)) {
+                break;
+            }
+            let left = children(init.id());
+            if left.is_empty() {
+                break;
+            }
+            for pid in left {
                 if let Err(e) = kill_if(pid, || children(init.id()).contains(&pid)) {
                     self.warnings
-                        .push(format!("cannot kill the sandbox's pid 1 ({pid}): {e}"));
+                        .push(format!("cannot kill the sandbox's process {pid}: {e}"));
                 }
             }
+            // Let the init reap them and inherit their orphans.
+            std::thread::sleep(Duration::from_millis(2));
         }
         for procs in &self.spec.cgroup_procs {
             for pid in pids_in(procs) {
@@ -191,6 +205,9 @@ impl Watch {
         let _ = init.kill();
     }
 }
+
+/// How many times [`Watch::kill`] kills the init's children before giving up on them.
+const KILL_ROUNDS: usize = 50;
 
 /// The children of `pid` (`/proc/PID/task/PID/children`); empty when unreadable.
 fn children(pid: u32) -> Vec<u32> {

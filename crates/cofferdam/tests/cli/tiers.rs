@@ -389,6 +389,36 @@ fn a_scoped_run_leaves_no_process_behind() {
 }
 
 #[test]
+fn a_scoped_run_stopped_by_its_timeout_leaves_no_process_behind() {
+    let s = Sandbox::new();
+    if !scoped_host() {
+        return;
+    }
+    // The kill at the end of the grace period must not kill the init (the subreaper) before
+    // the orphans it inherited, or they would go to the host's init and live on.
+    let out = no_userns(&s)
+        .args([
+            "run",
+            "-q",
+            "--timeout",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; setsid sh -c 'trap \"\" TERM; exec sleep 1000' </dev/null >/dev/null 2>&1 & echo $!; sleep 30",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(124), "{}", out_text(&out));
+    let pid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&cmdline).starts_with("sleep"),
+        "the background sleep (pid {pid}) outlived the timed-out run"
+    );
+}
+
+#[test]
 fn a_tier_cap_runs_scoped_for_the_invoking_user_and_the_read_claim_matches_a_real_read() {
     let s = Sandbox::new();
     if !require("Landlock", landlock_abi_independently() > 0) {
