@@ -1,0 +1,1 @@
+//! Crash tests of `apply`.

@@ -1,0 +1,146 @@
+//! Kernel surface: the system calls seccomp refuses, made raw from inside with
+//! `/usr/bin/python3` and ctypes (numbers from the `libc` crate, so the table is per
+//! architecture); the non-native ABIs are killed.
+
+use crate::harness::{Attack, Boundary::Kernel, Ctx, Outcome, SEALED, Verdict::Must, check};
+
+/// Make raw syscall `nr` inside with `args` (a Python expression list: ints, bytes for
+/// strings, or calls like `os.open(...)`); denied when it fails with `errno`. A call that
+/// would fork continues as a child that exits at once.
+pub fn syscall_probe(ctx: &Ctx, nr: libc::c_long, args: &str, errno: i32) -> Outcome {
+    let script = format!(
+        r#"
+import ctypes, os
+l = ctypes.CDLL(None, use_errno=True)
+l.syscall.restype = ctypes.c_long
+pid = os.getpid()
+args = [ctypes.c_long(a) if isinstance(a, int) else a for a in [{args}]]
+r = l.syscall(ctypes.c_long({nr}), *args)
+e = ctypes.get_errno()
+if os.getpid() != pid:
+    os._exit(0)
+print("ret=%d" % r)
+print("errno=%d" % (e if r < 0 else 0))
+"#
+    );
+    let r = ctx.py(&script);
+    ctx.assert_boundary(&r);
+    let got = r.value("errno").map(str::to_owned);
+    check(
+        r.value("ret") == Some("-1") && got.as_deref() == Some(errno.to_string().as_str()),
+        format!("syscall {nr} → {}", errno_name(errno)),
+        format!(
+            "syscall {nr}({args}) returned {:?} errno {:?} (wanted {}); {}",
+            r.value("ret"),
+            got,
+            errno_name(errno),
+            r.err.trim()
+        ),
+    )
+}
+
+fn errno_name(e: i32) -> &'static str {
+    match e {
+        libc::EPERM => "EPERM",
+        libc::ENOSYS => "ENOSYS",
+        _ => "errno",
+    }
+}
+
+macro_rules! denied_syscalls {
+    ($( $id:literal, $fn:ident, $nr:expr, $args:literal, $desc:literal; )*) => {
+        $( fn $fn(ctx: &Ctx) -> Outcome { syscall_probe(ctx, $nr, $args, libc::EPERM) } )*
+        pub const SYSCALL_ATTACKS: &[Attack] = &[ $( Attack {
+            id: $id,
+            boundary: Kernel,
+            description: $desc,
+            tiers: SEALED,
+            verdict: Must,
+            probe: $fn,
+        }, )* ];
+    };
+}
+
+// Arguments are chosen so that an unfiltered call would do something observable (succeed,
+// or fail with another errno) but nothing harmful.
+denied_syscalls! {
+    "ks.bpf", bpf, libc::SYS_bpf, "5, 0, 0", "bpf(BPF_PROG_LOAD)";
+    "ks.perf-event-open", perf_event_open, libc::SYS_perf_event_open, "0, 0, -1, -1, 0", "perf_event_open";
+    "ks.keyctl", keyctl, libc::SYS_keyctl, "0, -3, 1", "keyctl(GET_KEYRING_ID, session, create)";
+    "ks.add-key", add_key, libc::SYS_add_key, "b'user', b'cofferdam', b'x', 1, -3", "add_key into the session keyring";
+    "ks.request-key", request_key, libc::SYS_request_key, "b'user', b'cofferdam', 0, 0", "request_key";
+    "ks.kexec-load", kexec_load, libc::SYS_kexec_load, "0, 0, 0, 0", "kexec_load";
+    "ks.kexec-file-load", kexec_file_load, libc::SYS_kexec_file_load, "-1, -1, 0, 0, 0", "kexec_file_load";
+    "ks.init-module", init_module, libc::SYS_init_module, "0, 0, b''", "init_module";
+    "ks.finit-module", finit_module, libc::SYS_finit_module, "os.open('/dev/null', os.O_RDONLY), b'', 0", "finit_module";
+    "ks.delete-module", delete_module, libc::SYS_delete_module, "b'loop', 0x800", "delete_module";
+    "ks.userfaultfd", userfaultfd, libc::SYS_userfaultfd, "0", "userfaultfd";
+    "ks.io-uring-setup", io_uring_setup, libc::SYS_io_uring_setup, "1, 0", "io_uring_setup";
+    "ks.io-uring-register", io_uring_register, libc::SYS_io_uring_register, "-1, 0, 0, 0", "io_uring_register";
+    "ks.mount-syscall", mount, libc::SYS_mount, "b'none', b'/tmp', b'tmpfs', 0, 0", "mount(2) a tmpfs";
+    "ks.umount2", umount2, libc::SYS_umount2, "b'/usr', 2", "umount2(/usr, MNT_DETACH)";
+    "ks.pivot-root", pivot_root, libc::SYS_pivot_root, "b'.', b'.'", "pivot_root(., .)";
+    "ks.open-tree", open_tree, libc::SYS_open_tree, "-100, b'/', 1", "open_tree(AT_FDCWD, /, OPEN_TREE_CLONE)";
+    "ks.fsopen", fsopen, libc::SYS_fsopen, "b'tmpfs', 0", "fsopen(tmpfs)";
+    "ks.move-mount", move_mount, libc::SYS_move_mount, "-100, b'/tmp', -100, b'/usr', 0", "move_mount";
+    "ks.open-by-handle-at", open_by_handle_at, libc::SYS_open_by_handle_at, "-100, 0, 0", "open_by_handle_at (the shocker escape)";
+    "ks.reboot", reboot, libc::SYS_reboot, "0xfee1dead, 672274793, 0", "reboot(LINUX_REBOOT_CMD_CAD_OFF)";
+    "ks.swapon", swapon, libc::SYS_swapon, "b'/dev/null', 0", "swapon";
+    "ks.acct", acct, libc::SYS_acct, "0", "acct(NULL)";
+    "ks.settimeofday", settimeofday, libc::SYS_settimeofday, "0, 0", "settimeofday(NULL, NULL), a no-op when allowed";
+    "ks.clock-settime", clock_settime, libc::SYS_clock_settime, "0, 0", "clock_settime(CLOCK_REALTIME)";
+    "ks.adjtimex", adjtimex, libc::SYS_adjtimex, "0", "adjtimex";
+}
+
+/// The attacks that are not a plain denied syscall.
+pub const ATTACKS: &[Attack] = &[
+    Attack {
+        id: "ks.x32-abi",
+        boundary: Kernel,
+        description: "an x32 system call number (bit 30): the process is killed",
+        tiers: SEALED,
+        verdict: Must,
+        probe: x32,
+    },
+    Attack {
+        id: "ks.syslog",
+        boundary: Kernel,
+        description: "read the kernel log (syslog(SYSLOG_ACTION_READ_ALL), dmesg)",
+        tiers: SEALED,
+        verdict: Must,
+        probe: syslog,
+    },
+];
+
+fn x32(ctx: &Ctx) -> Outcome {
+    if !cfg!(target_arch = "x86_64") {
+        return Outcome::Skipped("x32 exists only on x86_64".into());
+    }
+    // getpid (39) in the x32 numbering.
+    let r = ctx.py(
+        "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\nprint('ret=%d' % l.syscall(ctypes.c_long(0x40000000 + 39)))",
+    );
+    ctx.assert_boundary(&r);
+    let killed =
+        r.code == Some(128 + libc::SIGSYS) && r.bundle["run"]["failure"]["signal"] == libc::SIGSYS;
+    check(
+        killed && r.value("ret").is_none(),
+        "killed by SIGSYS; the bundle records signal 31",
+        format!("not killed: exit {:?}, {}", r.code, r.out),
+    )
+}
+
+fn syslog(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh("dmesg >/dev/null 2>&1 && echo dmesg=read; head -c 1 /dev/kmsg >/dev/null 2>&1 && echo kmsg=read; true");
+    ctx.assert_boundary(&r);
+    if r.value("dmesg").is_some() || r.value("kmsg").is_some() {
+        return Outcome::Escaped(format!("the kernel log is readable: {}", r.out));
+    }
+    // SYSLOG_ACTION_READ_ALL (3) into a real buffer.
+    syscall_probe(
+        ctx,
+        libc::SYS_syslog,
+        "3, ctypes.create_string_buffer(4096), 4096",
+        libc::EPERM,
+    )
+}

@@ -1,0 +1,276 @@
+//! Process and signals: host processes are invisible and unreachable; the command cannot
+//! leave its namespaces or outlive the run.
+
+use crate::harness::{Attack, Boundary::Process, Ctx, Outcome, SEALED, Verdict::Must, check};
+use crate::kernel::syscall_probe;
+
+pub const ATTACKS: &[Attack] = &[
+    Attack {
+        id: "ps.kill-host-pid",
+        boundary: Process,
+        description: "signal a host `sleep` by pid (TERM, KILL, STOP)",
+        tiers: SEALED,
+        verdict: Must,
+        probe: kill_host_pid,
+    },
+    Attack {
+        id: "ps.kill-all",
+        boundary: Process,
+        description: "kill(-1, SIGKILL): every process the caller may signal",
+        tiers: SEALED,
+        verdict: Must,
+        probe: kill_all,
+    },
+    Attack {
+        id: "ps.see-host-pids",
+        boundary: Process,
+        description: "find host processes in /proc (by pid and by command line)",
+        tiers: SEALED,
+        verdict: Must,
+        probe: see_host_pids,
+    },
+    Attack {
+        id: "ps.pidfd-host",
+        boundary: Process,
+        description: "pidfd_open a host pid and pidfd_send_signal it",
+        tiers: SEALED,
+        verdict: Must,
+        probe: pidfd_host,
+    },
+    Attack {
+        id: "ps.ptrace-attach",
+        boundary: Process,
+        description: "ptrace(PTRACE_ATTACH) the sandbox's pid 1; PTRACE_TRACEME",
+        tiers: SEALED,
+        verdict: Must,
+        probe: ptrace_attach,
+    },
+    Attack {
+        id: "ps.process-vm-readv",
+        boundary: Process,
+        description: "read pid 1's memory with process_vm_readv and /proc/1/mem",
+        tiers: SEALED,
+        verdict: Must,
+        probe: process_vm,
+    },
+    Attack {
+        id: "ps.setns",
+        boundary: Process,
+        description: "setns into a namespace fd (pid 1's are not even openable)",
+        tiers: SEALED,
+        verdict: Must,
+        probe: setns,
+    },
+    Attack {
+        id: "ps.unshare-userns",
+        boundary: Process,
+        description: "unshare a new user namespace (util-linux unshare -U, -m, -n)",
+        tiers: SEALED,
+        verdict: Must,
+        probe: unshare_userns,
+    },
+    Attack {
+        id: "ps.clone-newuser",
+        boundary: Process,
+        description: "raw clone(CLONE_NEWUSER|SIGCHLD)",
+        tiers: SEALED,
+        verdict: Must,
+        probe: clone_newuser,
+    },
+    Attack {
+        id: "ps.clone3",
+        boundary: Process,
+        description: "clone3 (its flags are out of seccomp's reach): must be ENOSYS",
+        tiers: SEALED,
+        verdict: Must,
+        probe: clone3,
+    },
+    Attack {
+        id: "ps.daemon-outlives",
+        boundary: Process,
+        description: "setsid + double fork a daemon that outlives the run",
+        tiers: SEALED,
+        verdict: Must,
+        probe: daemon_outlives,
+    },
+    Attack {
+        id: "ps.sethostname",
+        boundary: Process,
+        description: "change the hostname and domain name",
+        tiers: SEALED,
+        verdict: Must,
+        probe: sethostname,
+    },
+];
+
+fn kill_host_pid(ctx: &Ctx) -> Outcome {
+    let mut host = ctx.host_process();
+    let r = ctx.sh("kill -TERM $HOSTPID; kill -STOP $HOSTPID; kill -KILL $HOSTPID; kill -0 $HOSTPID && echo reach=yes; true");
+    ctx.assert_boundary(&r);
+    let state = std::fs::read_to_string(format!("/proc/{}/stat", host.pid())).unwrap_or_default();
+    let stopped = state.split_whitespace().nth(2) == Some("T");
+    check(
+        host.alive() && !stopped && r.value("reach").is_none(),
+        "the host sleep is alive and running; kill -0 fails inside",
+        "the host process was signalled",
+    )
+}
+
+fn kill_all(ctx: &Ctx) -> Outcome {
+    let mut host = ctx.host_process();
+    let r = ctx.py("import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError as e:\n    print('err=', e)\nprint('survived=yes')");
+    ctx.assert_boundary(&r);
+    check(
+        host.alive(),
+        "kill(-1) reached only the sandbox's own processes",
+        "kill(-1) killed a host process",
+    )
+}
+
+fn see_host_pids(ctx: &Ctx) -> Outcome {
+    let marker = "3.14159265358";
+    let mut host = std::process::Command::new("sleep")
+        .arg(marker)
+        .spawn()
+        .unwrap();
+    ctx.var("HOSTPID", host.id().to_string());
+    ctx.var("MARKER", marker);
+    let r = ctx.sh(
+        "test -e /proc/$HOSTPID && echo pid=visible; cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -q \"$MARKER\" && echo cmdline=visible; echo count=$(ls /proc | grep -c '^[0-9]')",
+    );
+    let _ = host.kill();
+    let _ = host.wait();
+    ctx.assert_boundary(&r);
+    let count: u32 = r.value("count").unwrap().parse().unwrap();
+    check(
+        r.value("pid").is_none() && r.value("cmdline").is_none() && count <= 6,
+        format!("{count} processes visible, none of the host's"),
+        format!("host processes visible: {}", r.out),
+    )
+}
+
+fn pidfd_host(ctx: &Ctx) -> Outcome {
+    let mut host = ctx.host_process();
+    let r = ctx.py(&format!(
+        r#"
+import ctypes, os
+l = ctypes.CDLL(None, use_errno=True)
+l.syscall.restype = ctypes.c_long
+fd = l.syscall(ctypes.c_long({open}), ctypes.c_long(int(os.environ["HOSTPID"])), ctypes.c_long(0))
+print("open=%d errno=%d" % (fd, ctypes.get_errno()))
+if fd >= 0:
+    print("send=%d" % l.syscall(ctypes.c_long({send}), ctypes.c_long(fd), ctypes.c_long(9), None, ctypes.c_long(0)))
+"#,
+        open = libc::SYS_pidfd_open,
+        send = libc::SYS_pidfd_send_signal,
+    ));
+    ctx.assert_boundary(&r);
+    check(
+        host.alive() && r.out.contains("open=-1") && r.value("send").is_none(),
+        r.out.trim().to_owned(),
+        format!("got a pidfd for a host process: {}", r.out),
+    )
+}
+
+fn ptrace_attach(ctx: &Ctx) -> Outcome {
+    // PTRACE_ATTACH (16) on pid 1, then PTRACE_TRACEME (0), which succeeds when allowed.
+    syscall_probe(ctx, libc::SYS_ptrace, "16, 1, 0, 0", libc::EPERM).and(syscall_probe(
+        ctx,
+        libc::SYS_ptrace,
+        "0, 0, 0, 0",
+        libc::EPERM,
+    ))
+}
+
+fn process_vm(ctx: &Ctx) -> Outcome {
+    // Listing /proc/1/fd shows numbers only (the directory belongs to the same uid); what
+    // must be refused is following a descriptor, reading memory or the environment.
+    let r = ctx.sh("head -c 16 /proc/1/mem >/dev/null 2>&1 && echo mem=read; readlink /proc/1/fd/4 && echo fd=followed; cat /proc/1/environ >/dev/null 2>&1 && echo environ=read; true");
+    ctx.assert_boundary(&r);
+    if ["mem", "fd", "environ"]
+        .iter()
+        .any(|k| r.value(k).is_some())
+    {
+        return Outcome::Escaped(format!("pid 1 is readable: {}", r.out));
+    }
+    syscall_probe(
+        ctx,
+        libc::SYS_process_vm_readv,
+        "1, 0, 0, 0, 0, 0",
+        libc::EPERM,
+    )
+}
+
+fn setns(ctx: &Ctx) -> Outcome {
+    syscall_probe(
+        ctx,
+        libc::SYS_setns,
+        "os.open('/proc/self/ns/mnt', os.O_RDONLY), 0",
+        libc::EPERM,
+    )
+}
+
+fn unshare_userns(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh("unshare -U true && echo u=yes; unshare -r true && echo r=yes; unshare -m true && echo m=yes; unshare -n true && echo n=yes; true");
+    ctx.assert_boundary(&r);
+    if ["u", "r", "m", "n"].iter().any(|k| r.value(k).is_some()) {
+        return Outcome::Escaped(r.out);
+    }
+    syscall_probe(ctx, libc::SYS_unshare, "0x10000000", libc::EPERM)
+}
+
+fn clone_newuser(ctx: &Ctx) -> Outcome {
+    // CLONE_NEWUSER | SIGCHLD, no stack: a fork into a new user namespace when allowed.
+    syscall_probe(
+        ctx,
+        libc::SYS_clone,
+        "0x10000000 | 17, 0, 0, 0, 0",
+        libc::EPERM,
+    )
+    .and(syscall_probe(
+        ctx,
+        libc::SYS_clone,
+        "0x40000000 | 17, 0, 0, 0, 0",
+        libc::EPERM,
+    ))
+}
+
+fn clone3(ctx: &Ctx) -> Outcome {
+    syscall_probe(ctx, libc::SYS_clone3, "0, 0", libc::ENOSYS)
+}
+
+fn daemon_outlives(ctx: &Ctx) -> Outcome {
+    let marker = "27.1828182845";
+    ctx.var("MARKER", marker);
+    let r = ctx.sh("(setsid sh -c 'sleep $MARKER' </dev/null >/dev/null 2>&1 &) ; nohup sleep $MARKER >/dev/null 2>&1 & sleep 0.2");
+    ctx.assert_boundary(&r);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    check(
+        survivors.is_empty(),
+        "nothing of the run is left on the host",
+        format!("survivors: {survivors:?}"),
+    )
+}
+
+fn sethostname(ctx: &Ctx) -> Outcome {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let domain = std::fs::read_to_string("/proc/sys/kernel/domainname").unwrap();
+    let r = ctx.sh("hostname pwned; echo pwned > /proc/sys/kernel/hostname; echo pwned > /proc/sys/kernel/domainname; true");
+    ctx.assert_boundary(&r);
+    check(
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap() == host
+            && std::fs::read_to_string("/proc/sys/kernel/domainname").unwrap() == domain,
+        "host name and domain unchanged",
+        "the host's name changed",
+    )
+}

@@ -1,0 +1,153 @@
+//! Terminal: the command cannot type into a terminal (TIOCSTI, TIOCLINUX), not even the
+//! caller's when it is handed one on stdout. (The relayed pseudo-terminal case, stdin a
+//! terminal, is `tests/cli/pty.rs`.)
+
+use crate::harness::{Attack, Boundary::Terminal, Ctx, Outcome, SEALED, Verdict::Must, check};
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::OpenOptionsExt;
+
+pub const ATTACKS: &[Attack] = &[
+    Attack {
+        id: "tty.tiocsti-own",
+        boundary: Terminal,
+        description: "TIOCSTI/TIOCLINUX on fds 0-2, /dev/tty and a fresh /dev/ptmx",
+        tiers: SEALED,
+        verdict: Must,
+        probe: tiocsti_own,
+    },
+    Attack {
+        id: "tty.tiocsti-caller-stdout",
+        boundary: Terminal,
+        description: "stdout is the caller's terminal (stdin redirected): inject input into it",
+        tiers: SEALED,
+        verdict: Must,
+        probe: tiocsti_caller,
+    },
+];
+
+const INJECT: &str = r##"
+import fcntl, os, termios
+res = []
+fds = [0, 1, 2]
+for path in ["/dev/tty", "/dev/ptmx"]:
+    try:
+        fds.append(os.open(path, os.O_RDWR | os.O_NOCTTY))
+    except OSError as e:
+        res.append("%s:open-%d" % (path, e.errno))
+for fd in fds:
+    for name, req in [("sti", termios.TIOCSTI), ("linux", 0x541C)]:
+        try:
+            fcntl.ioctl(fd, req, b"\x0c" if name == "linux" else b"#")
+            res.append("%d:%s:INJECTED" % (fd, name))
+        except OSError as e:
+            res.append("%d:%s:%d" % (fd, name, e.errno))
+print("res=" + " ".join(res))
+"##;
+
+fn tiocsti_own(ctx: &Ctx) -> Outcome {
+    let r = ctx.py(INJECT);
+    ctx.assert_boundary(&r);
+    let res = r.value("res").unwrap_or("").to_owned();
+    // Every ioctl attempt answered EPERM by seccomp (not ENOTTY: the request is refused
+    // before the driver sees it).
+    let attempts: Vec<&str> = res
+        .split(' ')
+        .filter(|x| x.matches(':').count() == 2)
+        .collect();
+    let all_eperm = !attempts.is_empty()
+        && attempts
+            .iter()
+            .all(|a| a.ends_with(&format!(":{}", libc::EPERM)));
+    check(
+        all_eperm,
+        format!("{} ioctls, all EPERM", attempts.len()),
+        format!("got: {res}"),
+    )
+}
+
+/// A pty pair: (master, slave).
+fn openpty() -> (File, File) {
+    // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a descriptor owned here; the name
+    // buffer is NUL-terminated by ptsname_r on success.
+    let (master, name) = unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(fd >= 0);
+        let master = File::from_raw_fd(fd);
+        assert_eq!(libc::grantpt(fd), 0);
+        assert_eq!(libc::unlockpt(fd), 0);
+        let mut buf = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(fd, buf.as_mut_ptr(), buf.len()), 0);
+        (
+            master,
+            std::ffi::CStr::from_ptr(buf.as_ptr())
+                .to_string_lossy()
+                .into_owned(),
+        )
+    };
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(name)
+        .unwrap();
+    (master, slave)
+}
+
+fn pending_input(slave: &File) -> i32 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int to the valid pointer.
+    let r = unsafe { libc::ioctl(slave.as_raw_fd(), libc::FIONREAD, &mut n) };
+    assert_eq!(r, 0);
+    n
+}
+
+/// What the terminal shows so far (non-blocking).
+fn drain(master: &File) -> String {
+    use std::io::Read;
+    // SAFETY: fcntl F_SETFL on a descriptor owned by `master`.
+    unsafe {
+        let fl = libc::fcntl(master.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(master.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut m = master;
+    while let Ok(n) = m.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn tiocsti_caller(ctx: &Ctx) -> Outcome {
+    let (master, slave) = openpty();
+    let out = ctx
+        .cmd()
+        .args(["run", "-q", "--", "/usr/bin/python3", "-c", INJECT])
+        .stdin(std::process::Stdio::null())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap())
+        .status()
+        .unwrap();
+    assert!(out.success(), "{out:?}");
+    let queued = pending_input(&slave);
+    let screen = drain(&master);
+    drop(master);
+    let b = crate::common::json_of(&ctx.cmd().args(["status", "--json"]).output().unwrap());
+    let seccomp = crate::harness::controls_of(&b, "seccomp");
+    assert_eq!(seccomp[0]["status"], "enforced");
+    assert!(
+        seccomp[0]["details"]["conditional"]["ioctl"]
+            .to_string()
+            .contains("TIOCSTI")
+    );
+    assert!(screen.contains("res="), "{screen}");
+    check(
+        queued == 0 && !screen.contains("INJECTED"),
+        "nothing queued in the caller's terminal input; the bundle lists TIOCSTI as denied",
+        format!("{queued} bytes injected into the caller's terminal"),
+    )
+}
