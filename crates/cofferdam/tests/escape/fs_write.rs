@@ -134,6 +134,14 @@ pub const ATTACKS: &[Attack] = &[
         verdict: Must,
         probe: overlay_xattr,
     },
+    Attack {
+        id: "fw.kernel-knobs",
+        boundary: FsWrite,
+        description: "write host-wide kernel knobs: core_pattern, binfmt_misc, uevent_helper, modprobe",
+        tiers: SEALED,
+        verdict: Must,
+        probe: kernel_knobs,
+    },
 ];
 
 fn nonce() -> String {
@@ -519,5 +527,33 @@ print("set=" + ",".join(ok))
             r.value("set").unwrap_or("")
         ),
         format!("forged {forged:?}, changes {changes:?}, apply {out:?}"),
+    )
+}
+
+fn kernel_knobs(ctx: &Ctx) -> Outcome {
+    let knobs = [
+        "/proc/sys/kernel/core_pattern",
+        "/proc/sys/kernel/modprobe",
+        "/sys/kernel/uevent_helper",
+    ];
+    let before: Vec<Option<String>> = knobs
+        .iter()
+        .map(|k| std::fs::read_to_string(k).ok())
+        .collect();
+    let r = ctx.sh(
+        r#"for k in /proc/sys/kernel/core_pattern /proc/sys/kernel/modprobe /sys/kernel/uevent_helper; do echo '|/tmp/pwn' > $k 2>/dev/null && echo "wrote=$k"; done
+echo ':pwn:M::pwn::/tmp/pwn:' > /proc/sys/fs/binfmt_misc/register 2>/dev/null && echo wrote=binfmt; true"#,
+    );
+    ctx.assert_boundary(&r);
+    let after: Vec<Option<String>> = knobs
+        .iter()
+        .map(|k| std::fs::read_to_string(k).ok())
+        .collect();
+    check(
+        before == after
+            && r.value("wrote").is_none()
+            && !exists(std::path::Path::new("/proc/sys/fs/binfmt_misc/pwn")),
+        "every knob unchanged on the host; the writes failed inside",
+        format!("wrote {:?}", r.value("wrote")),
     )
 }

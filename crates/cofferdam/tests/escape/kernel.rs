@@ -110,6 +110,14 @@ pub const ATTACKS: &[Attack] = &[
         verdict: Must,
         probe: syslog,
     },
+    Attack {
+        id: "ks.device-nodes",
+        boundary: Kernel,
+        description: "open host devices: /dev/fuse, /dev/kvm, /dev/mem, /dev/kmsg, /dev/sda, /dev/net/tun",
+        tiers: SEALED,
+        verdict: Must,
+        probe: device_nodes,
+    },
 ];
 
 fn x32(ctx: &Ctx) -> Outcome {
@@ -142,5 +150,17 @@ fn syslog(ctx: &Ctx) -> Outcome {
         libc::SYS_syslog,
         "3, ctypes.create_string_buffer(4096), 4096",
         libc::EPERM,
+    )
+}
+
+fn device_nodes(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh("for d in /dev/fuse /dev/kvm /dev/mem /dev/kmsg /dev/sda /dev/vda /dev/net/tun /dev/loop-control; do exec 3<>$d 2>/dev/null && echo opened=$d; exec 3<&-; done; true");
+    ctx.assert_boundary(&r);
+    let dev = crate::harness::controls_of(&r.bundle, "minimal_dev");
+    assert_eq!(dev[0]["status"], "enforced");
+    check(
+        r.value("opened").is_none(),
+        "none exists in the minimal /dev (bundle: minimal_dev enforced)",
+        format!("opened {:?}", r.value("opened")),
     )
 }

@@ -72,6 +72,22 @@ pub const ATTACKS: &[Attack] = &[
         verdict: Documented("pathname unix sockets inside visible paths"),
         probe: unix_socket_lent,
     },
+    Attack {
+        id: "net.tcp-host-ipv6",
+        boundary: Network,
+        description: "connect to a host TCP listener on ::1",
+        tiers: SEALED,
+        verdict: Must,
+        probe: tcp_ipv6,
+    },
+    Attack {
+        id: "net.visible-socket-files",
+        boundary: Network,
+        description: "connect to every socket file visible outside the workdir (system view)",
+        tiers: SEALED,
+        verdict: Must,
+        probe: visible_sockets,
+    },
 ];
 
 const CONNECT: &str = r#"
@@ -256,5 +272,61 @@ fn unix_socket_lent(ctx: &Ctx) -> Outcome {
         !got,
         format!("refused ({})", r.value("refused").unwrap_or("?")),
         "a host listener on a lent path accepted a connection from inside",
+    )
+}
+
+fn tcp_ipv6(ctx: &Ctx) -> Outcome {
+    let Ok(l) = std::net::TcpListener::bind("[::1]:0") else {
+        return Outcome::Skipped("no IPv6 loopback on this host".into());
+    };
+    l.set_nonblocking(true).unwrap();
+    ctx.var("PORT", l.local_addr().unwrap().port().to_string());
+    let r = ctx.py(
+        "import os, socket\ns = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\ns.settimeout(2)\ntry:\n    s.connect(('::1', int(os.environ['PORT'])))\n    print('connected=yes')\nexcept OSError as e:\n    print('refused=%s' % e)",
+    );
+    ctx.assert_boundary(&r);
+    check(
+        !accepted(&l) && r.value("connected").is_none(),
+        r.value("refused").unwrap_or("refused").to_owned(),
+        "connected to the host over ::1",
+    )
+}
+
+fn visible_sockets(ctx: &Ctx) -> Outcome {
+    let r = ctx.py(
+        r#"
+import os, socket, stat
+found, connected = [], []
+for top in ["/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib64", "/dev", "/tmp", "/proc/self/root"]:
+    for root, dirs, files in os.walk(top):
+        if root.startswith("/proc/self/root/proc"):
+            dirs[:] = []
+            continue
+        for f in files:
+            p = os.path.join(root, f)
+            try:
+                if stat.S_ISSOCK(os.lstat(p).st_mode):
+                    found.append(p)
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    s.settimeout(1)
+                    s.connect(p)
+                    connected.append(p)
+            except OSError:
+                pass
+print("found=%d" % len(found))
+print("connected=" + " ".join(connected))
+"#,
+    );
+    ctx.assert_boundary(&r);
+    check(
+        r.value("connected") == Some(""),
+        format!(
+            "{} socket files visible, none connectable",
+            r.value("found").unwrap_or("?")
+        ),
+        format!(
+            "connected to host sockets: {}",
+            r.value("connected").unwrap_or("?")
+        ),
     )
 }

@@ -101,6 +101,14 @@ pub const ATTACKS: &[Attack] = &[
         verdict: Must,
         probe: sethostname,
     },
+    Attack {
+        id: "ps.sysv-ipc",
+        boundary: Process,
+        description: "attach a host SysV shared memory segment by key",
+        tiers: SEALED,
+        verdict: Must,
+        probe: sysv_ipc,
+    },
 ];
 
 fn kill_host_pid(ctx: &Ctx) -> Outcome {
@@ -272,5 +280,49 @@ fn sethostname(ctx: &Ctx) -> Outcome {
             && std::fs::read_to_string("/proc/sys/kernel/domainname").unwrap() == domain,
         "host name and domain unchanged",
         "the host's name changed",
+    )
+}
+
+const SHM: &str = r#"
+import ctypes, os, sys
+l = ctypes.CDLL(None, use_errno=True)
+key = int(os.environ["SHMKEY"])
+if sys.argv[1] == "create":
+    id = l.shmget(key, 4096, 0o1666)
+    print(id)
+elif sys.argv[1] == "remove":
+    l.shmctl(int(sys.argv[2]), 0, None)
+else:
+    id = l.shmget(key, 0, 0o666)
+    print("shmget=%d errno=%d" % (id, ctypes.get_errno()))
+"#;
+
+fn sysv_ipc(ctx: &Ctx) -> Outcome {
+    let key = (std::process::id() % 100_000 + 7_000_000).to_string();
+    let host = |args: &[&str]| {
+        let out = std::process::Command::new("python3")
+            .args(["-c", SHM])
+            .args(args)
+            .env("SHMKEY", &key)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let id = host(&["create"]);
+    if id.starts_with('-') || id.is_empty() {
+        return Outcome::Skipped("cannot create a SysV segment on the host".into());
+    }
+    ctx.var("SHMKEY", &key);
+    let r = ctx.run(&[], &["/usr/bin/python3", "-c", SHM, "attach"]);
+    host(&["remove", &id]);
+    ctx.assert_boundary(&r);
+    assert_eq!(r.control("ipcns"), vec!["enforced"]);
+    check(
+        r.out.contains("shmget=-1"),
+        format!(
+            "{} (own IPC namespace; bundle: ipcns enforced)",
+            r.out.trim()
+        ),
+        format!("attached the host segment: {}", r.out.trim()),
     )
 }

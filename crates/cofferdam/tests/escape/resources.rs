@@ -47,6 +47,14 @@ pub const ATTACKS: &[Attack] = &[
         verdict: Must,
         probe: cpu_time,
     },
+    Attack {
+        id: "res.oom-score-adj",
+        boundary: Resources,
+        description: "lower oom_score_adj so the host's processes are killed first",
+        tiers: SEALED,
+        verdict: Must,
+        probe: oom_score_adj,
+    },
 ];
 
 /// The rlimit observation for `resource`, asserted present.
@@ -147,5 +155,17 @@ fn cpu_time(ctx: &Ctx) -> Outcome {
         matches!(sig, Some(9) | Some(24)),
         format!("killed by signal {sig:?} after 1 s of CPU; bundle: RLIMIT_CPU enforced"),
         format!("not stopped: {}", r.bundle["run"]),
+    )
+}
+
+fn oom_score_adj(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh("echo before=$(cat /proc/self/oom_score_adj); echo -1000 > /proc/self/oom_score_adj 2>/dev/null; echo after=$(cat /proc/self/oom_score_adj)");
+    ctx.assert_boundary(&r);
+    let before: i32 = r.value("before").unwrap().parse().unwrap();
+    let after: i32 = r.value("after").unwrap().parse().unwrap();
+    check(
+        after >= before,
+        format!("stays at {after}"),
+        format!("lowered from {before} to {after}"),
     )
 }
