@@ -232,11 +232,7 @@ fn environ(ctx: &Ctx) -> Outcome {
         ])
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::harness::both(&out);
     check(
         !text.contains(SECRET),
         "no process inside carries the host's environment",

@@ -399,6 +399,25 @@ impl Ctx {
     }
 }
 
+/// stdout then stderr of a finished process, as text.
+pub fn both(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The job id from the JSON summary `run --json` prints last on stdout.
+pub fn job_of(out: &std::process::Output) -> String {
+    let s = String::from_utf8_lossy(&out.stdout);
+    let at = s
+        .rfind("{\n")
+        .unwrap_or_else(|| panic!("no run summary: {}", both(out)));
+    let v: Value = serde_json::from_str(&s[at..]).unwrap();
+    v["job"].as_str().unwrap().to_owned()
+}
+
 /// Whether `path` exists without following a final symlink.
 pub fn exists(path: &Path) -> bool {
     path.symlink_metadata().is_ok()
