@@ -24,6 +24,14 @@ pub const ATTACKS: &[Attack] = &[
         verdict: Must,
         probe: tiocsti_caller,
     },
+    Attack {
+        id: "tty.caller-ctty",
+        boundary: Terminal,
+        description: "handed no terminal (stdin, stdout, stderr redirected), open /dev/tty: the caller's",
+        tiers: SEALED,
+        verdict: Must,
+        probe: caller_ctty,
+    },
 ];
 
 const INJECT: &str = r##"
@@ -150,4 +158,93 @@ fn tiocsti_caller(ctx: &Ctx) -> Outcome {
         "nothing queued in the caller's terminal input; the bundle lists TIOCSTI as denied",
         format!("{queued} bytes injected into the caller's terminal"),
     )
+}
+
+/// `cofferdam ARGS` as a shell in a terminal emulator would start it: session leader with
+/// the pty slave as its controlling terminal, but every standard stream redirected away
+/// from it (stdin /dev/null, stdout and stderr pipes).
+fn spawn_on_ctty(ctx: &Ctx, slave: &File, args: &[&str]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let tty = slave.as_raw_fd();
+    let mut c = ctx.cmd();
+    c.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: setsid and ioctl(TIOCSCTTY) are async-signal-safe; `tty` stays open in the
+    // parent (the child inherits it across fork) until the child has exec'd.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::setsid() < 0 || libc::ioctl(tty, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c.spawn().unwrap()
+}
+
+const CTTY: &str = r#"
+import os
+try:
+    fd = os.open("/dev/tty", os.O_RDWR)
+    os.write(fd, b"PWNED-VIA-DEV-TTY\r\n")
+    print("opened=yes")
+except OSError as e:
+    print("err=%d" % e.errno)
+print("tty_nr=" + open("/proc/self/stat").read().rsplit(")", 1)[1].split()[4])
+"#;
+
+fn caller_ctty(ctx: &Ctx) -> Outcome {
+    let (master, slave) = openpty();
+    let child = spawn_on_ctty(
+        ctx,
+        &slave,
+        &["run", "-q", "--", "/usr/bin/python3", "-c", CTTY],
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let screen = drain(&master);
+    check(
+        !text.contains("opened=yes") && !screen.contains("PWNED") && text.contains("tty_nr=0"),
+        format!(
+            "no controlling terminal inside ({})",
+            text.lines().next().unwrap_or("")
+        ),
+        format!("the command reached the caller's terminal: {}", text.trim()),
+    )
+}
+
+/// Regression for `tty.caller-ctty`'s fix (the command starts in its own session when it
+/// gets no terminal): the terminal's Ctrl-C still ends the run, through pid 1.
+#[test]
+fn ctrl_c_on_the_callers_terminal_still_ends_a_command_without_one() {
+    if !crate::common::require(
+        "unprivileged user namespaces",
+        crate::common::userns_independently(),
+    ) {
+        return;
+    }
+    let ctx = Ctx::new(&crate::harness::TIERS[0]);
+    let (master, slave) = openpty();
+    let mut child = spawn_on_ctty(&ctx, &slave, &["run", "-q", "--", "sleep", "30"]);
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    // The terminal driver turns ^C into SIGINT for its foreground process group.
+    use std::io::Write;
+    (&master).write_all(b"\x03").unwrap();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "Ctrl-C did not end the run"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let b = crate::common::json_of(&ctx.cmd().args(["status", "--json"]).output().unwrap());
+    assert_eq!(b["run"]["failure"]["signal"], 2, "{}", b["run"]);
 }
