@@ -1,6 +1,8 @@
 //! Filesystem read: secrets, the job store and host files outside the view stay unreadable.
 
-use crate::harness::{Attack, Boundary::FsRead, Ctx, Outcome, SEALED, Verdict::Must, check};
+use crate::harness::{
+    Attack, Boundary::FsRead, Ctx, Outcome, SEALED, Verdict::Documented, Verdict::Must, check,
+};
 use std::path::Path;
 
 pub const ATTACKS: &[Attack] = &[
@@ -75,6 +77,14 @@ pub const ATTACKS: &[Attack] = &[
         tiers: SEALED,
         verdict: Must,
         probe: proc_masked,
+    },
+    Attack {
+        id: "fr.root-private-files",
+        boundary: FsRead,
+        description: "read system-view files that are not world-readable (as root: the sandbox's uid 0 is the host's)",
+        tiers: SEALED,
+        verdict: Documented("reads: the read-only system view"),
+        probe: root_private_files,
     },
 ];
 
@@ -273,5 +283,62 @@ true"#,
         readable.is_empty() && r.value("sysrq").is_none() && r.value("sysctl").is_none(),
         "masked entries read empty; sysrq and sysctl writes refused",
         format!("readable {readable:?}; {}", r.out),
+    )
+}
+
+/// Files and directories under `top` that others may not read (mode without o+r).
+fn not_world_readable(top: &Path, out: &mut Vec<String>) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(rd) = std::fs::read_dir(top) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let Ok(m) = p.symlink_metadata() else {
+            continue;
+        };
+        if m.file_type().is_symlink() {
+            continue;
+        }
+        if m.permissions().mode() & 0o004 == 0 {
+            out.push(p.display().to_string());
+        }
+        if m.is_dir() {
+            not_world_readable(&p, out);
+        }
+    }
+}
+
+fn root_private_files(ctx: &Ctx) -> Outcome {
+    let hidden: Vec<String> = ctx.scope()["hidden_paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_owned())
+        .collect();
+    let mut private = Vec::new();
+    for top in ["/etc", "/opt"] {
+        not_world_readable(Path::new(top), &mut private);
+    }
+    private.retain(|p| !hidden.iter().any(|h| Path::new(p).starts_with(h)));
+    if private.is_empty() {
+        return Outcome::Skipped("no private files in /etc or /opt on this host".into());
+    }
+    ctx.var("PRIVATE", private.join("\n"));
+    let r = ctx.sh(
+        r#"echo "$PRIVATE" | while read -r p; do
+  if [ -d "$p" ]; then ls "$p" >/dev/null 2>&1 && echo "read=$p"; else head -c1 "$p" >/dev/null 2>&1 && echo "read=$p"; fi
+done; true"#,
+    );
+    ctx.assert_boundary(&r);
+    let read: Vec<&str> = r
+        .lines()
+        .into_iter()
+        .filter_map(|l| l.strip_prefix("read="))
+        .collect();
+    check(
+        read.is_empty(),
+        format!("none of {} private system files readable", private.len()),
+        format!("readable: {read:?}"),
     )
 }
