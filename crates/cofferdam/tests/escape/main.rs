@@ -7,7 +7,8 @@
 //! Adding an attack: write a probe in the boundary's module and add one [`harness::Attack`]
 //! row to its `ATTACKS` table (id, boundary, description, tiers, verdict). A `documented`
 //! verdict names the start of the scope report's "not protected here" line that admits the
-//! limitation; the suite fails if the line is missing from `cofferdam scope --json`.
+//! limitation; when such an attack gets through, the suite fails unless that line is in
+//! `cofferdam scope --json` (a refused one needs no line: a newer kernel may close it).
 //! Adding a tier: one row in [`harness::TIERS`] (how to ask `run` for it and the scope
 //! report's name for it), then list it in the attacks that apply.
 //!

@@ -46,6 +46,14 @@ pub const ATTACKS: &[Attack] = &[
         verdict: Must,
         probe: inherited_fds,
     },
+    Attack {
+        id: "rec.review-terminal-injection",
+        boundary: Records,
+        description: "stage names and content with terminal escapes (title, clear, OSC 52) for the review",
+        tiers: SEALED,
+        verdict: Must,
+        probe: review_terminal_injection,
+    },
 ];
 
 const FORGED: &str = "FORGED-c0ffee";
@@ -178,5 +186,33 @@ fn inherited_fds(ctx: &Ctx) -> Outcome {
         r.value("leak") == Some(""),
         "only 0, 1, 2 are open in the command; close_fds enforced and verified",
         format!("inherited: {}", r.value("leak").unwrap_or("?")),
+    )
+}
+
+fn review_terminal_injection(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh(
+        r#"n=$(printf 'evil\033]0;PWNED\007\033[2J\033]52;c;cHduZWQ=\007name'); printf 'x' > "$n"
+printf 'line\033[31mred\033]0;PWNED\007\r\n' > ansi.txt; mkdir "$(printf 'd\033[1A')"; true"#,
+    );
+    ctx.assert_boundary(&r);
+    let mut leaked = Vec::new();
+    for args in [
+        &["--color", "never", "status", "--review", &r.job][..],
+        &["--color", "never", "diff", &r.job][..],
+        &["--color", "never", "diff", &r.job, "--stat"][..],
+        &["--color", "never", "jobs"][..],
+        &["--color", "never", "apply", &r.job][..],
+    ] {
+        let out = ctx.cmd().args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let bytes = [out.stdout, out.stderr].concat();
+        if bytes.iter().any(|&b| b == 0x1b || b == 0x07) {
+            leaked.push(args[2]);
+        }
+    }
+    check(
+        leaked.is_empty(),
+        "review, diff, jobs and apply print escapes as text (no ESC or BEL byte)",
+        format!("raw terminal escapes printed by {leaked:?}"),
     )
 }
