@@ -103,6 +103,22 @@ pub const ATTACKS: &[Attack] = &[
         probe: x32,
     },
     Attack {
+        id: "ks.i386-int80",
+        boundary: Kernel,
+        description: "an i386 system call through int 0x80 (another audit arch): killed",
+        tiers: SEALED,
+        verdict: Must,
+        probe: i386_int80,
+    },
+    Attack {
+        id: "ks.high-bits-args",
+        boundary: Kernel,
+        description: "junk in the upper 32 bits of clone flags and ioctl requests to slip past the filter",
+        tiers: SEALED,
+        verdict: Must,
+        probe: high_bits,
+    },
+    Attack {
         id: "ks.syslog",
         boundary: Kernel,
         description: "read the kernel log (syslog(SYSLOG_ACTION_READ_ALL), dmesg)",
@@ -163,4 +179,45 @@ fn device_nodes(ctx: &Ctx) -> Outcome {
         "none exists in the minimal /dev (bundle: minimal_dev enforced)",
         format!("opened {:?}", r.value("opened")),
     )
+}
+
+/// Machine code: `mov eax, 20` (i386 getpid); `int 0x80`; `ret`.
+const INT80: &str = r#"
+import ctypes, mmap
+code = b"\xb8\x14\x00\x00\x00\xcd\x80\xc3"
+m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+m.write(code)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+f = ctypes.CFUNCTYPE(ctypes.c_int)(addr)
+print("ret=%d" % f(), flush=True)
+"#;
+
+fn i386_int80(ctx: &Ctx) -> Outcome {
+    if !cfg!(target_arch = "x86_64") {
+        return Outcome::Skipped("int 0x80 is x86 only".into());
+    }
+    let r = ctx.py(INT80);
+    ctx.assert_boundary(&r);
+    let sig = r.bundle["run"]["failure"]["signal"].as_i64();
+    check(
+        r.value("ret").is_none() && sig == Some(i64::from(libc::SIGSYS)),
+        "killed by SIGSYS (seccomp's audit-arch check); the bundle records signal 31",
+        format!("int 0x80 returned {:?} (signal {sig:?})", r.value("ret")),
+    )
+}
+
+fn high_bits(ctx: &Ctx) -> Outcome {
+    // clone(CLONE_NEWUSER | SIGCHLD) with bit 32 set; ioctl(0, TIOCSTI) with bit 32 set.
+    syscall_probe(
+        ctx,
+        libc::SYS_clone,
+        "(1 << 32) | 0x10000000 | 17, 0, 0, 0, 0",
+        libc::EPERM,
+    )
+    .and(syscall_probe(
+        ctx,
+        libc::SYS_ioctl,
+        "0, (1 << 32) | 0x5412, ctypes.c_char_p(b'x')",
+        libc::EPERM,
+    ))
 }
