@@ -109,7 +109,15 @@ fn stderr(o: &Output) -> String {
 /// Every line of `trace.jsonl` is a whole JSON object.
 fn trace_is_whole(job_dir: &Path) {
     let text = std::fs::read_to_string(job_dir.join("trace.jsonl")).unwrap();
-    assert!(text.ends_with('\n'), "torn trace tail: {text}");
+    let tail: String = text
+        .chars()
+        .rev()
+        .take(300)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    assert!(text.ends_with('\n'), "torn trace tail: …{tail}");
     for l in text.lines() {
         serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("torn trace line {l}: {e}"));
     }
@@ -247,4 +255,50 @@ fn in_namespace_full_workdir_during_an_apply() {
     assert!(!w.work.join("gone").exists());
     assert_eq!(w.status(&job)["review_context"]["job_state"], "applied");
     println!("full workdir during apply: exit 125, nothing written, finished after freeing space");
+}
+
+/// A trace append that fails part-way (here RLIMIT_FSIZE stands in for a full disk: the
+/// write stops at the limit, deterministically mid-line) is cut back off, so the trace
+/// stays whole lines and later appends stay readable.
+#[test]
+fn a_trace_line_written_part_way_is_cut_back() {
+    if !require("unprivileged user namespaces", userns_independently()) {
+        return;
+    }
+    let ctx = crate::harness::Ctx::new(&crate::harness::TIERS[0]);
+    std::fs::write(ctx.work().join("a"), "old\n").unwrap();
+    let r = ctx.sh("echo new > a; echo b > b");
+    let job_dir = r.bundle_path.parent().unwrap().to_path_buf();
+    let len = std::fs::metadata(job_dir.join("trace.jsonl"))
+        .unwrap()
+        .len();
+    // SIGXFSZ ignored (kept across exec): the write returns EFBIG after the partial write.
+    let base = ctx.cmd();
+    let exe = base.get_program().to_owned();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "trap '' XFSZ; exec prlimit --fsize={} \"$0\" apply {}",
+            len + 50,
+            r.job
+        ))
+        .arg(&exe)
+        .env_clear()
+        .envs(
+            base.get_envs()
+                .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))),
+        )
+        .current_dir(ctx.work())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", crate::harness::both(&out));
+    let after = std::fs::metadata(job_dir.join("trace.jsonl"))
+        .unwrap()
+        .len();
+    assert!(after <= len + 50, "the limit did not hold");
+    trace_is_whole(&job_dir);
+    // Without the limit, appends go on after the last whole line and stay readable.
+    let again = ctx.cmd().args(["drop", &r.job]).output().unwrap();
+    assert!(again.status.success(), "{}", crate::harness::both(&again));
+    trace_is_whole(&job_dir);
 }
