@@ -76,8 +76,8 @@ pub const TIERS: &[TierSpec] = &[TierSpec {
     run_args: &["--containment", "sealed"],
 }];
 
-/// Shorthand for attack rows.
-pub const SEALED: &[Tier] = &[Tier::Sealed];
+/// Shorthand for the attack rows that must be refused on the sealed tier.
+pub const SEALED_MUST: &[(Tier, Verdict)] = &[(Tier::Sealed, Verdict::Must)];
 
 /// What the suite requires of an attack.
 #[derive(Debug, Clone, Copy)]
@@ -118,8 +118,8 @@ pub struct Attack {
     pub id: &'static str,
     pub boundary: Boundary,
     pub description: &'static str,
-    pub tiers: &'static [Tier],
-    pub verdict: Verdict,
+    /// The tiers it runs on, each with its verdict there.
+    pub on: &'static [(Tier, Verdict)],
     pub probe: Probe,
 }
 
@@ -463,11 +463,11 @@ fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panic".into())
 }
 
-fn one(attack: &'static Attack, spec: &'static TierSpec) -> Row {
+fn one(attack: &'static Attack, spec: &'static TierSpec, verdict: Verdict) -> Row {
     let result = std::panic::catch_unwind(|| {
         let ctx = Ctx::new(spec);
         let outcome = (attack.probe)(&ctx);
-        let scope_line = match attack.verdict {
+        let scope_line = match verdict {
             Verdict::Must => None,
             Verdict::Documented(line) => {
                 let scope = ctx.scope();
@@ -484,7 +484,7 @@ fn one(attack: &'static Attack, spec: &'static TierSpec) -> Row {
     });
     // A documented limitation that got through must be admitted by the scope report; one
     // that was refused needs no line (a newer kernel may close it and drop the line).
-    let (result, failed) = match (result, attack.verdict) {
+    let (result, failed) = match (result, verdict) {
         (Err(e), _) => (format!("FAIL: {}", panic_text(&*e)), true),
         (Ok((Outcome::Escaped(_), Some(false))), Verdict::Documented(line)) => (
             format!("FAIL: got through, and the scope report has no not-protected line `{line}…`"),
@@ -502,7 +502,7 @@ fn one(attack: &'static Attack, spec: &'static TierSpec) -> Row {
         description: attack.description,
         boundary: attack.boundary.name(),
         tier: spec.containment,
-        verdict: verdict_name(attack.verdict),
+        verdict: verdict_name(verdict),
         result,
         failed,
     }
@@ -562,14 +562,15 @@ fn table(rows: &[Row]) -> String {
 /// a `must` attack got through or any check failed.
 pub fn run_suite(attacks: &[&'static Attack]) {
     let only = std::env::var("ESCAPE_ONLY").unwrap_or_default();
-    let mut jobs: Vec<(&'static Attack, &'static TierSpec)> = Vec::new();
+    let mut jobs: Vec<(&'static Attack, &'static TierSpec, Verdict)> = Vec::new();
     for spec in TIERS {
         if !offered(spec) {
             continue;
         }
         for a in attacks {
-            if a.tiers.contains(&spec.tier) && a.id.starts_with(only.as_str()) {
-                jobs.push((a, spec));
+            let verdict = a.on.iter().find(|(t, _)| *t == spec.tier).map(|(_, v)| *v);
+            if let Some(v) = verdict.filter(|_| a.id.starts_with(only.as_str())) {
+                jobs.push((a, spec, v));
             }
         }
     }
@@ -580,10 +581,10 @@ pub fn run_suite(attacks: &[&'static Attack]) {
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(&(a, spec)) = jobs.get(i) else {
+                    let Some(&(a, spec, verdict)) = jobs.get(i) else {
                         break;
                     };
-                    let row = one(a, spec);
+                    let row = one(a, spec, verdict);
                     rows.lock().unwrap().push((i, row));
                 }
             });

@@ -2,7 +2,7 @@
 //! `/usr/bin/python3` and ctypes (numbers from the `libc` crate, so the table is per
 //! architecture); the non-native ABIs are killed.
 
-use crate::harness::{Attack, Boundary::Kernel, Ctx, Outcome, SEALED, Verdict::Must, check};
+use crate::harness::{Attack, Boundary::Kernel, Ctx, Outcome, SEALED_MUST, check};
 
 /// Make raw syscall `nr` inside with `args` (a Python expression list: ints, bytes for
 /// strings, or calls like `os.open(...)`); denied when it fails with `errno`. A call that
@@ -54,8 +54,7 @@ macro_rules! denied_syscalls {
             id: $id,
             boundary: Kernel,
             description: $desc,
-            tiers: SEALED,
-            verdict: Must,
+            on: SEALED_MUST,
             probe: $fn,
         }, )* ];
     };
@@ -98,40 +97,35 @@ pub const ATTACKS: &[Attack] = &[
         id: "ks.x32-abi",
         boundary: Kernel,
         description: "an x32 system call number (bit 30): the process is killed",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: x32,
     },
     Attack {
         id: "ks.i386-int80",
         boundary: Kernel,
         description: "an i386 system call through int 0x80 (another audit arch): killed",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: i386_int80,
     },
     Attack {
         id: "ks.high-bits-args",
         boundary: Kernel,
         description: "junk in the upper 32 bits of clone flags and ioctl requests to slip past the filter",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: high_bits,
     },
     Attack {
         id: "ks.syslog",
         boundary: Kernel,
         description: "read the kernel log (syslog(SYSLOG_ACTION_READ_ALL), dmesg)",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: syslog,
     },
     Attack {
         id: "ks.device-nodes",
         boundary: Kernel,
         description: "open host devices: /dev/fuse, /dev/kvm, /dev/mem, /dev/kmsg, /dev/sda, /dev/net/tun",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: device_nodes,
     },
 ];

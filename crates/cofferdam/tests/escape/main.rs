@@ -5,12 +5,14 @@
 //! instants) and full-disk tests of `run` and `apply`.
 //!
 //! Adding an attack: write a probe in the boundary's module and add one [`harness::Attack`]
-//! row to its `ATTACKS` table (id, boundary, description, tiers, verdict). A `documented`
-//! verdict names the start of the scope report's "not protected here" line that admits the
+//! row to its `ATTACKS` table (id, boundary, description, and per tier its verdict: `must`
+//! or `documented`; a tier not listed does not run it). A `documented` verdict names the start of the scope report's "not protected here" line that admits the
 //! limitation; when such an attack gets through, the suite fails unless that line is in
 //! `cofferdam scope --json` (a refused one needs no line: a newer kernel may close it).
-//! Adding a tier: one row in [`harness::TIERS`] (how to ask `run` for it and the scope
-//! report's name for it), then list it in the attacks that apply.
+//! Adding a tier: a [`harness::Tier`] variant, one row in [`harness::TIERS`] (how to ask
+//! `run` for it and the scope report's name for it), the claims every run on it makes
+//! (`Ctx::assert_boundary`), then a `(tier, verdict)` pair in each attack that applies —
+//! e.g. `(Scoped, Documented("no pid, ipc or uts namespace"))` for a host-pid attack.
 //!
 //! `ESCAPE_ONLY=<id prefix>` runs a subset. The result table is printed to stderr even when
 //! the test passes.
@@ -70,6 +72,6 @@ fn attack_ids_are_unique_and_the_table_is_big_enough() {
             "{} is not named after its boundary",
             a.id
         );
-        assert!(!a.tiers.is_empty(), "{} runs on no tier", a.id);
+        assert!(!a.on.is_empty(), "{} runs on no tier", a.id);
     }
 }

@@ -2,7 +2,7 @@
 //! records about its own run (the status channel, fd 4, is close-on-exec in pid 1 and
 //! pid 1 is not dumpable, so `/proc/1/fd/4` is out of reach).
 
-use crate::harness::{Attack, Boundary::Records, Ctx, Outcome, SEALED, Verdict::Must, check};
+use crate::harness::{Attack, Boundary::Records, Ctx, Outcome, SEALED_MUST, check};
 use std::path::Path;
 
 pub const ATTACKS: &[Attack] = &[
@@ -10,48 +10,42 @@ pub const ATTACKS: &[Attack] = &[
         id: "rec.earlier-job",
         boundary: Records,
         description: "rewrite an earlier job's run-bundle.json, trace.jsonl and job.json",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: earlier_job,
     },
     Attack {
         id: "rec.own-job",
         boundary: Records,
         description: "rewrite the running job's own records by its COFFERDAM_RUN_ID",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: own_job,
     },
     Attack {
         id: "rec.forge-status",
         boundary: Records,
         description: "print status-channel lines (controls, exited) on stdout/stderr, fds 3-9, /proc/1/fd/4",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: forge_status,
     },
     Attack {
         id: "rec.forge-exit",
         boundary: Records,
         description: "claim a clean exit on every channel, then die by SIGKILL",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: forge_exit,
     },
     Attack {
         id: "rec.inherited-fds",
         boundary: Records,
         description: "find an inherited descriptor (plan, status, terminal socket, the job)",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: inherited_fds,
     },
     Attack {
         id: "rec.review-terminal-injection",
         boundary: Records,
         description: "stage names and content with terminal escapes (title, clear, OSC 52) for the review",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: review_terminal_injection,
     },
 ];

@@ -2,57 +2,49 @@
 //! the wall-clock timeout and the stage cap are being added; their attacks belong here once
 //! they are (a fork bomb without `--pids` is not contained by anything on main yet).
 
-use crate::harness::{
-    Attack, Boundary::Resources, Ctx, Outcome, Run, SEALED, Verdict::Must, check,
-};
+use crate::harness::{Attack, Boundary::Resources, Ctx, Outcome, Run, SEALED_MUST, check};
 
 pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "res.core-dump",
         boundary: Resources,
         description: "raise RLIMIT_CORE to dump memory to disk",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: core_dump,
     },
     Attack {
         id: "res.open-files",
         boundary: Resources,
         description: "open more files than --open-files 64; raise the limit",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: open_files,
     },
     Attack {
         id: "res.file-size",
         boundary: Resources,
         description: "write a file past --max-file-size 1MiB",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: file_size,
     },
     Attack {
         id: "res.fork-bomb-pids",
         boundary: Resources,
         description: "fork past --pids 32 (RLIMIT_NPROC on main)",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: fork_bomb,
     },
     Attack {
         id: "res.cpu-time",
         boundary: Resources,
         description: "spin past --cpu-time 1s",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: cpu_time,
     },
     Attack {
         id: "res.oom-score-adj",
         boundary: Resources,
         description: "lower oom_score_adj so the host's processes are killed first",
-        tiers: SEALED,
-        verdict: Must,
+        on: SEALED_MUST,
         probe: oom_score_adj,
     },
 ];
