@@ -17,8 +17,8 @@
 //!     upper/  work/                  the overlay's upperdir and workdir
 //!     root/                          empty mount point for the sandbox's new root
 //!     run-bundle.json  trace.jsonl  fingerprints.json  apply-ledger.json
-//!     reserve                        space held for the records until the command ends
-//!                                    (`crate::reserve`)
+//!     reserve  reserve.drop          space held for the records until the command ends,
+//!                                    and for `drop`'s state write (`crate::reserve`)
 //! ```
 //!
 //! A job directory is populated under a hidden temporary name and renamed into `jobs/`
@@ -356,6 +356,11 @@ impl Job {
     /// on the job's filesystem just before, when known.
     pub fn release_reserve(&self) -> Option<u64> {
         crate::reserve::release(&self.dir)
+    }
+
+    /// Release the small reserve kept for `drop` (see `crate::reserve`).
+    pub fn release_drop_reserve(&self) {
+        crate::reserve::release_for_drop(&self.dir);
     }
 
     /// Take the job's exclusive lock, waiting for it. Holding it means the run is over, so

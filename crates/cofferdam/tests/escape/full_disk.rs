@@ -129,6 +129,11 @@ fn full_disk_during_a_run() {
 }
 
 #[test]
+fn full_store_after_a_run() {
+    in_namespace("full_disk::in_namespace_full_store_after_a_run");
+}
+
+#[test]
 fn full_disk_during_an_apply() {
     in_namespace("full_disk::in_namespace_full_workdir_during_an_apply");
 }
@@ -187,19 +192,59 @@ fn in_namespace_full_store_during_a_run() {
         std::fs::read_to_string(w.work.join("keep")).unwrap(),
         "keep\n"
     );
-    // A run that cannot even create its job says why, exits 125, and leaves no job.
+    println!("full store during a run: exit 28, staged, records whole, applied afterwards");
+}
+
+/// The store fills after a run (something else wrote it full): a new run exits 125 naming
+/// the cause and leaves no job; the staged job stays reviewable, and `drop` still works (its
+/// state write has the drop reserve) and frees the stage.
+#[test]
+fn in_namespace_full_store_after_a_run() {
+    let Some(w) = World::inside("store", "3m") else {
+        return;
+    };
+    let out = w.run("head -c 300000 /dev/urandom > staged");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = crate::harness::job_of(&out);
     let filler = w.store.join("filler");
     let _ = Command::new("sh")
         .arg("-c")
         .arg(format!("head -c 8000000 /dev/zero > {}", filler.display()))
         .status();
+    let st = free_bytes(&w.store);
+    assert!(st < 64 * 1024, "the store is not full: {st} bytes free");
+
     let out = w.out(&["run", "--", "true"]);
     assert_eq!(out.status.code(), Some(125), "{out:?}");
     assert!(stderr(&out).contains("No space left on device"), "{out:?}");
-    let jobs = w.out(&["jobs", "--json"]);
-    let jobs: Value = serde_json::from_slice(&jobs.stdout).unwrap();
+    let jobs: Value = serde_json::from_slice(&w.out(&["jobs", "--json"]).stdout).unwrap();
     assert_eq!(jobs.as_array().unwrap().len(), 1, "{jobs}");
-    println!("full store during a run: exit 28, staged, records whole, applied afterwards");
+
+    assert!(w.out(&["status", "--review", &job]).status.success());
+    let drop = w.out(&["drop", &job]);
+    assert!(
+        drop.status.success(),
+        "drop on a full store: {}",
+        stderr(&drop)
+    );
+    assert_eq!(w.status(&job)["review_context"]["job_state"], "discarded");
+    assert!(free_bytes(&w.store) > st, "the drop freed nothing");
+    println!("full store after a run: run refused with 125, drop worked and freed the stage");
+}
+
+/// Bytes available on the filesystem holding `dir` (`df` in 1K blocks).
+fn free_bytes(dir: &Path) -> u64 {
+    let out = Command::new("df")
+        .args(["-k", "--output=avail"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024
 }
 
 /// The workdir's filesystem fills during apply: exit 125 naming the cause, nothing written
