@@ -560,7 +560,7 @@ fn table(rows: &[Row]) -> String {
 
 /// Run every attack on every tier the host offers, two at a time; print the table; fail if
 /// a `must` attack got through or any check failed.
-pub fn run_suite(attacks: &[&'static Attack]) {
+pub fn run_suite(attacks: &[&'static Attack], to_be_added: &[(&str, &str)]) {
     let only = std::env::var("ESCAPE_ONLY").unwrap_or_default();
     let mut jobs: Vec<(&'static Attack, &'static TierSpec, Verdict)> = Vec::new();
     for spec in TIERS {
@@ -593,7 +593,12 @@ pub fn run_suite(attacks: &[&'static Attack]) {
     let mut rows = rows.into_inner().unwrap();
     rows.sort_by_key(|(i, _)| *i);
     let rows: Vec<Row> = rows.into_iter().map(|(_, r)| r).collect();
-    show(&table(&rows));
+    let mut text = table(&rows);
+    text.push_str("to be added with the features being built (not run):\n");
+    for (id, what) in to_be_added {
+        text.push_str(&format!("  {id}: {what}\n"));
+    }
+    show(&text);
     let failed: Vec<String> = rows
         .iter()
         .filter(|r| r.failed)

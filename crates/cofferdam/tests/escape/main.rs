@@ -54,7 +54,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
 
 #[test]
 fn escape_conformance() {
-    harness::run_suite(&all_attacks());
+    harness::run_suite(&all_attacks(), resources::TO_BE_ADDED);
 }
 
 #[test]

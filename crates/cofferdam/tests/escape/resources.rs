@@ -4,6 +4,34 @@
 
 use crate::harness::{Attack, Boundary::Resources, Ctx, Outcome, Run, SEALED_MUST, check};
 
+/// Attacks that need what is being built; printed under the table, not run.
+pub const TO_BE_ADDED: &[(&str, &str)] = &[
+    (
+        "res.fork-bomb-default",
+        "a fork bomb without --pids: needs a default pids limit (cgroup pids)",
+    ),
+    (
+        "res.memory-tmpfs",
+        "fill the private /tmp and HOME tmpfs (default size: half of RAM): needs a tmpfs size or memory cgroup by default",
+    ),
+    (
+        "res.memory",
+        "allocate past --memory across processes: needs the memory cgroup (RLIMIT_DATA is per process)",
+    ),
+    (
+        "res.timeout",
+        "outlive --timeout: needs the wall-clock kill",
+    ),
+    (
+        "res.stage-size",
+        "write past --stage-size: needs the stage cap",
+    ),
+    (
+        "net.allow-bypass",
+        "network allow mode: connect to an allowed name's IP directly, DNS rebinding, non-proxy UDP",
+    ),
+];
+
 pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "res.core-dump",
