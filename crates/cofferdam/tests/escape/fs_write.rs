@@ -98,7 +98,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "fw.read-only-subtree",
         boundary: FsWrite,
-        description: "write, chmod, rename and delete inside a --read-only subtree",
+        description: "write, chmod, rename, delete, truncate, link out and write inside a --read-only subtree",
         on: SEALED_MUST,
         probe: read_only_subtree,
     },
@@ -122,6 +122,13 @@ pub const ATTACKS: &[Attack] = &[
         description: "write host-wide kernel knobs: core_pattern, binfmt_misc, uevent_helper, modprobe",
         on: SEALED_MUST,
         probe: kernel_knobs,
+    },
+    Attack {
+        id: "fw.lent-read-mount",
+        boundary: FsWrite,
+        description: "write, delete and chmod in a host directory lent with --mount SRC:TGT:read",
+        on: SEALED_MUST,
+        probe: lent_read_mount,
     },
 ];
 
@@ -403,11 +410,11 @@ fn read_only_subtree(ctx: &Ctx) -> Outcome {
         &[
             "sh",
             "-c",
-            "echo pwn > locked/file && echo w=1; chmod 777 locked/file && echo c=1; mv locked/file locked/moved && echo m=1; rm -f locked/file && echo d=1; touch locked/new && echo n=1; true",
+            "echo pwn > locked/file && echo w=1; chmod 777 locked/file && echo c=1; mv locked/file locked/moved && echo m=1; rm -f locked/file && echo d=1; touch locked/new && echo n=1; truncate -s 0 locked/file && echo t=1; ln -s /etc/passwd locked/sym && echo s=1; mkfifo locked/ff && echo f=1; ln locked/file hl && echo pwn > hl && echo h=1; true",
         ],
     );
     ctx.assert_boundary(&r);
-    let through: Vec<&str> = ["w", "c", "m", "d", "n"]
+    let through: Vec<&str> = ["w", "c", "m", "d", "n", "t", "s", "f", "h"]
         .into_iter()
         .filter(|k| r.value(k).is_some())
         .collect();
@@ -536,5 +543,37 @@ echo ':pwn:M::pwn::/tmp/pwn:' > /proc/sys/fs/binfmt_misc/register 2>/dev/null &&
             && !exists(std::path::Path::new("/proc/sys/fs/binfmt_misc/pwn")),
         "every knob unchanged on the host; the writes failed inside",
         format!("wrote {:?}", r.value("wrote")),
+    )
+}
+
+fn lent_read_mount(ctx: &Ctx) -> Outcome {
+    ctx.put(&ctx.outside().join("lent/existing"), "host\n");
+    let lend = format!("{}:/lent:read", ctx.outside().join("lent").display());
+    let r = ctx.run(
+        &["--mount", &lend],
+        &[
+            "sh",
+            "-c",
+            "cat /lent/existing && echo read=yes; echo pwn > /lent/existing && echo w=1; echo pwn > /lent/new && echo n=1; rm -f /lent/existing && echo d=1; chmod 777 /lent/existing && echo c=1; true",
+        ],
+    );
+    let through: Vec<&str> = ["w", "n", "d", "c"]
+        .into_iter()
+        .filter(|k| r.value(k).is_some())
+        .collect();
+    let host = std::fs::read_to_string(ctx.outside().join("lent/existing")).unwrap();
+    let listing = std::fs::read_dir(ctx.outside().join("lent"))
+        .unwrap()
+        .count();
+    assert_eq!(
+        r.value("read"),
+        Some("yes"),
+        "the lent path must be readable"
+    );
+    assert_eq!(r.control("seccomp"), vec!["enforced"]);
+    check(
+        through.is_empty() && host == "host\n" && listing == 1,
+        "readable, and every write refused; the host directory is unchanged",
+        format!("allowed: {through:?}; host now {host:?}, {listing} entries"),
     )
 }
