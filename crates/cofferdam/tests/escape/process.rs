@@ -96,6 +96,13 @@ pub const ATTACKS: &[Attack] = &[
         on: SEALED_MUST,
         probe: sysv_ipc,
     },
+    Attack {
+        id: "ps.proc-1-exe",
+        boundary: Process,
+        description: "open pid 1's executable (the host's cofferdam binary) through /proc/1/exe to overwrite it (runc CVE-2019-5736)",
+        on: SEALED_MUST,
+        probe: proc_1_exe,
+    },
 ];
 
 fn kill_host_pid(ctx: &Ctx) -> Outcome {
@@ -323,5 +330,35 @@ fn sysv_ipc(ctx: &Ctx) -> Outcome {
             r.out.trim()
         ),
         format!("attached the host segment: {}", r.out.trim()),
+    )
+}
+
+fn proc_1_exe(ctx: &Ctx) -> Outcome {
+    let exe = assert_cmd::cargo::cargo_bin("cofferdam");
+    let before = std::fs::read(&exe).unwrap();
+    let r = ctx.py(r#"
+import os
+got = []
+for path in ["/proc/1/exe", "/proc/1/cwd", "/proc/1/root", "/proc/1/fd/0"]:
+    for name, flags in [("path", os.O_PATH), ("read", os.O_RDONLY), ("write", os.O_WRONLY)]:
+        try:
+            fd = os.open(path, flags)
+            got.append("%s:%s" % (path, name))
+            if flags == os.O_PATH:
+                try:
+                    os.close(os.open("/proc/self/fd/%d" % fd, os.O_WRONLY))
+                    got.append(path + ":reopened-for-write")
+                except OSError:
+                    pass
+        except OSError:
+            pass
+print("got=" + " ".join(got))
+"#);
+    ctx.assert_boundary(&r);
+    let unchanged = std::fs::read(&exe).unwrap() == before;
+    check(
+        r.value("got") == Some("") && unchanged,
+        "pid 1 is not dumpable: none of its /proc links opens; the host binary is unchanged",
+        format!("opened {:?}; binary unchanged: {unchanged}", r.value("got")),
     )
 }
