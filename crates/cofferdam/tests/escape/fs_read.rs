@@ -76,6 +76,13 @@ pub const ATTACKS: &[Attack] = &[
         on: &[(Sealed, Documented("reads: the read-only system view"))],
         probe: root_private_files,
     },
+    Attack {
+        id: "fr.secret-hard-linked-into-workdir",
+        boundary: FsRead,
+        description: "read ~/.ssh/id_ed25519 through a hard link the user left in the workdir",
+        on: &[(Sealed, Documented("reads: the read-only system view"))],
+        probe: secret_hard_linked,
+    },
 ];
 
 const SECRET: &str = "TOPSECRET-d41d8cd9";
@@ -330,5 +337,21 @@ done; true"#,
         read.is_empty(),
         format!("none of {} private system files readable", private.len()),
         format!("readable: {read:?}"),
+    )
+}
+
+fn secret_hard_linked(ctx: &Ctx) -> Outcome {
+    let key = ctx.home().join(".ssh/id_ed25519");
+    ctx.put(&key, SECRET);
+    if std::fs::hard_link(&key, ctx.work().join("key")).is_err() {
+        return Outcome::Skipped("cannot hard-link across these temp dirs".into());
+    }
+    let r = ctx.sh("cat key; true");
+    ctx.assert_boundary(&r);
+    // Hidden at its path; the workdir's own entries are the workdir's, whatever they link to.
+    check(
+        no_secret(&r),
+        "not readable through the link",
+        "the key is readable through the workdir's hard link (a file in the workdir)",
     )
 }
