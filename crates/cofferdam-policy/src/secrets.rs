@@ -32,6 +32,10 @@ pub const HOST_SECRETS: &[&str] = &[
     "/etc/ssh/ssh_host_rsa_key",
     "/etc/ssh/ssh_host_ecdsa_key",
     "/etc/ssh/ssh_host_ed25519_key",
+    // Readable inside when cofferdam runs as root (the sandbox's uid 0 is the host's), found
+    // by the escape suite (fr.root-private-files): TLS private keys and old password hashes.
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
 ];
 
 /// Every secret path for a user whose home is `home`.
@@ -53,5 +57,7 @@ mod tests {
         assert!(s.contains(&PathBuf::from("/home/u/.ssh")));
         assert!(s.contains(&PathBuf::from("/home/u/.aws")));
         assert!(s.contains(&PathBuf::from("/etc/shadow")));
+        assert!(s.contains(&PathBuf::from("/etc/ssl/private")));
+        assert!(s.contains(&PathBuf::from("/etc/security/opasswd")));
     }
 }

@@ -11,6 +11,10 @@
 //! command's status; its exit kills everything left in the namespace. Each of the three dies
 //! with its parent (`PR_SET_PDEATHSIG`), so the sandbox never outlives the supervisor.
 //!
+//! Without a `terminal` in the plan the command starts in a new session, so it has no
+//! controlling terminal and cannot open the caller's through `/dev/tty`; pid 1 passes the
+//! terminal's SIGINT, SIGQUIT, SIGTSTP (as SIGSTOP) and SIGCONT on to its process group.
+//!
 //! When the plan has a `terminal`, pid 1 keeps the terminal socket (fd 5) through the
 //! descriptor sweep, and after the ready marker allocates the command's pseudo-terminal from
 //! the sandbox's own devpts, sends the master to the supervisor and closes the socket; the
@@ -60,6 +64,31 @@ extern "C" fn continue_group(_sig: libc::c_int) {
         // (it called setsid), so a stop of its terminal's foreground group is undone whole.
         unsafe {
             libc::kill(-pid, libc::SIGCONT);
+        }
+    }
+}
+
+/// Signals a terminal sends its foreground process group. A command that gets no terminal
+/// of its own starts in a new session (so it cannot open the caller's terminal through
+/// `/dev/tty`), which takes it out of that group: pid 1, still in it, passes these on to
+/// the command's process group.
+const FROM_CALLERS_TERMINAL: &[libc::c_int] =
+    &[libc::SIGINT, libc::SIGQUIT, libc::SIGTSTP, libc::SIGCONT];
+
+extern "C" fn forward_to_group(sig: libc::c_int) {
+    let pid = FORWARD_TO.load(Ordering::SeqCst);
+    if pid > 0 {
+        // The command's group is orphaned (its parent is in another session), and the
+        // kernel discards terminal stop signals there: a stop is passed on as SIGSTOP.
+        let sig = if sig == libc::SIGTSTP {
+            libc::SIGSTOP
+        } else {
+            sig
+        };
+        // SAFETY: kill(2) is async-signal-safe; `-pid` is the process group the command
+        // leads (it called setsid).
+        unsafe {
+            libc::kill(-pid, sig);
         }
     }
 }
@@ -379,6 +408,14 @@ pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
         // The init is a Rust program, whose runtime ignores SIGPIPE; the command must start
         // with the default (`yes | head` ends `yes` by SIGPIPE).
         set_handlers(&[libc::SIGPIPE], libc::SIG_DFL);
+        if slave.is_none() {
+            // No terminal of its own: a new session, without a controlling terminal, so the
+            // caller's (inherited through the session) is out of reach.
+            // SAFETY: setsid is async-signal-safe; this child is single-threaded.
+            unsafe {
+                libc::setsid();
+            }
+        }
         if let Some(slave) = &slave
             && let Err(e) = pty::attach(slave.as_fd())
         {
@@ -445,6 +482,11 @@ pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
         set_handlers(
             &[libc::SIGCONT],
             continue_group as *const () as libc::sighandler_t,
+        );
+    } else {
+        set_handlers(
+            FROM_CALLERS_TERMINAL,
+            forward_to_group as *const () as libc::sighandler_t,
         );
     }
     send(status_fd(), &StatusMessage::Started { pid: child });

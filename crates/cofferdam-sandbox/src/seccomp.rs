@@ -18,7 +18,8 @@
 //!    `add_key`, `request_key`, `kexec_load`, `kexec_file_load`, module loading
 //!    (`init_module`, `finit_module`, `delete_module`), `reboot`, `swapon`, `swapoff`,
 //!    `acct`, `quotactl`, `quotactl_fd`, clock setting (`settimeofday`, `clock_settime`,
-//!    `clock_adjtime`, `adjtimex`), `open_by_handle_at`, and `ioctl` with request `TIOCSTI`
+//!    `clock_adjtime`, `adjtimex`), `open_by_handle_at`, `syslog` (the kernel log: readable by
+//!    anyone where `kernel.dmesg_restrict` is 0), and `ioctl` with request `TIOCSTI`
 //!    or `TIOCLINUX` (arg 1). Everything else is allowed.
 //! 2. **clone3** (`ENOSYS`): its flags live in memory a filter cannot read, so it is refused
 //!    as "not implemented" and libc falls back to `clone`, whose flags filter 1 checks.
@@ -138,6 +139,7 @@ pub const DENIED: &[(&str, i64)] = &[
     ("clock_adjtime", libc::SYS_clock_adjtime),
     ("adjtimex", libc::SYS_adjtimex),
     ("open_by_handle_at", libc::SYS_open_by_handle_at),
+    ("syslog", libc::SYS_syslog),
 ];
 
 /// The syscall number range the x32 guard kills (x32 numbers carry bit 30).

@@ -17,6 +17,8 @@
 //!     upper/  work/                  the overlay's upperdir and workdir
 //!     root/                          empty mount point for the sandbox's new root
 //!     run-bundle.json  trace.jsonl  fingerprints.json  apply-ledger.json
+//!     reserve  reserve.drop          space held for the records until the command ends,
+//!                                    and for `drop`'s state write (`crate::reserve`)
 //! ```
 //!
 //! A job directory is populated under a hidden temporary name and renamed into `jobs/`
@@ -374,24 +376,41 @@ impl Job {
         Ok(state)
     }
 
-    /// Take the job's exclusive lock, waiting for it.
+    /// Release the records reserve (see `crate::reserve`); the bytes that were available
+    /// on the job's filesystem just before, when known.
+    pub fn release_reserve(&self) -> Option<u64> {
+        crate::reserve::release(&self.dir)
+    }
+
+    /// Release the small reserve kept for `drop` (see `crate::reserve`).
+    pub fn release_drop_reserve(&self) {
+        crate::reserve::release_for_drop(&self.dir);
+    }
+
+    /// Take the job's exclusive lock, waiting for it. Holding it means the run is over, so
+    /// the records reserve is released.
     pub fn lock_exclusive(&self) -> Result<JobLock, JobError> {
         let file = self.open_lock_file()?;
         file.lock().map_err(io_err("lock", &self.lock_path()))?;
+        self.release_reserve();
         Ok(JobLock {
             _file: file,
             id: self.id.clone(),
         })
     }
 
-    /// Take the job's exclusive lock, or fail with [`JobError::Busy`] when it is held.
+    /// Take the job's exclusive lock, or fail with [`JobError::Busy`] when it is held (the
+    /// records reserve is released when it is taken).
     pub fn try_lock(&self) -> Result<JobLock, JobError> {
         let file = self.open_lock_file()?;
         match file.try_lock() {
-            Ok(()) => Ok(JobLock {
-                _file: file,
-                id: self.id.clone(),
-            }),
+            Ok(()) => {
+                self.release_reserve();
+                Ok(JobLock {
+                    _file: file,
+                    id: self.id.clone(),
+                })
+            }
             Err(fs::TryLockError::WouldBlock) => Err(JobError::Busy {
                 id: self.id.clone(),
             }),
@@ -831,6 +850,7 @@ fn populate(dir: &Path, id: &str, state: &JobState) -> Result<JobLock, JobError>
         }
         Err(fs::TryLockError::Error(e)) => return Err(io_err("lock", &lock_path)(e)),
     }
+    crate::reserve::make(dir);
     write_state(&dir.join(JOB_FILE), state, Durability::Volatile)?;
     Ok(JobLock {
         _file: file,

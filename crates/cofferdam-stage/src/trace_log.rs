@@ -35,6 +35,8 @@ pub struct TraceLog {
     path: PathBuf,
     file: File,
     next: u64,
+    /// The length of the complete events, where a failed append is cut back to.
+    len: u64,
 }
 
 impl TraceLog {
@@ -56,29 +58,36 @@ impl TraceLog {
             path: path.to_path_buf(),
             source,
         })?;
+        let mut len = text.len() as u64;
         if let Some(t) = torn {
-            file.set_len(t.offset as u64).map_err(io)?;
+            len = t.offset as u64;
+            file.set_len(len).map_err(io)?;
         }
         Ok(TraceLog {
             path: path.to_path_buf(),
             file,
             next: next_seq(&events),
+            len,
         })
     }
 
-    /// Append one event at `at_unix_ms` in a single write.
+    /// Append one event at `at_unix_ms` in a single write. A write that fails part-way (a
+    /// full disk) is cut back off, so the file never keeps a torn line that a later append
+    /// would turn into a corrupt one.
     pub fn append(&mut self, at_unix_ms: u64, kind: TraceEventKind) -> Result<(), TraceLogError> {
         let event = TraceEvent::new(self.next, at_unix_ms, kind);
         let line = encode_line(&event).map_err(|source| TraceLogError::Corrupt {
             path: self.path.clone(),
             source,
         })?;
-        self.file
-            .write_all(line.as_bytes())
-            .map_err(|source| TraceLogError::Io {
+        if let Err(source) = self.file.write_all(line.as_bytes()) {
+            let _ = self.file.set_len(self.len);
+            return Err(TraceLogError::Io {
                 path: self.path.clone(),
                 source,
-            })?;
+            });
+        }
+        self.len += line.len() as u64;
         self.next += 1;
         Ok(())
     }

@@ -21,6 +21,8 @@ use serde_json::json;
 pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let (_env, job) = resolve(&a.job)?;
     let lock = lock(&job, "drop")?;
+    // Room for the state write that comes before the stage's removal, on a full disk too.
+    job.release_drop_reserve();
     let state = settled_state(&job, &lock)?;
     let id = job.id().to_owned();
     let mut trace = TraceLog::open(&job.trace_path()).map_err(Failure::setup)?;

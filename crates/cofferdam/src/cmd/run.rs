@@ -169,12 +169,13 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         .map_err(Failure::setup)?
     };
     let finished = now_ms();
+    let store_full = store_full_warning(&job);
 
     let mut controls: Vec<ControlObservation> = limits.controls.clone();
     for o in &controls {
         let _ = trace.append(started, TraceEventKind::ControlInstalled(o.clone()));
     }
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = store_full.into_iter().collect();
     let mut ending: Option<Ending> = None;
     let SealedOutcome {
         messages,
@@ -342,6 +343,23 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         }
     }
     Ok(u8::try_from(code).unwrap_or(1))
+}
+
+/// The command has ended: release the space reserved for its job's records, and say so
+/// when the job store's filesystem was full (the command's writes may have failed).
+fn store_full_warning(job: &cofferdam_stage::Job) -> Option<String> {
+    let free = job.release_reserve()?;
+    if !cofferdam_stage::reserve::is_full(free) {
+        return None;
+    }
+    let w = format!(
+        "the filesystem holding the job ({}) was full when the command ended ({free} bytes \
+         free): its writes may have failed with \"No space left on device\"; the stage keeps \
+         what was written. Free space there, then review and apply",
+        job.dir().display()
+    );
+    eprintln!("cofferdam: warning: {w}");
+    Some(w)
 }
 
 /// Refuse what this build cannot honour, before anything is created: a run must never get

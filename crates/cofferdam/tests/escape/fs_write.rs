@@ -1,0 +1,579 @@
+//! Filesystem write: nothing the command does reaches a host file outside the stage.
+
+use crate::harness::{Attack, Boundary::FsWrite, Ctx, Outcome, SEALED_MUST, check, exists};
+use std::os::unix::fs::PermissionsExt;
+
+pub const ATTACKS: &[Attack] = &[
+    Attack {
+        id: "fw.absolute-outside",
+        boundary: FsWrite,
+        description: "write a host directory outside the workdir by absolute path",
+        on: SEALED_MUST,
+        probe: absolute_outside,
+    },
+    Attack {
+        id: "fw.usr",
+        boundary: FsWrite,
+        description: "create a file under /usr",
+        on: SEALED_MUST,
+        probe: usr,
+    },
+    Attack {
+        id: "fw.etc-passwd",
+        boundary: FsWrite,
+        description: "append a user to /etc/passwd",
+        on: SEALED_MUST,
+        probe: etc_passwd,
+    },
+    Attack {
+        id: "fw.symlink-out",
+        boundary: FsWrite,
+        description: "write through a symlink in the workdir that points outside",
+        on: SEALED_MUST,
+        probe: symlink_out,
+    },
+    Attack {
+        id: "fw.proc-self-root",
+        boundary: FsWrite,
+        description: "write outside through /proc/self/root and /proc/1/root",
+        on: SEALED_MUST,
+        probe: proc_root,
+    },
+    Attack {
+        id: "fw.dotdot",
+        boundary: FsWrite,
+        description: "write ../ next to the workdir, also via a cwd fd walk",
+        on: SEALED_MUST,
+        probe: dotdot,
+    },
+    Attack {
+        id: "fw.hardlink-in-workdir",
+        boundary: FsWrite,
+        description: "write through a hard link in the workdir to a file outside it",
+        on: SEALED_MUST,
+        probe: hardlink_in_workdir,
+    },
+    Attack {
+        id: "fw.hardlink-system-file",
+        boundary: FsWrite,
+        description: "hard-link /etc/hostname into the workdir and write the link",
+        on: SEALED_MUST,
+        probe: hardlink_system_file,
+    },
+    Attack {
+        id: "fw.rename-out",
+        boundary: FsWrite,
+        description: "move a workdir file out to a host directory or to ..",
+        on: SEALED_MUST,
+        probe: rename_out,
+    },
+    Attack {
+        id: "fw.job-store",
+        boundary: FsWrite,
+        description: "write into the job store (the jobs directory, an earlier job's stage)",
+        on: SEALED_MUST,
+        probe: job_store,
+    },
+    Attack {
+        id: "fw.mount-over",
+        boundary: FsWrite,
+        description: "mount a tmpfs or bind over a path, remount /usr read-write",
+        on: SEALED_MUST,
+        probe: mount_over,
+    },
+    Attack {
+        id: "fw.setuid-apply",
+        boundary: FsWrite,
+        description: "stage a setuid/setgid copy of sh and get it applied with those bits",
+        on: SEALED_MUST,
+        probe: setuid_apply,
+    },
+    Attack {
+        id: "fw.mknod",
+        boundary: FsWrite,
+        description: "create a block or character device node",
+        on: SEALED_MUST,
+        probe: mknod,
+    },
+    Attack {
+        id: "fw.read-only-subtree",
+        boundary: FsWrite,
+        description: "write, chmod, rename, delete, truncate, link out and write inside a --read-only subtree",
+        on: SEALED_MUST,
+        probe: read_only_subtree,
+    },
+    Attack {
+        id: "fw.host-tmp-and-home",
+        boundary: FsWrite,
+        description: "write the host's /tmp, /dev/shm and the caller's home",
+        on: SEALED_MUST,
+        probe: host_tmp_and_home,
+    },
+    Attack {
+        id: "fw.overlay-xattr",
+        boundary: FsWrite,
+        description: "forge overlayfs xattrs (redirect/opaque/metacopy) to steer the scan",
+        on: SEALED_MUST,
+        probe: overlay_xattr,
+    },
+    Attack {
+        id: "fw.kernel-knobs",
+        boundary: FsWrite,
+        description: "write host-wide kernel knobs: core_pattern, binfmt_misc, uevent_helper, modprobe",
+        on: SEALED_MUST,
+        probe: kernel_knobs,
+    },
+    Attack {
+        id: "fw.lent-read-mount",
+        boundary: FsWrite,
+        description: "write, delete and chmod in a host directory lent with --mount SRC:TGT:read",
+        on: SEALED_MUST,
+        probe: lent_read_mount,
+    },
+];
+
+fn nonce() -> String {
+    format!(
+        "cofferdam-escape-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+fn outside_empty(ctx: &Ctx) -> bool {
+    std::fs::read_dir(ctx.outside()).unwrap().count() == 0
+}
+
+fn absolute_outside(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh(
+        "echo pwn > $OUTSIDE/a; mkdir $OUTSIDE/d; touch $OUTSIDE/t; ls $OUTSIDE >/dev/null 2>&1 && echo listed=yes",
+    );
+    ctx.assert_boundary(&r);
+    assert!(r.changes().is_empty(), "{:?}", r.changes());
+    check(
+        outside_empty(ctx),
+        "the outside directory is empty on the host",
+        format!(
+            "wrote {:?}",
+            std::fs::read_dir(ctx.outside()).unwrap().count()
+        ),
+    )
+}
+
+fn usr(ctx: &Ctx) -> Outcome {
+    let n = nonce();
+    ctx.var("N", &n);
+    let r = ctx.sh("echo pwn > /usr/$N; echo pwn > /usr/bin/$N; touch /$N");
+    ctx.assert_boundary(&r);
+    let paths = [
+        format!("/usr/{n}"),
+        format!("/usr/bin/{n}"),
+        format!("/{n}"),
+    ];
+    let hit: Vec<&String> = paths
+        .iter()
+        .filter(|p| exists(std::path::Path::new(p)))
+        .collect();
+    for p in &hit {
+        let _ = std::fs::remove_file(p);
+    }
+    check(
+        hit.is_empty(),
+        "no file under /usr or / on the host",
+        format!("created {hit:?}"),
+    )
+}
+
+fn etc_passwd(ctx: &Ctx) -> Outcome {
+    let before = std::fs::read("/etc/passwd").unwrap();
+    let r = ctx.sh(
+        "echo 'pwn:x:0:0::/:/bin/sh' >> /etc/passwd; echo rc=$?; chmod 666 /etc/passwd; rm -f /etc/passwd",
+    );
+    ctx.assert_boundary(&r);
+    assert_ne!(r.value("rc"), Some("0"), "the append succeeded inside");
+    let after = std::fs::read("/etc/passwd").unwrap();
+    check(
+        before == after,
+        "/etc/passwd unchanged; the append failed inside",
+        "/etc/passwd changed on the host",
+    )
+}
+
+fn symlink_out(ctx: &Ctx) -> Outcome {
+    std::os::unix::fs::symlink(ctx.outside(), ctx.work().join("out-link")).unwrap();
+    std::os::unix::fs::symlink(ctx.outside().join("f"), ctx.work().join("file-link")).unwrap();
+    let r = ctx.sh("echo pwn > out-link/x; echo pwn > file-link; mkdir out-link/d; true");
+    ctx.assert_boundary(&r);
+    check(
+        outside_empty(ctx),
+        "the symlinks' targets stay empty",
+        "a write through the symlink landed outside",
+    )
+}
+
+fn proc_root(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh(
+        "echo pwn > /proc/self/root$OUTSIDE/a; echo pwn > /proc/1/root$OUTSIDE/b; echo pwn > /proc/$$/cwd/../outside/c; true",
+    );
+    ctx.assert_boundary(&r);
+    check(
+        outside_empty(ctx),
+        "nothing outside through /proc/*/root or cwd",
+        "a write through /proc landed outside",
+    )
+}
+
+fn dotdot(ctx: &Ctx) -> Outcome {
+    let r = ctx.py(r#"
+import os
+for p in ["../dotdot", "../../dotdot2", "../outside/x"]:
+    try:
+        open(p, "w").write("pwn")
+    except OSError:
+        pass
+try:
+    fd = os.open("..", os.O_RDONLY | os.O_DIRECTORY)
+    f = os.open("viafd", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)
+    os.write(f, b"pwn")
+except OSError:
+    pass
+"#);
+    ctx.assert_boundary(&r);
+    let base = ctx.base();
+    let stray: Vec<String> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !["work", "home", "store", "outside"].contains(&n.as_str()))
+        .collect();
+    let parent_stray = base
+        .parent()
+        .map(|p| exists(&p.join("dotdot2")))
+        .unwrap_or(false);
+    check(
+        stray.is_empty() && !parent_stray && outside_empty(ctx),
+        "nothing next to or above the workdir",
+        format!("created {stray:?} (above: {parent_stray})"),
+    )
+}
+
+fn hardlink_in_workdir(ctx: &Ctx) -> Outcome {
+    let target = ctx.outside().join("target");
+    std::fs::write(&target, "host original\n").unwrap();
+    if std::fs::hard_link(&target, ctx.work().join("hl")).is_err() {
+        return Outcome::Skipped("cannot hard-link across these temp dirs".into());
+    }
+    let r = ctx.sh("echo pwn > hl; echo more >> hl; chmod 777 hl");
+    ctx.assert_boundary(&r);
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    assert_eq!(r.changes(), vec![("hl".into(), "modified".into())]);
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+    check(
+        std::fs::read_to_string(&target).unwrap() == "host original\n" && mode != 0o777,
+        "the linked host file is untouched; the write is staged as `hl modified`",
+        "the write reached the hard-linked host file",
+    )
+}
+
+fn hardlink_system_file(ctx: &Ctx) -> Outcome {
+    let before = std::fs::read("/etc/hostname").ok();
+    let r = ctx.sh(
+        "ln /etc/hostname h && echo linked=yes; echo pwn >> h; echo pwn >> /etc/hostname; true",
+    );
+    ctx.assert_boundary(&r);
+    check(
+        std::fs::read("/etc/hostname").ok() == before,
+        format!(
+            "/etc/hostname unchanged (link inside: {})",
+            r.value("linked").unwrap_or("refused")
+        ),
+        "/etc/hostname changed on the host",
+    )
+}
+
+fn rename_out(ctx: &Ctx) -> Outcome {
+    std::fs::write(ctx.work().join("mine"), "workdir file\n").unwrap();
+    std::fs::create_dir(ctx.work().join("dir")).unwrap();
+    let r = ctx.sh("mv mine $OUTSIDE/; mv mine ../; mv dir $OUTSIDE/; mv dir ..; true");
+    ctx.assert_boundary(&r);
+    let host_ok = std::fs::read_to_string(ctx.work().join("mine")).unwrap() == "workdir file\n"
+        && ctx.work().join("dir").is_dir()
+        && outside_empty(ctx)
+        && !exists(&ctx.base().join("mine"))
+        && !exists(&ctx.base().join("dir"));
+    check(
+        host_ok,
+        "the files stay in the host workdir; nothing outside",
+        "a rename moved a file out of the workdir on the host",
+    )
+}
+
+fn job_store(ctx: &Ctx) -> Outcome {
+    let first = ctx.sh("echo staged > s");
+    let job_dir = first.bundle_path.parent().unwrap().to_path_buf();
+    let upper_file = job_dir.join("upper/s");
+    let staged_before = std::fs::read(&upper_file).ok();
+    let listing_before: Vec<_> = std::fs::read_dir(&job_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    ctx.var("JOB", job_dir.display().to_string());
+    let r = ctx.sh(
+        "echo visible=$(ls -A $STORE 2>/dev/null | wc -l); echo pwn > $STORE/pwn; mkdir -p $STORE/jobs/run-forged; echo pwn > $JOB/upper/s; echo pwn > $JOB/upper/new; echo pwn > $JOB/pwn; true",
+    );
+    ctx.assert_boundary(&r);
+    let listing_after: Vec<_> = std::fs::read_dir(&job_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let jobs: Vec<String> = std::fs::read_dir(ctx.store().join("jobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let host_ok = !exists(&ctx.store().join("pwn"))
+        && !jobs.iter().any(|j| j == "run-forged")
+        && std::fs::read(&upper_file).ok() == staged_before
+        && !exists(&job_dir.join("upper/new"))
+        && listing_before == listing_after;
+    check(
+        host_ok && r.value("visible") == Some("0"),
+        "the store is empty inside and unchanged on the host",
+        format!(
+            "store changed ({host_ok}) or visible ({:?} entries): jobs {jobs:?}",
+            r.value("visible")
+        ),
+    )
+}
+
+fn mount_over(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh(
+        "mount -t tmpfs none . && echo m1=yes; mount --bind /tmp . && echo m2=yes; mount -o remount,rw /usr && echo m3=yes; umount -l / && echo m4=yes; true",
+    );
+    ctx.assert_boundary(&r);
+    let got: Vec<&str> = ["m1", "m2", "m3", "m4"]
+        .into_iter()
+        .filter(|k| r.value(k).is_some())
+        .collect();
+    check(
+        got.is_empty(),
+        "every mount, bind, remount and umount refused",
+        format!("succeeded: {got:?}"),
+    )
+}
+
+fn setuid_apply(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh("cp /bin/sh ./rootsh && chmod 6755 ./rootsh && stat -c mode=%a ./rootsh");
+    ctx.assert_boundary(&r);
+    assert_eq!(r.changes(), vec![("rootsh".into(), "added".into())]);
+    let out = ctx.cmd().args(["apply", &r.job]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mode = std::fs::metadata(ctx.work().join("rootsh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    check(
+        mode & 0o6000 == 0,
+        format!(
+            "staged with mode {} inside; applied as {:o}",
+            r.value("mode").unwrap_or("?"),
+            mode & 0o7777
+        ),
+        format!("applied with setuid/setgid: {:o}", mode & 0o7777),
+    )
+}
+
+fn mknod(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh("mknod ./mem c 1 1 && echo made=c; mknod ./sda b 8 0 && echo made=b; mkfifo ./fifo && echo fifo=yes; true");
+    ctx.assert_boundary(&r);
+    let devs = ["mem", "sda"]
+        .iter()
+        .filter(|n| exists(&ctx.work().join(n)))
+        .count();
+    let staged: Vec<(String, String)> = r
+        .changes()
+        .into_iter()
+        .filter(|(p, _)| p != "fifo")
+        .collect();
+    check(
+        r.value("made").is_none() && devs == 0 && staged.is_empty(),
+        "no device node made or staged (a fifo is allowed)",
+        format!("device node: {staged:?}"),
+    )
+}
+
+fn read_only_subtree(ctx: &Ctx) -> Outcome {
+    ctx.put(&ctx.work().join("locked/file"), "original\n");
+    let r = ctx.run(
+        &["--read-only", "locked"],
+        &[
+            "sh",
+            "-c",
+            "echo pwn > locked/file && echo w=1; chmod 777 locked/file && echo c=1; mv locked/file locked/moved && echo m=1; rm -f locked/file && echo d=1; touch locked/new && echo n=1; truncate -s 0 locked/file && echo t=1; ln -s /etc/passwd locked/sym && echo s=1; mkfifo locked/ff && echo f=1; ln locked/file hl && echo pwn > hl && echo h=1; true",
+        ],
+    );
+    ctx.assert_boundary(&r);
+    let through: Vec<&str> = ["w", "c", "m", "d", "n", "t", "s", "f", "h"]
+        .into_iter()
+        .filter(|k| r.value(k).is_some())
+        .collect();
+    check(
+        through.is_empty() && r.changes().is_empty(),
+        "every change inside the read-only subtree refused; nothing staged",
+        format!(
+            "allowed inside the read-only subtree: {through:?} {:?}",
+            r.changes()
+        ),
+    )
+}
+
+fn host_tmp_and_home(ctx: &Ctx) -> Outcome {
+    let n = nonce();
+    ctx.var("N", &n);
+    let r = ctx.sh("echo pwn > /tmp/$N; echo pwn > /dev/shm/$N; echo pwn > $HOSTHOME/$N; echo pwn > ~/$N; true");
+    ctx.assert_boundary(&r);
+    let hit: Vec<String> = [
+        format!("/tmp/{n}"),
+        format!("/dev/shm/{n}"),
+        ctx.home().join(&n).display().to_string(),
+    ]
+    .into_iter()
+    .filter(|p| exists(std::path::Path::new(p)))
+    .collect();
+    for p in &hit {
+        let _ = std::fs::remove_file(p);
+    }
+    check(
+        hit.is_empty(),
+        "the sandbox's /tmp and home are private",
+        format!("reached the host: {hit:?}"),
+    )
+}
+
+/// The extended attribute names of `path` on the host (not following a symlink).
+fn xattrs(path: &std::path::Path) -> String {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import os, sys; print(' '.join(sorted(os.listxattr(sys.argv[1], follow_symlinks=False))))",
+        ])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn overlay_xattr(ctx: &Ctx) -> Outcome {
+    std::fs::create_dir(ctx.work().join("d")).unwrap();
+    std::fs::write(ctx.work().join("d/f"), "x").unwrap();
+    std::fs::write(ctx.work().join("g"), "g").unwrap();
+    let r = ctx.py(r#"
+import os
+ok = []
+for name, path, value in [("user.overlay.redirect", "g", b"/etc/passwd"),
+                          ("user.overlay.opaque", "d", b"y"),
+                          ("user.overlay.metacopy", "g", b""),
+                          ("trusted.overlay.opaque", "d", b"y"),
+                          ("trusted.overlay.redirect", "g", b"/etc/shadow")]:
+    try:
+        os.setxattr(path, name, value)
+        ok.append(name)
+    except OSError:
+        pass
+print("set=" + ",".join(ok))
+"#);
+    ctx.assert_boundary(&r);
+    // The kernel either refuses overlay's private names or stores them escaped
+    // (`user.overlay.overlay.*`, Linux 6.7+), which neither overlayfs nor the stage scan
+    // interprets. Either way no unescaped forged name may sit in the upper directory, the
+    // scan must not see `d` as opaque (d/f deleted), and apply must leave d/f alone.
+    let upper = r.bundle_path.parent().unwrap().join("upper");
+    let mut forged = Vec::new();
+    for n in ["g", "d"] {
+        let names = xattrs(&upper.join(n));
+        for x in names.split(' ') {
+            if ["redirect", "opaque", "metacopy"]
+                .iter()
+                .any(|k| x == format!("user.overlay.{k}") || x == format!("trusted.overlay.{k}"))
+            {
+                forged.push(format!("{n}:{x}"));
+            }
+        }
+    }
+    let changes = r.changes();
+    let out = ctx.cmd().args(["apply", &r.job]).output().unwrap();
+    let applied_ok = out.status.success() || out.status.code() == Some(2);
+    check(
+        forged.is_empty()
+            && !changes.iter().any(|(p, _)| p.starts_with('d'))
+            && applied_ok
+            && std::fs::read_to_string(ctx.work().join("d/f")).unwrap() == "x"
+            && std::fs::read_to_string(ctx.work().join("g")).unwrap() == "g",
+        format!(
+            "set inside: [{}], stored escaped; the scan and apply ignore them",
+            r.value("set").unwrap_or("")
+        ),
+        format!("forged {forged:?}, changes {changes:?}, apply {out:?}"),
+    )
+}
+
+fn kernel_knobs(ctx: &Ctx) -> Outcome {
+    let knobs = [
+        "/proc/sys/kernel/core_pattern",
+        "/proc/sys/kernel/modprobe",
+        "/sys/kernel/uevent_helper",
+    ];
+    let before: Vec<Option<String>> = knobs
+        .iter()
+        .map(|k| std::fs::read_to_string(k).ok())
+        .collect();
+    let r = ctx.sh(
+        r#"for k in /proc/sys/kernel/core_pattern /proc/sys/kernel/modprobe /sys/kernel/uevent_helper; do echo '|/tmp/pwn' > $k 2>/dev/null && echo "wrote=$k"; done
+echo ':pwn:M::pwn::/tmp/pwn:' > /proc/sys/fs/binfmt_misc/register 2>/dev/null && echo wrote=binfmt; true"#,
+    );
+    ctx.assert_boundary(&r);
+    let after: Vec<Option<String>> = knobs
+        .iter()
+        .map(|k| std::fs::read_to_string(k).ok())
+        .collect();
+    check(
+        before == after
+            && r.value("wrote").is_none()
+            && !exists(std::path::Path::new("/proc/sys/fs/binfmt_misc/pwn")),
+        "every knob unchanged on the host; the writes failed inside",
+        format!("wrote {:?}", r.value("wrote")),
+    )
+}
+
+fn lent_read_mount(ctx: &Ctx) -> Outcome {
+    ctx.put(&ctx.outside().join("lent/existing"), "host\n");
+    let lend = format!("{}:/lent:read", ctx.outside().join("lent").display());
+    let r = ctx.run(
+        &["--mount", &lend],
+        &[
+            "sh",
+            "-c",
+            "cat /lent/existing && echo read=yes; echo pwn > /lent/existing && echo w=1; echo pwn > /lent/new && echo n=1; rm -f /lent/existing && echo d=1; chmod 777 /lent/existing && echo c=1; true",
+        ],
+    );
+    let through: Vec<&str> = ["w", "n", "d", "c"]
+        .into_iter()
+        .filter(|k| r.value(k).is_some())
+        .collect();
+    let host = std::fs::read_to_string(ctx.outside().join("lent/existing")).unwrap();
+    let listing = std::fs::read_dir(ctx.outside().join("lent"))
+        .unwrap()
+        .count();
+    assert_eq!(
+        r.value("read"),
+        Some("yes"),
+        "the lent path must be readable"
+    );
+    assert_eq!(r.control("seccomp"), vec!["enforced"]);
+    check(
+        through.is_empty() && host == "host\n" && listing == 1,
+        "readable, and every write refused; the host directory is unchanged",
+        format!("allowed: {through:?}; host now {host:?}, {listing} entries"),
+    )
+}

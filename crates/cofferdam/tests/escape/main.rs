@@ -1,0 +1,77 @@
+//! The escape conformance suite: a table of attacks against the real `cofferdam` binary,
+//! grouped by boundary, each run from inside a fresh sandbox. An attack asserts the denial on
+//! the host (a file untouched, a process alive, a listener that saw nothing) *and* what the
+//! Run Bundle says about the run. Also the crash tests of `apply` (SIGKILL at seeded random
+//! instants) and full-disk tests of `run` and `apply`.
+//!
+//! Adding an attack: write a probe in the boundary's module and add one [`harness::Attack`]
+//! row to its `ATTACKS` table (id, boundary, description, and per tier its verdict: `must`
+//! or `documented`; a tier not listed does not run it). A `documented` verdict names the start of the scope report's "not protected here" line that admits the
+//! limitation; when such an attack gets through, the suite fails unless that line is in
+//! `cofferdam scope --json` (a refused one needs no line: a newer kernel may close it).
+//! Adding a tier: a [`harness::Tier`] variant, one row in [`harness::TIERS`] (how to ask
+//! `run` for it and the scope report's name for it), the claims every run on it makes
+//! (`Ctx::assert_boundary`), then a `(tier, verdict)` pair in each attack that applies —
+//! e.g. `(Scoped, Documented("no pid, ipc or uts namespace"))` for a host-pid attack.
+//!
+//! `ESCAPE_ONLY=<id prefix>` runs a subset. The result table is printed to stderr even when
+//! the test passes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../cli/common.rs"]
+#[allow(dead_code)]
+mod common;
+
+mod crash;
+mod fs_read;
+mod fs_write;
+mod full_disk;
+mod harness;
+mod kernel;
+mod network;
+mod process;
+mod records;
+mod resources;
+mod terminal;
+
+/// Every attack, in table order.
+fn all_attacks() -> Vec<&'static harness::Attack> {
+    [
+        fs_write::ATTACKS,
+        fs_read::ATTACKS,
+        process::ATTACKS,
+        kernel::SYSCALL_ATTACKS,
+        kernel::ATTACKS,
+        network::ATTACKS,
+        terminal::ATTACKS,
+        records::ATTACKS,
+        resources::ATTACKS,
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+#[test]
+fn escape_conformance() {
+    harness::run_suite(&all_attacks(), resources::TO_BE_ADDED);
+}
+
+#[test]
+fn attack_ids_are_unique_and_the_table_is_big_enough() {
+    let all = all_attacks();
+    let mut ids: Vec<&str> = all.iter().map(|a| a.id).collect();
+    ids.sort_unstable();
+    let n = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "duplicate attack ids");
+    assert!(n >= 40, "only {n} attacks");
+    for a in &all {
+        assert!(
+            a.id.starts_with(a.boundary.prefix()),
+            "{} is not named after its boundary",
+            a.id
+        );
+        assert!(!a.on.is_empty(), "{} runs on no tier", a.id);
+    }
+}

@@ -1,0 +1,328 @@
+//! Network (mode none): host listeners the test starts see nothing from inside.
+
+use crate::harness::{
+    Attack, Boundary::Network, Ctx, Outcome, SEALED_MUST, Tier::Sealed, Verdict::Documented, check,
+};
+use std::io::ErrorKind;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener};
+
+pub const ATTACKS: &[Attack] = &[
+    Attack {
+        id: "net.tcp-host-loopback",
+        boundary: Network,
+        description: "connect to a TCP listener on the host's 127.0.0.1",
+        on: SEALED_MUST,
+        probe: tcp_loopback,
+    },
+    Attack {
+        id: "net.tcp-host-address",
+        boundary: Network,
+        description: "connect to a host TCP listener on every host address (0.0.0.0 bind)",
+        on: SEALED_MUST,
+        probe: tcp_host_address,
+    },
+    Attack {
+        id: "net.udp-host",
+        boundary: Network,
+        description: "send UDP datagrams to a host socket on 127.0.0.1",
+        on: SEALED_MUST,
+        probe: udp,
+    },
+    Attack {
+        id: "net.abstract-unix",
+        boundary: Network,
+        description: "connect to a host process's abstract unix socket",
+        on: SEALED_MUST,
+        probe: abstract_unix,
+    },
+    Attack {
+        id: "net.raw-packet-socket",
+        boundary: Network,
+        description: "open raw IP and AF_PACKET sockets",
+        on: SEALED_MUST,
+        probe: raw_socket,
+    },
+    Attack {
+        id: "net.interfaces",
+        boundary: Network,
+        description: "find an interface other than lo; add a route",
+        on: SEALED_MUST,
+        probe: interfaces,
+    },
+    Attack {
+        id: "net.unix-socket-file-in-workdir",
+        boundary: Network,
+        description: "connect to a host process listening on a socket file inside the workdir",
+        on: &[(
+            Sealed,
+            Documented("pathname unix sockets inside visible paths"),
+        )],
+        probe: unix_socket_file,
+    },
+    Attack {
+        id: "net.unix-socket-file-lent",
+        boundary: Network,
+        description: "connect to a host process's socket file in a directory lent with --mount :read",
+        on: &[(
+            Sealed,
+            Documented("pathname unix sockets inside visible paths"),
+        )],
+        probe: unix_socket_lent,
+    },
+    Attack {
+        id: "net.tcp-host-ipv6",
+        boundary: Network,
+        description: "connect to a host TCP listener on ::1",
+        on: SEALED_MUST,
+        probe: tcp_ipv6,
+    },
+    Attack {
+        id: "net.visible-socket-files",
+        boundary: Network,
+        description: "connect to every socket file visible outside the workdir (system view)",
+        on: SEALED_MUST,
+        probe: visible_sockets,
+    },
+];
+
+const CONNECT: &str = r#"
+import os, socket
+ok = []
+for host in os.environ["ADDRS"].split():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect((host, int(os.environ["PORT"])))
+        s.sendall(b"escaped")
+        ok.append(host)
+    except OSError as e:
+        print("refused=%s %s" % (host, e))
+print("connected=" + ",".join(ok))
+"#;
+
+/// Whether a non-blocking TCP listener has a pending connection.
+fn accepted(l: &std::net::TcpListener) -> bool {
+    match l.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+        Err(e) => panic!("accept: {e}"),
+    }
+}
+
+fn tcp_loopback(ctx: &Ctx) -> Outcome {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    ctx.var("PORT", l.local_addr().unwrap().port().to_string());
+    ctx.var("ADDRS", "127.0.0.1 localhost");
+    let r = ctx.py(CONNECT);
+    ctx.assert_boundary(&r);
+    let got = accepted(&l);
+    check(
+        !got && r.value("connected") == Some(""),
+        "the host listener saw no connection",
+        format!("connected: {}", r.out),
+    )
+}
+
+/// The host's own addresses (not loopback), from /proc/net/fib_trie's local entries.
+fn host_addresses() -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/net/fib_trie").unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out: Vec<String> = lines
+        .windows(2)
+        .filter(|w| w[1].contains("/32 host LOCAL"))
+        .filter_map(|w| w[0].trim().strip_prefix("|-- ").map(str::to_owned))
+        .filter(|a| !a.starts_with("127."))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn tcp_host_address(ctx: &Ctx) -> Outcome {
+    let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let mut addrs = host_addresses();
+    addrs.push("127.0.0.1".into());
+    ctx.var("PORT", l.local_addr().unwrap().port().to_string());
+    ctx.var("ADDRS", addrs.join(" "));
+    let r = ctx.py(CONNECT);
+    ctx.assert_boundary(&r);
+    check(
+        !accepted(&l) && r.value("connected") == Some(""),
+        format!("no connection to {addrs:?}"),
+        format!("connected: {}", r.out),
+    )
+}
+
+fn udp(ctx: &Ctx) -> Outcome {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_nonblocking(true).unwrap();
+    ctx.var("PORT", s.local_addr().unwrap().port().to_string());
+    let r = ctx.py(
+        "import os, socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nfor i in range(5):\n    try:\n        s.sendto(b'escaped', ('127.0.0.1', int(os.environ['PORT'])))\n    except OSError:\n        pass",
+    );
+    ctx.assert_boundary(&r);
+    let mut buf = [0u8; 64];
+    let got = s.recv_from(&mut buf);
+    check(
+        matches!(&got, Err(e) if e.kind() == ErrorKind::WouldBlock),
+        "no datagram arrived",
+        "a datagram reached the host socket",
+    )
+}
+
+fn abstract_unix(ctx: &Ctx) -> Outcome {
+    let name = format!("cofferdam-escape-{}", std::process::id());
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let l = UnixListener::bind_addr(&addr).unwrap();
+    l.set_nonblocking(true).unwrap();
+    ctx.var("NAME", &name);
+    let r = ctx.py(
+        "import os, socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ntry:\n    s.connect('\\0' + os.environ['NAME'])\n    print('connected=yes')\nexcept OSError as e:\n    print('refused=%s' % e)",
+    );
+    ctx.assert_boundary(&r);
+    let got = match l.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+        Err(e) => panic!("{e}"),
+    };
+    check(
+        !got && r.value("connected").is_none(),
+        r.value("refused").unwrap_or("refused").to_owned(),
+        "connected to the host's abstract socket",
+    )
+}
+
+fn raw_socket(ctx: &Ctx) -> Outcome {
+    let r = ctx.py(
+        "import socket\nfor name, fam, typ, proto in [('raw', socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP), ('packet', socket.AF_PACKET, socket.SOCK_RAW, 0x0300)]:\n    try:\n        socket.socket(fam, typ, proto)\n        print(name + '=opened')\n    except OSError as e:\n        print(name + '_err=%d' % e.errno)",
+    );
+    ctx.assert_boundary(&r);
+    check(
+        r.value("raw").is_none() && r.value("packet").is_none(),
+        format!(
+            "raw errno {}, packet errno {}",
+            r.value("raw_err").unwrap_or("?"),
+            r.value("packet_err").unwrap_or("?")
+        ),
+        format!("opened: {}", r.out),
+    )
+}
+
+fn interfaces(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh("echo ifs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,); ip route add default dev lo 2>/dev/null && echo route=added; true");
+    ctx.assert_boundary(&r);
+    let netns = crate::harness::controls_of(&r.bundle, "netns");
+    assert_eq!(netns[0]["details"]["interfaces"], serde_json::json!(["lo"]));
+    assert_eq!(netns[0]["details"]["mode"], "none");
+    check(
+        r.value("ifs") == Some("lo,") && r.value("route").is_none(),
+        "only lo inside; the bundle records interfaces [lo], mode none",
+        format!("inside: {}", r.out),
+    )
+}
+
+fn unix_socket_file(ctx: &Ctx) -> Outcome {
+    let path = ctx.work().join("agent.sock");
+    let l = UnixListener::bind(&path).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let r = ctx.py(
+        "import socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ntry:\n    s.connect('agent.sock')\n    s.sendall(b'hello')\n    print('connected=yes')\nexcept OSError as e:\n    print('refused=%s' % e)",
+    );
+    ctx.assert_boundary(&r);
+    let got = match l.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+        Err(e) => panic!("{e}"),
+    };
+    let abi = crate::common::landlock_abi_independently();
+    check(
+        !got,
+        format!("refused ({})", r.value("refused").unwrap_or("?")),
+        format!("the host listener accepted a connection from inside (Landlock ABI {abi})"),
+    )
+}
+
+fn unix_socket_lent(ctx: &Ctx) -> Outcome {
+    let path = ctx.outside().join("agent.sock");
+    let l = UnixListener::bind(&path).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let lend = format!("{}:/lent:read", ctx.outside().display());
+    let r = ctx.run(
+        &["--mount", &lend],
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ntry:\n    s.connect('/lent/agent.sock')\n    s.sendall(b'hello')\n    print('connected=yes')\nexcept OSError as e:\n    print('refused=%s' % e)",
+        ],
+    );
+    assert_eq!(r.control("seccomp"), vec!["enforced"]);
+    let got = match l.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+        Err(e) => panic!("{e}"),
+    };
+    check(
+        !got,
+        format!("refused ({})", r.value("refused").unwrap_or("?")),
+        "a host listener on a lent path accepted a connection from inside",
+    )
+}
+
+fn tcp_ipv6(ctx: &Ctx) -> Outcome {
+    let Ok(l) = std::net::TcpListener::bind("[::1]:0") else {
+        return Outcome::Skipped("no IPv6 loopback on this host".into());
+    };
+    l.set_nonblocking(true).unwrap();
+    ctx.var("PORT", l.local_addr().unwrap().port().to_string());
+    let r = ctx.py(
+        "import os, socket\ns = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\ns.settimeout(2)\ntry:\n    s.connect(('::1', int(os.environ['PORT'])))\n    print('connected=yes')\nexcept OSError as e:\n    print('refused=%s' % e)",
+    );
+    ctx.assert_boundary(&r);
+    check(
+        !accepted(&l) && r.value("connected").is_none(),
+        r.value("refused").unwrap_or("refused").to_owned(),
+        "connected to the host over ::1",
+    )
+}
+
+fn visible_sockets(ctx: &Ctx) -> Outcome {
+    let r = ctx.py(
+        r#"
+import os, socket, stat
+found, connected = [], []
+for top in ["/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib64", "/dev", "/tmp", "/proc/self/root"]:
+    for root, dirs, files in os.walk(top):
+        if root.startswith("/proc/self/root/proc"):
+            dirs[:] = []
+            continue
+        for f in files:
+            p = os.path.join(root, f)
+            try:
+                if stat.S_ISSOCK(os.lstat(p).st_mode):
+                    found.append(p)
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    s.settimeout(1)
+                    s.connect(p)
+                    connected.append(p)
+            except OSError:
+                pass
+print("found=%d" % len(found))
+print("connected=" + " ".join(connected))
+"#,
+    );
+    ctx.assert_boundary(&r);
+    check(
+        r.value("connected") == Some(""),
+        format!(
+            "{} socket files visible, none connectable",
+            r.value("found").unwrap_or("?")
+        ),
+        format!(
+            "connected to host sockets: {}",
+            r.value("connected").unwrap_or("?")
+        ),
+    )
+}

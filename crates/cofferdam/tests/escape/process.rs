@@ -1,0 +1,364 @@
+//! Process and signals: host processes are invisible and unreachable; the command cannot
+//! leave its namespaces or outlive the run.
+
+use crate::harness::{Attack, Boundary::Process, Ctx, Outcome, SEALED_MUST, check};
+use crate::kernel::syscall_probe;
+
+pub const ATTACKS: &[Attack] = &[
+    Attack {
+        id: "ps.kill-host-pid",
+        boundary: Process,
+        description: "signal a host `sleep` by pid (TERM, KILL, STOP)",
+        on: SEALED_MUST,
+        probe: kill_host_pid,
+    },
+    Attack {
+        id: "ps.kill-all",
+        boundary: Process,
+        description: "kill(-1, SIGKILL): every process the caller may signal",
+        on: SEALED_MUST,
+        probe: kill_all,
+    },
+    Attack {
+        id: "ps.see-host-pids",
+        boundary: Process,
+        description: "find host processes in /proc (by pid and by command line)",
+        on: SEALED_MUST,
+        probe: see_host_pids,
+    },
+    Attack {
+        id: "ps.pidfd-host",
+        boundary: Process,
+        description: "pidfd_open a host pid and pidfd_send_signal it",
+        on: SEALED_MUST,
+        probe: pidfd_host,
+    },
+    Attack {
+        id: "ps.ptrace-attach",
+        boundary: Process,
+        description: "ptrace(PTRACE_ATTACH) the sandbox's pid 1; PTRACE_TRACEME",
+        on: SEALED_MUST,
+        probe: ptrace_attach,
+    },
+    Attack {
+        id: "ps.process-vm-readv",
+        boundary: Process,
+        description: "read pid 1's memory with process_vm_readv and /proc/1/mem",
+        on: SEALED_MUST,
+        probe: process_vm,
+    },
+    Attack {
+        id: "ps.setns",
+        boundary: Process,
+        description: "setns into a namespace fd (pid 1's are not even openable)",
+        on: SEALED_MUST,
+        probe: setns,
+    },
+    Attack {
+        id: "ps.unshare-userns",
+        boundary: Process,
+        description: "unshare a new user namespace (util-linux unshare -U, -m, -n)",
+        on: SEALED_MUST,
+        probe: unshare_userns,
+    },
+    Attack {
+        id: "ps.clone-newuser",
+        boundary: Process,
+        description: "raw clone(CLONE_NEWUSER|SIGCHLD)",
+        on: SEALED_MUST,
+        probe: clone_newuser,
+    },
+    Attack {
+        id: "ps.clone3",
+        boundary: Process,
+        description: "clone3 (its flags are out of seccomp's reach): must be ENOSYS",
+        on: SEALED_MUST,
+        probe: clone3,
+    },
+    Attack {
+        id: "ps.daemon-outlives",
+        boundary: Process,
+        description: "setsid + double fork a daemon that outlives the run",
+        on: SEALED_MUST,
+        probe: daemon_outlives,
+    },
+    Attack {
+        id: "ps.sethostname",
+        boundary: Process,
+        description: "change the hostname and domain name",
+        on: SEALED_MUST,
+        probe: sethostname,
+    },
+    Attack {
+        id: "ps.sysv-ipc",
+        boundary: Process,
+        description: "attach a host SysV shared memory segment by key",
+        on: SEALED_MUST,
+        probe: sysv_ipc,
+    },
+    Attack {
+        id: "ps.proc-1-exe",
+        boundary: Process,
+        description: "open pid 1's executable (the host's cofferdam binary) through /proc/1/exe to overwrite it (runc CVE-2019-5736)",
+        on: SEALED_MUST,
+        probe: proc_1_exe,
+    },
+];
+
+fn kill_host_pid(ctx: &Ctx) -> Outcome {
+    let mut host = ctx.host_process();
+    let r = ctx.sh("kill -TERM $HOSTPID; kill -STOP $HOSTPID; kill -KILL $HOSTPID; kill -0 $HOSTPID && echo reach=yes; true");
+    ctx.assert_boundary(&r);
+    let state = std::fs::read_to_string(format!("/proc/{}/stat", host.pid())).unwrap_or_default();
+    let stopped = state.split_whitespace().nth(2) == Some("T");
+    check(
+        host.alive() && !stopped && r.value("reach").is_none(),
+        "the host sleep is alive and running; kill -0 fails inside",
+        "the host process was signalled",
+    )
+}
+
+fn kill_all(ctx: &Ctx) -> Outcome {
+    let mut host = ctx.host_process();
+    let r = ctx.py("import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError as e:\n    print('err=', e)\nprint('survived=yes')");
+    ctx.assert_boundary(&r);
+    check(
+        host.alive(),
+        "kill(-1) reached only the sandbox's own processes",
+        "kill(-1) killed a host process",
+    )
+}
+
+fn see_host_pids(ctx: &Ctx) -> Outcome {
+    let marker = "3.14159265358";
+    let mut host = std::process::Command::new("sleep")
+        .arg(marker)
+        .spawn()
+        .unwrap();
+    ctx.var("HOSTPID", host.id().to_string());
+    ctx.var("MARKER", marker);
+    // Python reads the command lines, the marker only in its environment: a `grep MARKER`
+    // would find its own command line.
+    let r = ctx.py(r#"
+import os
+pids = [p for p in os.listdir("/proc") if p.isdigit()]
+if os.path.exists("/proc/" + os.environ["HOSTPID"]):
+    print("pid=visible")
+for p in pids:
+    try:
+        if os.environ["MARKER"].encode() in open("/proc/%s/cmdline" % p, "rb").read():
+            print("cmdline=visible")
+    except OSError:
+        pass
+print("count=%d" % len(pids))
+"#);
+    let _ = host.kill();
+    let _ = host.wait();
+    ctx.assert_boundary(&r);
+    let count: u32 = r.value("count").unwrap().parse().unwrap();
+    check(
+        r.value("pid").is_none() && r.value("cmdline").is_none() && count <= 6,
+        format!("{count} processes visible, none of the host's"),
+        format!("host processes visible: {}", r.out),
+    )
+}
+
+fn pidfd_host(ctx: &Ctx) -> Outcome {
+    let mut host = ctx.host_process();
+    let r = ctx.py(&format!(
+        r#"
+import ctypes, os
+l = ctypes.CDLL(None, use_errno=True)
+l.syscall.restype = ctypes.c_long
+fd = l.syscall(ctypes.c_long({open}), ctypes.c_long(int(os.environ["HOSTPID"])), ctypes.c_long(0))
+print("open=%d errno=%d" % (fd, ctypes.get_errno()))
+if fd >= 0:
+    print("send=%d" % l.syscall(ctypes.c_long({send}), ctypes.c_long(fd), ctypes.c_long(9), None, ctypes.c_long(0)))
+"#,
+        open = libc::SYS_pidfd_open,
+        send = libc::SYS_pidfd_send_signal,
+    ));
+    ctx.assert_boundary(&r);
+    check(
+        host.alive() && r.out.contains("open=-1") && r.value("send").is_none(),
+        r.out.trim().to_owned(),
+        format!("got a pidfd for a host process: {}", r.out),
+    )
+}
+
+fn ptrace_attach(ctx: &Ctx) -> Outcome {
+    // PTRACE_ATTACH (16) on pid 1, then PTRACE_TRACEME (0), which succeeds when allowed.
+    syscall_probe(ctx, libc::SYS_ptrace, "16, 1, 0, 0", libc::EPERM).and(syscall_probe(
+        ctx,
+        libc::SYS_ptrace,
+        "0, 0, 0, 0",
+        libc::EPERM,
+    ))
+}
+
+fn process_vm(ctx: &Ctx) -> Outcome {
+    // Listing /proc/1/fd shows numbers only (the directory belongs to the same uid); what
+    // must be refused is following a descriptor, reading memory or the environment.
+    let r = ctx.sh("head -c 16 /proc/1/mem >/dev/null 2>&1 && echo mem=read; readlink /proc/1/fd/4 && echo fd=followed; cat /proc/1/environ >/dev/null 2>&1 && echo environ=read; true");
+    ctx.assert_boundary(&r);
+    if ["mem", "fd", "environ"]
+        .iter()
+        .any(|k| r.value(k).is_some())
+    {
+        return Outcome::Escaped(format!("pid 1 is readable: {}", r.out));
+    }
+    syscall_probe(
+        ctx,
+        libc::SYS_process_vm_readv,
+        "1, 0, 0, 0, 0, 0",
+        libc::EPERM,
+    )
+}
+
+fn setns(ctx: &Ctx) -> Outcome {
+    syscall_probe(
+        ctx,
+        libc::SYS_setns,
+        "os.open('/proc/self/ns/mnt', os.O_RDONLY), 0",
+        libc::EPERM,
+    )
+}
+
+fn unshare_userns(ctx: &Ctx) -> Outcome {
+    let r = ctx.sh("unshare -U true && echo u=yes; unshare -r true && echo r=yes; unshare -m true && echo m=yes; unshare -n true && echo n=yes; true");
+    ctx.assert_boundary(&r);
+    if ["u", "r", "m", "n"].iter().any(|k| r.value(k).is_some()) {
+        return Outcome::Escaped(r.out);
+    }
+    syscall_probe(ctx, libc::SYS_unshare, "0x10000000", libc::EPERM)
+}
+
+fn clone_newuser(ctx: &Ctx) -> Outcome {
+    // CLONE_NEWUSER | SIGCHLD, no stack: a fork into a new user namespace when allowed.
+    syscall_probe(
+        ctx,
+        libc::SYS_clone,
+        "0x10000000 | 17, 0, 0, 0, 0",
+        libc::EPERM,
+    )
+    .and(syscall_probe(
+        ctx,
+        libc::SYS_clone,
+        "0x40000000 | 17, 0, 0, 0, 0",
+        libc::EPERM,
+    ))
+}
+
+fn clone3(ctx: &Ctx) -> Outcome {
+    syscall_probe(ctx, libc::SYS_clone3, "0, 0", libc::ENOSYS)
+}
+
+fn daemon_outlives(ctx: &Ctx) -> Outcome {
+    let marker = "27.1828182845";
+    ctx.var("MARKER", marker);
+    let r = ctx.sh("(setsid sh -c 'sleep $MARKER' </dev/null >/dev/null 2>&1 &) ; nohup sleep $MARKER >/dev/null 2>&1 & sleep 0.2");
+    ctx.assert_boundary(&r);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    check(
+        survivors.is_empty(),
+        "nothing of the run is left on the host",
+        format!("survivors: {survivors:?}"),
+    )
+}
+
+fn sethostname(ctx: &Ctx) -> Outcome {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let domain = std::fs::read_to_string("/proc/sys/kernel/domainname").unwrap();
+    let r = ctx.sh("hostname pwned; echo pwned > /proc/sys/kernel/hostname; echo pwned > /proc/sys/kernel/domainname; true");
+    ctx.assert_boundary(&r);
+    check(
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap() == host
+            && std::fs::read_to_string("/proc/sys/kernel/domainname").unwrap() == domain,
+        "host name and domain unchanged",
+        "the host's name changed",
+    )
+}
+
+const SHM: &str = r#"
+import ctypes, os, sys
+l = ctypes.CDLL(None, use_errno=True)
+key = int(os.environ["SHMKEY"])
+if sys.argv[1] == "create":
+    id = l.shmget(key, 4096, 0o1666)
+    print(id)
+elif sys.argv[1] == "remove":
+    l.shmctl(int(sys.argv[2]), 0, None)
+else:
+    id = l.shmget(key, 0, 0o666)
+    print("shmget=%d errno=%d" % (id, ctypes.get_errno()))
+"#;
+
+fn sysv_ipc(ctx: &Ctx) -> Outcome {
+    let key = (std::process::id() % 100_000 + 7_000_000).to_string();
+    let host = |args: &[&str]| {
+        let out = std::process::Command::new("python3")
+            .args(["-c", SHM])
+            .args(args)
+            .env("SHMKEY", &key)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let id = host(&["create"]);
+    if id.starts_with('-') || id.is_empty() {
+        return Outcome::Skipped("cannot create a SysV segment on the host".into());
+    }
+    ctx.var("SHMKEY", &key);
+    let r = ctx.run(&[], &["/usr/bin/python3", "-c", SHM, "attach"]);
+    host(&["remove", &id]);
+    ctx.assert_boundary(&r);
+    assert_eq!(r.control("ipcns"), vec!["enforced"]);
+    check(
+        r.out.contains("shmget=-1"),
+        format!(
+            "{} (own IPC namespace; bundle: ipcns enforced)",
+            r.out.trim()
+        ),
+        format!("attached the host segment: {}", r.out.trim()),
+    )
+}
+
+fn proc_1_exe(ctx: &Ctx) -> Outcome {
+    let exe = assert_cmd::cargo::cargo_bin("cofferdam");
+    let before = std::fs::read(&exe).unwrap();
+    let r = ctx.py(r#"
+import os
+got = []
+for path in ["/proc/1/exe", "/proc/1/cwd", "/proc/1/root", "/proc/1/fd/0"]:
+    for name, flags in [("path", os.O_PATH), ("read", os.O_RDONLY), ("write", os.O_WRONLY)]:
+        try:
+            fd = os.open(path, flags)
+            got.append("%s:%s" % (path, name))
+            if flags == os.O_PATH:
+                try:
+                    os.close(os.open("/proc/self/fd/%d" % fd, os.O_WRONLY))
+                    got.append(path + ":reopened-for-write")
+                except OSError:
+                    pass
+        except OSError:
+            pass
+print("got=" + " ".join(got))
+"#);
+    ctx.assert_boundary(&r);
+    let unchanged = std::fs::read(&exe).unwrap() == before;
+    check(
+        r.value("got") == Some("") && unchanged,
+        "pid 1 is not dumpable: none of its /proc links opens; the host binary is unchanged",
+        format!("opened {:?}; binary unchanged: {unchanged}", r.value("got")),
+    )
+}
