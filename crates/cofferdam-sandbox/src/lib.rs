@@ -7,6 +7,7 @@
 //! means are decided in `cofferdam-policy` from the values this crate returns.
 
 pub mod caps;
+pub mod egress;
 pub mod init;
 pub mod landlock;
 pub mod launch;
