@@ -35,6 +35,13 @@ pub fn start(policy: &Policy) -> Result<Option<(Egress, OwnedFd)>, String> {
 }
 
 impl Egress {
+    /// Tell the driver the init's pid (called once it runs).
+    pub fn started(&self, pid: u32) {
+        self.interceptor
+            .sandbox_pid()
+            .store(pid, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Stop the driver (the sandbox has ended): its observation joins `controls`, each
     /// decision goes to the trace.
     pub fn finish(
@@ -69,4 +76,49 @@ pub fn record(bundle: &mut RunBundle, report: InterceptReport) {
     bundle.network.interception = Some(report.profile);
     bundle.network.intercepted = report.snapshot;
     bundle.run.warnings.extend(report.warnings);
+}
+
+/// The review's network section: the mode, the counters, and every denied destination.
+pub fn render_review(o: &mut String, b: &RunBundle, s: crate::style::Style) {
+    use std::fmt::Write as _;
+    let n = &b.network;
+    let mode = n
+        .policy
+        .get("mode")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("unknown");
+    let _ = writeln!(o, "\n{}", s.heading("Network"));
+    let _ = writeln!(o, "  mode      {mode}");
+    let Some(c) = &n.intercepted else {
+        if mode == "allow" {
+            let _ = writeln!(o, "  {}", s.bad("no counters: the driver did not report"));
+        }
+        return;
+    };
+    let num = |v: Option<u64>| v.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
+    let _ = writeln!(
+        o,
+        "  seen      {} connection(s): {} allowed, {} denied; DNS {} answered, {} refused",
+        num(c.requests),
+        num(c.allowed),
+        num(c.denied),
+        num(c.dns.answered),
+        num(c.dns.refused)
+    );
+    if let Some(r) = c.tcp_refused_unlistened.filter(|r| *r > 0) {
+        let _ = writeln!(
+            o,
+            "  refused   {r} TCP attempt(s) on ports nothing listens on (destinations not observable)"
+        );
+    }
+    for d in c.destinations.iter().filter(|d| d.denied.unwrap_or(0) > 0) {
+        let port = d.port.map_or(String::new(), |p| format!(":{p}"));
+        let _ = writeln!(
+            o,
+            "  {} {}{port} ({}×)",
+            s.bad("denied   "),
+            d.host,
+            num(d.denied)
+        );
+    }
 }

@@ -102,6 +102,9 @@ impl Tally {
                 answered: Some(self.dns_answered),
                 refused: Some(self.dns_refused),
             },
+            // Filled from the namespace's counters by the driver, when it could read them.
+            tcp_refused_unlistened: None,
+            udp_unlistened: None,
             destinations: self
                 .dests
                 .iter()

@@ -17,6 +17,7 @@ pub mod decide;
 pub mod dns;
 pub mod relay;
 pub mod sniff;
+pub mod snmp;
 
 use crate::allow::AllowEntry;
 use crate::handover::{SocketInfo, SocketRole, recv_sockets};
@@ -32,7 +33,7 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -129,6 +130,10 @@ struct Shared {
     listeners: Mutex<Vec<OwnedFd>>,
     /// What the hand-over gave: the roles, or why there was none.
     received: Mutex<Option<Result<Vec<SocketInfo>, String>>>,
+    /// The pid of a process inside the sandbox's network namespace (0: not known yet).
+    sandbox_pid: Arc<AtomicU32>,
+    /// The namespace's own counters, opened once the sockets arrived.
+    snmp: Mutex<Option<snmp::Watch>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -168,6 +173,8 @@ impl Interceptor {
             active: AtomicUsize::new(0),
             listeners: Mutex::new(Vec::new()),
             received: Mutex::new(None),
+            sandbox_pid: Arc::new(AtomicU32::new(0)),
+            snmp: Mutex::new(None),
         });
         let s = shared.clone();
         let receiver = std::thread::Builder::new()
@@ -175,6 +182,12 @@ impl Interceptor {
             .spawn(move || receive(&s, &socket))
             .ok();
         Interceptor { shared, receiver }
+    }
+
+    /// Where to put the pid of the sandbox's init (a process inside its network namespace)
+    /// once it runs: the driver reads the namespace's counters through it.
+    pub fn sandbox_pid(&self) -> Arc<AtomicU32> {
+        self.shared.sandbox_pid.clone()
     }
 
     /// Stop serving (the sandbox has ended) and report.
@@ -232,7 +245,22 @@ impl Interceptor {
                 if infos.iter().any(|i| i.role == SocketRole::Proxy) {
                     covers.push(InterceptedProtocol::HttpConnect);
                 }
-                (covers, Some(lock(&self.shared.tally).snapshot()))
+                let mut snap = lock(&self.shared.tally).snapshot();
+                match lock(&self.shared.snmp)
+                    .as_mut()
+                    .and_then(snmp::Watch::since_open)
+                {
+                    Some(u) => {
+                        snap.tcp_refused_unlistened = Some(u.tcp_attempt_fails);
+                        snap.udp_unlistened = Some(u.udp_no_ports);
+                    }
+                    None => warnings.push(
+                        "network: the sandbox namespace's counters could not be read; \
+                         attempts on ports nothing listens on are not counted (null)"
+                            .into(),
+                    ),
+                }
+                (covers, Some(snap))
             }
             Some(Err(e)) => {
                 o.status = ControlStatus::Failed;
@@ -271,6 +299,19 @@ fn receive(shared: &Arc<Shared>, socket: &OwnedFd) {
             return;
         }
     };
+    // The init unshared the namespace before pid 1 could send: it is inside now.
+    // The supervisor stores its pid right after starting it: wait for that, briefly.
+    let mut pid = shared.sandbox_pid.load(Ordering::SeqCst);
+    for _ in 0..200 {
+        if pid != 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        pid = shared.sandbox_pid.load(Ordering::SeqCst);
+    }
+    if pid != 0 {
+        *lock(&shared.snmp) = snmp::Watch::open(pid);
+    }
     let mut infos = Vec::new();
     for (info, fd) in got {
         if let Ok(copy) = fd.try_clone() {

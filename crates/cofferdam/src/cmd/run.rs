@@ -123,6 +123,9 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         // terminal exists, and the supervisor must live to restore it and write the records.
         let _quiet = crate::signals::IgnoreTerminalSignals::new();
         run_sealed_with_network(&exe, &plan, capture.as_ref(), net_fd, |pid| {
+            if let Some(e) = &egress {
+                e.started(pid);
+            }
             // Runs while the sandbox sets itself up. A failure only costs `status` the
             // command line of a live job; the records at the end are written regardless.
             let _ = job.update(|s| {
