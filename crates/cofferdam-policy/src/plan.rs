@@ -484,6 +484,60 @@ mod tests {
     }
 
     #[test]
+    fn allow_mode_plans_listeners_resolver_and_proxy_variables() {
+        let mut i = inv();
+        i.env
+            .push(("HTTPS_PROXY".into(), "http://corp:8080".into()));
+        let p = policy(RunFlags {
+            allow_net: vec!["api.example.com".into(), "127.0.0.1:8080".into()],
+            env: vec!["HTTPS_PROXY".into()],
+            ..RunFlags::default()
+        });
+        let plan = build_plan(&p, &HostFacts::capable_example(), &i, &job(), vec![]);
+        assert_eq!(plan.network.mode, PlanNetworkMode::Allow);
+        assert_eq!(plan.network.tcp_ports, vec![80, 443, 8080]);
+        assert_eq!(plan.network.proxy_port, Some(PROXY_PORT));
+        assert_eq!(plan.fs.resolv_conf.as_deref(), Some(ALLOW_RESOLV_CONF));
+        let get = |k: &str| {
+            plan.env
+                .iter()
+                .filter(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+        };
+        // The host's proxy never reaches inside in allow mode, even when projected.
+        assert_eq!(get("HTTPS_PROXY"), vec!["http://127.0.0.1:3128"]);
+        assert_eq!(get("all_proxy"), vec!["http://127.0.0.1:3128"]);
+        assert_eq!(get("NO_PROXY"), vec!["localhost,127.0.0.1,::1"]);
+    }
+
+    #[test]
+    fn none_and_host_plan_no_listeners() {
+        let none = build_plan(
+            &policy(RunFlags::default()),
+            &HostFacts::capable_example(),
+            &inv(),
+            &job(),
+            vec![],
+        );
+        assert_eq!(none.network, NetworkPlan::default());
+        assert!(none.fs.resolv_conf.is_none());
+        assert!(!none.env.iter().any(|(k, _)| k.ends_with("PROXY")));
+        let host = build_plan(
+            &policy(RunFlags {
+                network: Some("host".into()),
+                ..RunFlags::default()
+            }),
+            &HostFacts::capable_example(),
+            &inv(),
+            &job(),
+            vec![],
+        );
+        assert_eq!(host.network.mode, PlanNetworkMode::Host);
+        assert!(host.network.tcp_ports.is_empty() && host.fs.resolv_conf.is_none());
+    }
+
+    #[test]
     fn plan_hides_secrets_and_the_store_and_limits_from_policy() {
         let p = policy(RunFlags {
             read_only: vec![".git".into()],

@@ -79,39 +79,39 @@ fn allow(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
 
 type Listeners = (Vec<SocketInfo>, Vec<OwnedFd>, bool);
 
-/// Create every listener: all bound before any listens, with `SO_REUSEADDR`, so a
-/// transparent listener on `0.0.0.0:P` and the proxy or resolver on `127.0.0.1:P` coexist
-/// (the more specific address wins).
+/// Create every listener: the resolver (UDP and TCP) and the proxy on 127.0.0.1, one
+/// transparent listener per allowed port on every IPv4 address and one on every IPv6 address
+/// (`V6ONLY`). A resolver or proxy port that is also allowed listens on every address
+/// instead (two listeners cannot share a port); the supervisor serves what arrives there on
+/// another address than 127.0.0.1 as a transparent connection.
 fn listeners(plan: &NetworkPlan) -> Result<Listeners, SetupError> {
     let lo = Ipv4Addr::LOCALHOST;
-    let mut want: Vec<(SocketRole, SocketType, AddressFamily, u16, bool)> = vec![
-        (
-            SocketRole::DnsUdp,
-            SocketType::DGRAM,
-            AddressFamily::INET,
-            53,
-            true,
-        ),
+    let v4 = AddressFamily::INET;
+    let only_loopback = |port: u16| !plan.tcp_ports.contains(&port);
+    let mut want = vec![
+        (SocketRole::DnsUdp, SocketType::DGRAM, v4, 53, true),
         (
             SocketRole::DnsTcp,
             SocketType::STREAM,
-            AddressFamily::INET,
+            v4,
             53,
-            true,
+            only_loopback(53),
         ),
     ];
     if let Some(p) = plan.proxy_port {
         want.push((
             SocketRole::Proxy,
             SocketType::STREAM,
-            AddressFamily::INET,
+            v4,
             p,
-            true,
+            only_loopback(p),
         ));
     }
     for &port in &plan.tcp_ports {
         let role = SocketRole::Tcp { port };
-        want.push((role, SocketType::STREAM, AddressFamily::INET, port, false));
+        if port != 53 && Some(port) != plan.proxy_port {
+            want.push((role, SocketType::STREAM, v4, port, false));
+        }
         want.push((role, SocketType::STREAM, AddressFamily::INET6, port, false));
     }
     let mut infos = Vec::new();

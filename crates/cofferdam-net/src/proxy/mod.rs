@@ -58,6 +58,9 @@ const HEAD_WAIT: Duration = Duration::from_secs(10);
 const HEAD_MAX: usize = 16 * 1024;
 /// How long an upstream connect may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// The most connections served at once (each takes two threads): beyond it new ones are
+/// reset and counted as denied, so the sandbox cannot exhaust the supervisor.
+const MAX_ACTIVE: usize = 512;
 /// How long `finish` waits for open connections to end (the sandbox is gone by then).
 const FINISH_GRACE: Duration = Duration::from_millis(500);
 
@@ -322,8 +325,12 @@ fn receive(shared: &Arc<Shared>, socket: &OwnedFd) {
             .name("cofferdam-net-listen".into())
             .spawn(move || match info.role {
                 SocketRole::DnsUdp => serve_dns_udp(&s, UdpSocket::from(fd)),
-                SocketRole::DnsTcp => accept_loop(&s, TcpListener::from(fd), serve_dns_tcp),
-                SocketRole::Proxy => accept_loop(&s, TcpListener::from(fd), serve_proxy),
+                SocketRole::DnsTcp => accept_loop(&s, TcpListener::from(fd), |sh, c| {
+                    on_loopback_or_transparent(sh, c, serve_dns_tcp);
+                }),
+                SocketRole::Proxy => accept_loop(&s, TcpListener::from(fd), |sh, c| {
+                    on_loopback_or_transparent(sh, c, serve_proxy);
+                }),
                 SocketRole::Tcp { .. } => {
                     accept_loop(&s, TcpListener::from(fd), serve_transparent);
                 }
@@ -339,7 +346,11 @@ fn accept_loop(shared: &Arc<Shared>, l: TcpListener, serve: fn(&Shared, TcpStrea
     loop {
         match l.accept() {
             Ok((stream, _)) => {
-                shared.active.fetch_add(1, Ordering::SeqCst);
+                if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_ACTIVE {
+                    shared.active.fetch_sub(1, Ordering::SeqCst);
+                    over_capacity(shared, stream);
+                    continue;
+                }
                 let s = shared.clone();
                 let spawned = std::thread::Builder::new()
                     .name("cofferdam-net-conn".into())
@@ -356,6 +367,37 @@ fn accept_loop(shared: &Arc<Shared>, l: TcpListener, serve: fn(&Shared, TcpStrea
             Err(_) => return,
         }
     }
+}
+
+/// Serve a connection to the resolver's or proxy's port with `serve` when it came to
+/// 127.0.0.1, else (the port is also allowed, the listener is on every address) as a
+/// transparent connection.
+fn on_loopback_or_transparent(shared: &Shared, c: TcpStream, serve: fn(&Shared, TcpStream)) {
+    match c.local_addr() {
+        Ok(a) if a.ip().to_canonical() != IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) => {
+            serve_transparent(shared, c);
+        }
+        _ => serve(shared, c),
+    }
+}
+
+/// Refuse a connection beyond [`MAX_ACTIVE`], counted as denied for its destination.
+fn over_capacity(shared: &Shared, stream: TcpStream) {
+    if let Ok(local) = stream.local_addr() {
+        let host = lock(&shared.synthetic)
+            .name_of(local.ip())
+            .map_or_else(|| local.ip().to_canonical().to_string(), str::to_owned);
+        record(
+            shared,
+            InterceptedProtocol::Tcp,
+            local.port(),
+            &Verdict::Deny {
+                host,
+                reason: "too many connections at once",
+            },
+        );
+    }
+    reset(stream);
 }
 
 /// The DNS answer for a query, counted.

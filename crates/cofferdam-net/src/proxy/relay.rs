@@ -1,15 +1,48 @@
 //! Splicing a checked connection: bytes both ways until both sides are done, counted. Each
-//! direction half-closes the other side when its source ends, so request/response protocols
-//! that signal the end of a request with a half-close keep working.
+//! direction moves data with `splice(2)` through a pipe (the bytes never enter this
+//! process's memory), falling back to read/write where splicing is refused, and half-closes
+//! the other side when its source ends, so protocols that end a request with a half-close
+//! keep working.
 
+use rustix::io::Errno;
+use rustix::pipe::{PipeFlags, SpliceFlags};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 
-/// The copy buffer per direction.
-const BUF: usize = 64 * 1024;
+/// The most bytes moved per call, and the pipe's size.
+const CHUNK: usize = 1 << 20;
 
-fn pump(mut from: TcpStream, mut to: TcpStream) -> u64 {
-    let mut buf = vec![0u8; BUF];
+/// Move everything from `from` to `to` through a pipe; `None` when splicing is refused
+/// before any byte moved (the caller copies instead).
+fn splice_all(from: &TcpStream, to: &TcpStream) -> Option<u64> {
+    let (r, w) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC).ok()?;
+    let _ = rustix::pipe::fcntl_setpipe_size(&w, CHUNK);
+    let mut total = 0u64;
+    loop {
+        let n = match rustix::pipe::splice(from, None, &w, None, CHUNK, SpliceFlags::MOVE) {
+            Ok(0) => return Some(total),
+            Ok(n) => n,
+            Err(Errno::INTR) => continue,
+            Err(Errno::INVAL) if total == 0 => return None,
+            Err(_) => return Some(total),
+        };
+        let mut left = n;
+        while left > 0 {
+            match rustix::pipe::splice(&r, None, to, None, left, SpliceFlags::MOVE) {
+                Ok(0) => return Some(total),
+                Ok(m) => {
+                    left -= m;
+                    total += m as u64;
+                }
+                Err(Errno::INTR) => {}
+                Err(_) => return Some(total),
+            }
+        }
+    }
+}
+
+fn copy_all(mut from: &TcpStream, mut to: &TcpStream) -> u64 {
+    let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0u64;
     loop {
         match from.read(&mut buf) {
@@ -24,6 +57,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream) -> u64 {
             Err(_) => break,
         }
     }
+    total
+}
+
+fn pump(from: TcpStream, to: TcpStream) -> u64 {
+    let total = splice_all(&from, &to).unwrap_or_else(|| copy_all(&from, &to));
     let _ = to.shutdown(Shutdown::Write);
     let _ = from.shutdown(Shutdown::Read);
     total
@@ -39,4 +77,41 @@ pub fn splice(client: TcpStream, upstream: TcpStream) -> std::io::Result<(u64, u
     let sent = pump(client, upstream);
     let received = back.join().unwrap_or(0);
     Ok((sent, received))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn bytes_cross_both_ways_and_are_counted() {
+        let up = TcpListener::bind("127.0.0.1:0").unwrap();
+        let up_addr = up.local_addr().unwrap();
+        let echo = std::thread::spawn(move || {
+            let (mut c, _) = up.accept().unwrap();
+            let mut got = Vec::new();
+            c.read_to_end(&mut got).unwrap();
+            c.write_all(&got).unwrap();
+            c.write_all(b"!").unwrap();
+        });
+        let front = TcpListener::bind("127.0.0.1:0").unwrap();
+        let front_addr = front.local_addr().unwrap();
+        let relay = std::thread::spawn(move || {
+            let (c, _) = front.accept().unwrap();
+            splice(c, TcpStream::connect(up_addr).unwrap()).unwrap()
+        });
+        let mut client = TcpStream::connect(front_addr).unwrap();
+        let payload = vec![7u8; 3 * CHUNK + 5];
+        client.write_all(&payload).unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let mut back = Vec::new();
+        client.read_to_end(&mut back).unwrap();
+        echo.join().unwrap();
+        assert_eq!(back.len(), payload.len() + 1);
+        assert_eq!(
+            relay.join().unwrap(),
+            (payload.len() as u64, payload.len() as u64 + 1)
+        );
+    }
 }
