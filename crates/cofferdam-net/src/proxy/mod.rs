@@ -560,6 +560,18 @@ fn go_upstream(
     }
 }
 
+/// The name a client claims in its first bytes (SNI or `Host`), once they tell.
+fn claim_of(first: &[u8]) -> Option<String> {
+    match sniff::sniff(first) {
+        sniff::Sniffed::Tls(name) | sniff::Sniffed::Http(name) => name,
+        _ => None,
+    }
+}
+
+fn told(b: &[u8]) -> bool {
+    sniff::sniff(b) != sniff::Sniffed::Incomplete
+}
+
 fn serve_transparent(shared: &Shared, mut client: TcpStream) {
     let Ok(local) = client.local_addr() else {
         return;
@@ -568,17 +580,16 @@ fn serve_transparent(shared: &Shared, mut client: TcpStream) {
     let given = lock(&shared.synthetic).name_of(dest).map(str::to_owned);
     // Only a resolved name is checked against what the client claims; an address entry
     // allows the address whatever the client says.
-    let first = if given.is_some() {
-        read_until(&mut client, SNIFF_WAIT, |b| {
-            sniff::sniff(b) != sniff::Sniffed::Incomplete
-        })
-    } else {
-        Vec::new()
+    let first = match &given {
+        Some(_) => read_until(&mut client, SNIFF_WAIT, told),
+        None => Vec::new(),
     };
-    let claimed = match sniff::sniff(&first) {
-        sniff::Sniffed::Tls(name) | sniff::Sniffed::Http(name) => name,
-        _ => None,
-    };
+    if let Some(name) = given.as_deref()
+        && !told(&first)
+    {
+        return serve_late_claim(shared, client, name, dest, port, first);
+    }
+    let claimed = claim_of(&first);
     let v = decide::decide_transparent(
         &shared.allow,
         dest,
@@ -593,6 +604,78 @@ fn serve_transparent(shared: &Shared, mut client: TcpStream) {
             go_upstream(shared, client, &host, port, &upstream, &first, None);
         }
     }
+}
+
+/// A connection to a resolved name whose client has not told its name in time (a protocol
+/// where the server speaks first, or a slow client): the upstream is connected and may speak,
+/// but nothing the client sends goes upstream until its first bytes tell whether they claim
+/// another name. Waiting longer never lets a mismatch through.
+fn serve_late_claim(
+    shared: &Shared,
+    mut client: TcpStream,
+    name: &str,
+    dest: IpAddr,
+    port: u16,
+    mut first: Vec<u8>,
+) {
+    let by_name = decide::decide_transparent(&shared.allow, dest, Some(name), port, None);
+    let Verdict::Allow { upstream, .. } = &by_name else {
+        record(shared, InterceptedProtocol::Tcp, port, &by_name);
+        return reset(client);
+    };
+    let up = match shared.resolver.connect(upstream, port) {
+        Ok(up) => up,
+        Err(_) => {
+            record(shared, InterceptedProtocol::Tcp, port, &by_name);
+            return reset(client);
+        }
+    };
+    let (Ok(up_r), Ok(client_w)) = (up.try_clone(), client.try_clone()) else {
+        return;
+    };
+    let denied = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let quiet = denied.clone();
+    let back = std::thread::Builder::new()
+        .name("cofferdam-net-relay".into())
+        .spawn(move || relay::pump_unless(up_r, client_w, &quiet));
+    let mut chunk = [0u8; 4096];
+    while !told(&first) && first.len() < HEAD_MAX {
+        match client.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => first.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let v = decide::decide_transparent(
+        &shared.allow,
+        dest,
+        Some(name),
+        port,
+        claim_of(&first).as_deref(),
+    );
+    record(shared, InterceptedProtocol::Tcp, port, &v);
+    let sent = match v {
+        Verdict::Deny { .. } => {
+            // The upstream side's relay must end without closing the client's stream, so
+            // that the last close here is a reset.
+            denied.store(true, Ordering::SeqCst);
+            let _ = up.shutdown(std::net::Shutdown::Both);
+            let received = back.map_or(0, |t| t.join().unwrap_or(0));
+            lock(&shared.tally).bytes(name, Some(port), 0, received);
+            return reset(client);
+        }
+        Verdict::Allow { .. } => {
+            let mut up_w = up;
+            if up_w.write_all(&first).is_err() {
+                0
+            } else {
+                first.len() as u64 + relay::pump(client, up_w)
+            }
+        }
+    };
+    let received = back.map_or(0, |t| t.join().unwrap_or(0));
+    lock(&shared.tally).bytes(name, Some(port), sent, received);
 }
 
 fn serve_proxy(shared: &Shared, mut client: TcpStream) {

@@ -8,6 +8,7 @@ use rustix::io::Errno;
 use rustix::pipe::{PipeFlags, SpliceFlags};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The most bytes moved per call, and the pipe's size.
 const CHUNK: usize = 1 << 20;
@@ -60,10 +61,19 @@ fn copy_all(mut from: &TcpStream, mut to: &TcpStream) -> u64 {
     total
 }
 
-fn pump(from: TcpStream, to: TcpStream) -> u64 {
+/// Move `from` → `to` until `from` ends, then half-close both; the bytes moved.
+pub fn pump(from: TcpStream, to: TcpStream) -> u64 {
+    pump_unless(from, to, &AtomicBool::new(false))
+}
+
+/// [`pump`], but when `quiet` is set by the time `from` ends, `to` is left as it is (no
+/// end-of-stream), so the caller can reset it instead.
+pub fn pump_unless(from: TcpStream, to: TcpStream, quiet: &AtomicBool) -> u64 {
     let total = splice_all(&from, &to).unwrap_or_else(|| copy_all(&from, &to));
-    let _ = to.shutdown(Shutdown::Write);
-    let _ = from.shutdown(Shutdown::Read);
+    if !quiet.load(Ordering::SeqCst) {
+        let _ = to.shutdown(Shutdown::Write);
+        let _ = from.shutdown(Shutdown::Read);
+    }
     total
 }
 

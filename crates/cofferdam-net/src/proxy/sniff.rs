@@ -109,7 +109,11 @@ pub fn head_end(buf: &[u8]) -> Option<usize> {
 
 fn http_host(buf: &[u8]) -> Sniffed {
     let Some(end) = head_end(buf) else {
-        return Sniffed::Incomplete;
+        // A complete first line that is no request line: another protocol (SSH's banner).
+        return match buf.windows(2).position(|w| w == b"\r\n") {
+            Some(i) if !String::from_utf8_lossy(&buf[..i]).contains(" HTTP/") => Sniffed::Other,
+            _ => Sniffed::Incomplete,
+        };
     };
     let head = String::from_utf8_lossy(&buf[..end]);
     let mut lines = head.split("\r\n");
@@ -250,7 +254,8 @@ mod tests {
         assert_eq!(sniff(req), Sniffed::Http(Some("svc.test".into())));
         assert_eq!(sniff(b"GET / HTTP/1.1\r\nHost: x"), Sniffed::Incomplete);
         assert_eq!(sniff(b"GET / HTTP/1.0\r\n\r\n"), Sniffed::Http(None));
-        assert_eq!(sniff(b"SSH-2.0-OpenSSH\r\n"), Sniffed::Incomplete);
+        assert_eq!(sniff(b"SSH-2.0-OpenSSH\r\n"), Sniffed::Other);
+        assert_eq!(sniff(b"SSH-2.0-Open"), Sniffed::Incomplete);
         assert_eq!(sniff(b"\x00\x01binary"), Sniffed::Other);
     }
 

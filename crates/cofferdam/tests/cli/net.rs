@@ -22,7 +22,7 @@ fn sealed_host() -> bool {
         )
 }
 
-/// A one-response HTTP server on 127.0.0.1 answering `body`, counting connections.
+/// A one-response HTTP server on 127.0.0.1 answering `body`, counting the requests it got.
 struct Server {
     port: u16,
     hits: Arc<AtomicUsize>,
@@ -36,7 +36,7 @@ fn server(body: &'static str) -> Server {
     std::thread::spawn(move || {
         for conn in l.incoming() {
             let Ok(mut c) = conn else { continue };
-            h.fetch_add(1, Ordering::SeqCst);
+            let h = h.clone();
             std::thread::spawn(move || {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 1024];
@@ -46,6 +46,7 @@ fn server(body: &'static str) -> Server {
                         Ok(n) => buf.extend_from_slice(&chunk[..n]),
                     }
                 }
+                h.fetch_add(1, Ordering::SeqCst);
                 let _ = write!(
                     c,
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -55,6 +56,25 @@ fn server(body: &'static str) -> Server {
         }
     });
     Server { port, hits }
+}
+
+/// A server that speaks first (as SSH and SMTP do): a banner, then one line back.
+fn banner_server() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            std::thread::spawn(move || {
+                let _ = c.write_all(b"HELLO\r\n");
+                let mut line = [0u8; 64];
+                if let Ok(n) = c.read(&mut line) {
+                    let _ = c.write_all(&line[..n]);
+                }
+            });
+        }
+    });
+    port
 }
 
 fn run_script(s: &Sandbox, args: &[&str], env: &[(&str, &str)], script: &str) -> (String, Value) {
@@ -240,17 +260,47 @@ except OSError as e:
 '
 "#
     );
+    let bport = banner_server();
+    let banner = format!(
+        r#"printf 'banner='; python3 -c '
+import socket
+s = socket.create_connection(("svc.test", {bport}), timeout=5)
+hello = s.recv(64)
+s.sendall(b"ME\r\n")
+print((hello + s.recv(64)).decode().replace("\r\n", " ").strip())
+'
+"#
+    );
+    // A client that tells its name only after the sniffing window: still checked.
+    let slow = format!(
+        r#"printf 'slow='; python3 -c '
+import socket, time
+s = socket.create_connection(("svc.test", {port}), timeout=5)
+time.sleep(0.6)
+s.sendall(b"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
+try:
+    print("DATA" if s.recv(100) else "EOF")
+except OSError as e:
+    print(type(e).__name__)
+'
+"#
+    );
     let script = format!(
         "printf 'proxy='; curl -sS http://svc.test:{port}/ 2>/dev/null; echo\n\
          printf 'direct='; curl -sS --noproxy '*' http://svc.test:{port}/ 2>/dev/null; echo\n\
          printf 'other='; curl -sS --noproxy '*' http://other.test:{port}/ 2>/dev/null; echo \"rc=$?\"\n\
          printf 'resolve='; python3 -c 'import socket\ntry:\n  socket.getaddrinfo(\"other.test\", 80); print(\"RESOLVED\")\nexcept socket.gaierror: print(\"gaierror\")'\n\
-         {}{tls}",
+         {}{tls}{slow}{banner}",
         plain("fronted", "svc.test", port, "other.test"),
     );
     let (out, b) = run_script(
         &s,
-        &["--allow-net", &format!("svc.test:{port}")],
+        &[
+            "--allow-net",
+            &format!("svc.test:{port}"),
+            "--allow-net",
+            &format!("svc.test:{bport}"),
+        ],
         &[("COFFERDAM_TEST_RESOLVE", "svc.test=127.0.0.1")],
         &script,
     );
@@ -261,6 +311,8 @@ except OSError as e:
     assert_eq!(line(&out, "resolve"), "gaierror", "{out}");
     assert_eq!(line(&out, "fronted"), "ConnectionResetError", "{out}");
     assert_ne!(line(&out, "sni"), "HANDSHAKE", "{out}");
+    assert_eq!(line(&out, "slow"), "ConnectionResetError", "{out}");
+    assert_eq!(line(&out, "banner"), "HELLO ME", "{out}");
     assert_eq!(
         p1.hits.load(Ordering::SeqCst),
         2,
@@ -271,7 +323,7 @@ except OSError as e:
     assert!(n["dns"]["answered"].as_u64().unwrap() >= 1, "{n}");
     assert!(n["dns"]["refused"].as_u64().unwrap() >= 1, "{n}");
     assert_eq!(destination(&b, "svc.test", port)["allowed"], 2);
-    assert_eq!(destination(&b, "other.test", port)["denied"], 2, "{n}");
+    assert_eq!(destination(&b, "other.test", port)["denied"], 3, "{n}");
     let ds = decisions(&b);
     assert!(
         ds.iter().any(|d| d["protocol"] == "dns"
