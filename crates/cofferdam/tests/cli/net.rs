@@ -150,13 +150,32 @@ fn allow_reaches_the_allowed_port_by_every_client_and_refuses_the_other_at_once(
         return;
     }
     let (p1, p2) = (server("P1"), server("P2"));
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let uport = udp.local_addr().unwrap().port();
     let s = Sandbox::new();
     let allow = format!("127.0.0.1:{}", p1.port);
+    // UDP other than DNS, ICMP and raw sockets get nothing.
+    let other = format!(
+        r#"printf 'other='; python3 -c '
+import socket
+out = []
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.sendto(b"x", ("127.0.0.1", {uport}))
+for kind, proto in (("icmp", (socket.SOCK_DGRAM, socket.IPPROTO_ICMP)), ("raw", (socket.SOCK_RAW, socket.IPPROTO_ICMP))):
+    try:
+        socket.socket(socket.AF_INET, *proto); out.append(kind + ":open")
+    except OSError as e:
+        out.append(kind + ":" + type(e).__name__)
+print(" ".join(out))
+'
+"#
+    );
     let script = format!(
         "{}{}\
          printf 'proxy1='; curl -sS -p -x \"$HTTPS_PROXY\" --noproxy '' http://127.0.0.1:{a}/ 2>/dev/null; echo \" rc=$?\"\n\
          printf 'proxy2='; curl -sS -p -x \"$HTTPS_PROXY\" --noproxy '' http://127.0.0.1:{b}/ 2>/dev/null; echo \" rc=$?\"\n\
-         printf 'env='; echo \"$HTTPS_PROXY $http_proxy\"\n",
+         printf 'env='; echo \"$HTTPS_PROXY $http_proxy\"\n{other}",
         plain("plain1", "127.0.0.1", p1.port, "x"),
         plain("plain2", "127.0.0.1", p2.port, "x"),
         a = p1.port,
@@ -171,6 +190,16 @@ fn allow_reaches_the_allowed_port_by_every_client_and_refuses_the_other_at_once(
     assert_eq!(
         line(&out, "env"),
         "http://127.0.0.1:3128 http://127.0.0.1:3128"
+    );
+    assert_eq!(
+        line(&out, "other"),
+        "icmp:PermissionError raw:PermissionError",
+        "{out}"
+    );
+    let mut buf = [0u8; 8];
+    assert!(
+        udp.recv(&mut buf).is_err(),
+        "a UDP datagram reached the host"
     );
     assert_eq!(p2.hits.load(Ordering::SeqCst), 0, "P2 was reached");
     assert_eq!(p1.hits.load(Ordering::SeqCst), 2);
@@ -201,6 +230,7 @@ fn allow_reaches_the_allowed_port_by_every_client_and_refuses_the_other_at_once(
     );
     // The plain attempt on P2 met no listener: the kernel refused it, counted but nameless.
     assert!(n["tcp_refused_unlistened"].as_u64().unwrap() >= 1, "{n}");
+    assert!(n["udp_unlistened"].as_u64().unwrap() >= 1, "{n}");
 
     let ds = decisions(&b);
     let has = |proto: &str, port: u16, verdict: &str| {
