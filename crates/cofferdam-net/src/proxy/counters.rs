@@ -66,12 +66,16 @@ impl Tally {
         self.decisions.push(d);
     }
 
-    /// Count a DNS query: answered (allowed name) or refused. Only the first decision per
-    /// name and outcome goes to the trace (resolvers repeat and ask for several types).
+    /// Count a DNS query: answered (allowed name) or refused. A refused name is also a
+    /// denied destination without a port (its count is of queries). Only the first decision
+    /// per name and outcome goes to the trace (resolvers repeat and ask for several types).
     pub fn dns(&mut self, d: Decision) {
         match d.verdict {
             NetworkVerdict::Allowed => self.dns_answered += 1,
-            NetworkVerdict::Denied => self.dns_refused += 1,
+            NetworkVerdict::Denied => {
+                self.dns_refused += 1;
+                self.dests.entry((d.host.clone(), None)).or_default().denied += 1;
+            }
         }
         let seen = self.decisions.iter().any(|x| {
             x.protocol == InterceptedProtocol::Dns && x.host == d.host && x.verdict == d.verdict
@@ -158,7 +162,9 @@ mod tests {
         );
         assert_eq!((s.bytes_sent, s.bytes_received), (Some(10), Some(20)));
         assert_eq!((s.dns.answered, s.dns.refused), (Some(2), Some(1)));
-        assert_eq!(s.destinations.len(), 2);
+        assert_eq!(s.destinations.len(), 3);
+        let x = s.destinations.iter().find(|d| d.host == "x").unwrap();
+        assert_eq!((x.port, x.denied, x.allowed), (None, Some(1), Some(0)));
         assert_eq!(s.destinations[0].allowed, Some(2));
         assert_eq!(s.destinations[0].bytes_received, Some(20));
         assert_eq!(

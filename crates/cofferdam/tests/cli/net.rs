@@ -354,6 +354,13 @@ except OSError as e:
     assert!(n["dns"]["refused"].as_u64().unwrap() >= 1, "{n}");
     assert_eq!(destination(&b, "svc.test", port)["allowed"], 2);
     assert_eq!(destination(&b, "other.test", port)["denied"], 3, "{n}");
+    let refused = b["network"]["intercepted"]["destinations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["host"] == "other.test" && d.get("port").is_none())
+        .unwrap_or_else(|| panic!("no refused name in {n}"));
+    assert!(refused["denied"].as_u64().unwrap() >= 1);
     let ds = decisions(&b);
     assert!(
         ds.iter().any(|d| d["protocol"] == "dns"
