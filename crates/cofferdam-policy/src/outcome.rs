@@ -202,7 +202,10 @@ pub fn assemble_bundle(
     };
     let mut safety = SafetySummary::derive(&observations, Some(&executor_plan), Some(&filesystem));
     safety.warnings.extend(r.warnings.iter().cloned());
-    let injected: Vec<String> = INJECTED_ENV.iter().map(|s| s.to_string()).collect();
+    let mut injected: Vec<String> = INJECTED_ENV.iter().map(|s| s.to_string()).collect();
+    if policy.network.mode == cofferdam_net::NetworkMode::Allow {
+        injected.extend(crate::policy::PROXY_ENV.iter().map(|s| s.to_string()));
+    }
     let projected: Vec<String> = plan
         .env
         .iter()

@@ -5,10 +5,11 @@
 //! values, so it is never written to disk).
 
 use crate::manifest::MountMode;
-use crate::policy::{DEFAULT_PROJECTED_ENV, Policy};
+use crate::policy::{DEFAULT_PROJECTED_ENV, PROXY_ENV, Policy};
 use crate::scope::LANDLOCK_TARGET_ABI;
 use crate::secrets::secret_paths;
 use crate::tier::decide_containment;
+use cofferdam_net::NetworkMode;
 use cofferdam_record::{EnforcementTier, HostFacts};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -47,6 +48,69 @@ pub struct SandboxPlan {
     /// Not decided by [`build_plan`]: the supervisor sets it when its stdin is a terminal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminal: Option<TerminalPlan>,
+    /// The network (DESIGN.md §6).
+    #[serde(default)]
+    pub network: NetworkPlan,
+}
+
+/// The network mode as the init sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanNetworkMode {
+    /// A new network namespace with loopback only.
+    #[default]
+    None,
+    /// A new network namespace whose every destination is local, served by the supervisor
+    /// through sockets pid 1 hands over.
+    Allow,
+    /// No network namespace: the host's network.
+    Host,
+}
+
+/// What pid 1 sets up for the network.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkPlan {
+    /// The mode.
+    pub mode: PlanNetworkMode,
+    /// `allow`: the ports that get a transparent listener on every address (the allowed
+    /// entries' ports), ascending.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tcp_ports: Vec<u16>,
+    /// `allow`: the HTTP proxy's port on 127.0.0.1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_port: Option<u16>,
+}
+
+/// The HTTP proxy's port inside the sandbox in `allow` mode.
+pub const PROXY_PORT: u16 = 3128;
+
+/// The sandbox's `/etc/resolv.conf` in `allow` mode: the resolver pid 1 hands over.
+pub const ALLOW_RESOLV_CONF: &str = "nameserver 127.0.0.1\noptions attempts:1\n";
+
+/// The network plan of a policy.
+pub fn network_plan(policy: &Policy) -> NetworkPlan {
+    match policy.network.mode {
+        NetworkMode::None => NetworkPlan::default(),
+        NetworkMode::Host => NetworkPlan {
+            mode: PlanNetworkMode::Host,
+            ..NetworkPlan::default()
+        },
+        NetworkMode::Allow => {
+            let mut ports: Vec<u16> = policy
+                .network
+                .allow
+                .iter()
+                .flat_map(|e| e.ports.iter().copied())
+                .collect();
+            ports.sort_unstable();
+            ports.dedup();
+            NetworkPlan {
+                mode: PlanNetworkMode::Allow,
+                tcp_ports: ports,
+                proxy_port: Some(PROXY_PORT),
+            }
+        }
+    }
 }
 
 /// The command's pseudo-terminal: its initial window size (0 when the caller's is unknown).
@@ -83,6 +147,9 @@ pub struct FsPlan {
     pub tmp_size: Option<u64>,
     /// Whether the workdir, HOME and /tmp allow exec.
     pub workdir_exec: bool,
+    /// When set, `/etc/resolv.conf` inside shows this text (`allow` mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolv_conf: Option<String>,
 }
 
 /// One lent host path.
@@ -207,6 +274,7 @@ pub fn project_env(policy: &Policy, inv: &Invoker, run_id: &str) -> Vec<(String,
         .iter()
         .filter(|(k, _)| is_projected(k, &policy.env_allow))
         .filter(|(k, _)| !matches!(k.as_str(), "HOME" | "USER" | "TMPDIR" | "COFFERDAM_RUN_ID"))
+        .filter(|(k, _)| policy.network.mode != NetworkMode::Allow || !is_proxy_name(k))
         .cloned()
         .collect();
     if !env.iter().any(|(k, _)| k == "PATH") {
@@ -219,7 +287,28 @@ pub fn project_env(policy: &Policy, inv: &Invoker, run_id: &str) -> Vec<(String,
     env.push(("USER".into(), inv.user.clone()));
     env.push(("TMPDIR".into(), "/tmp".into()));
     env.push(("COFFERDAM_RUN_ID".into(), run_id.to_owned()));
+    if policy.network.mode == NetworkMode::Allow {
+        let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
+        env.extend(PROXY_ENV.iter().map(|k| {
+            let v = if k.eq_ignore_ascii_case("no_proxy") {
+                NO_PROXY.to_owned()
+            } else {
+                proxy.clone()
+            };
+            ((*k).to_owned(), v)
+        }));
+    }
     env
+}
+
+/// Loopback stays the sandbox's own: a proxy-aware client talks to a server it started
+/// inside directly (the proxy, outside, could only reach the host's loopback).
+const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+
+/// Whether `name` is a proxy variable (set by cofferdam in `allow` mode, whatever the host
+/// has).
+fn is_proxy_name(name: &str) -> bool {
+    PROXY_ENV.iter().any(|p| p.eq_ignore_ascii_case(name))
 }
 
 /// Build the sealed tier's plan.
@@ -289,6 +378,8 @@ pub fn build_plan(
             hidden,
             tmp_size: r.tmp_size.map(|s| s.0),
             workdir_exec: policy.workdir_exec,
+            resolv_conf: (policy.network.mode == NetworkMode::Allow)
+                .then(|| ALLOW_RESOLV_CONF.to_owned()),
         },
         landlock: LandlockPlan {
             abi: facts.landlock_abi.min(LANDLOCK_TARGET_ABI),
@@ -320,6 +411,7 @@ pub fn build_plan(
         },
         hostname: "cofferdam".into(),
         terminal: None,
+        network: network_plan(policy),
     }
 }
 
@@ -389,6 +481,60 @@ mod tests {
         );
         assert!(!env.iter().any(|(_, v)| v == "hunter2"));
         assert!(env.contains(&("HOME".into(), "/home/u".into())));
+    }
+
+    #[test]
+    fn allow_mode_plans_listeners_resolver_and_proxy_variables() {
+        let mut i = inv();
+        i.env
+            .push(("HTTPS_PROXY".into(), "http://corp:8080".into()));
+        let p = policy(RunFlags {
+            allow_net: vec!["api.example.com".into(), "127.0.0.1:8080".into()],
+            env: vec!["HTTPS_PROXY".into()],
+            ..RunFlags::default()
+        });
+        let plan = build_plan(&p, &HostFacts::capable_example(), &i, &job(), vec![]);
+        assert_eq!(plan.network.mode, PlanNetworkMode::Allow);
+        assert_eq!(plan.network.tcp_ports, vec![80, 443, 8080]);
+        assert_eq!(plan.network.proxy_port, Some(PROXY_PORT));
+        assert_eq!(plan.fs.resolv_conf.as_deref(), Some(ALLOW_RESOLV_CONF));
+        let get = |k: &str| {
+            plan.env
+                .iter()
+                .filter(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+        };
+        // The host's proxy never reaches inside in allow mode, even when projected.
+        assert_eq!(get("HTTPS_PROXY"), vec!["http://127.0.0.1:3128"]);
+        assert_eq!(get("all_proxy"), vec!["http://127.0.0.1:3128"]);
+        assert_eq!(get("NO_PROXY"), vec!["localhost,127.0.0.1,::1"]);
+    }
+
+    #[test]
+    fn none_and_host_plan_no_listeners() {
+        let none = build_plan(
+            &policy(RunFlags::default()),
+            &HostFacts::capable_example(),
+            &inv(),
+            &job(),
+            vec![],
+        );
+        assert_eq!(none.network, NetworkPlan::default());
+        assert!(none.fs.resolv_conf.is_none());
+        assert!(!none.env.iter().any(|(k, _)| k.ends_with("PROXY")));
+        let host = build_plan(
+            &policy(RunFlags {
+                network: Some("host".into()),
+                ..RunFlags::default()
+            }),
+            &HostFacts::capable_example(),
+            &inv(),
+            &job(),
+            vec![],
+        );
+        assert_eq!(host.network.mode, PlanNetworkMode::Host);
+        assert!(host.network.tcp_ports.is_empty() && host.fs.resolv_conf.is_none());
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub const PROXY_ENV: &[&str] = &[
     "http_proxy",
     "https_proxy",
     "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
 ];
 
 /// Run flags as given on the command line, before parsing their values. The CLI fills this;

@@ -539,6 +539,22 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
                 .to_owned(),
         );
     }
+    if p.network.mode == NetworkMode::Allow {
+        let loopback: Vec<String> = p
+            .network
+            .allow
+            .iter()
+            .filter(|e| e.is_host_loopback())
+            .map(ToString::to_string)
+            .collect();
+        if !loopback.is_empty() {
+            out.push(format!(
+                "network allow reaches services on this host's loopback ({}): whatever \
+                 listens there is reachable from the command, by request",
+                loopback.join(", ")
+            ));
+        }
+    }
     if !p.exec_allow.is_empty() {
         out.push(
             "[exec] allow is recorded, not enforced: the command may run any program it can see"
@@ -877,5 +893,26 @@ mod tests {
         assert!(r.env_projected.contains(&"ANTHROPIC_API_KEY".to_owned()));
         assert_eq!(r.trust_store, vec!["/etc/ssl/certs"]);
         assert!(r.routes[1].active);
+        assert!(
+            !r.filesystem_boundary
+                .not_protected
+                .iter()
+                .any(|u| u.contains("loopback"))
+        );
+        let r = report(
+            &policy(RunFlags {
+                allow_net: vec!["127.0.0.1:8080".into(), "api.anthropic.com".into()],
+                ..RunFlags::default()
+            }),
+            &HostFacts::capable_example(),
+        );
+        assert!(
+            r.filesystem_boundary
+                .not_protected
+                .iter()
+                .any(|u| u.contains("host's loopback (127.0.0.1:8080)")),
+            "{:?}",
+            r.filesystem_boundary.not_protected
+        );
     }
 }

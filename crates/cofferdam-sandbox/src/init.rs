@@ -28,7 +28,7 @@
 
 use crate::setup_error::SetupError;
 use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, send};
-use crate::{caps, landlock, mounts, netif, pty, rlimit, seccomp, userns};
+use crate::{caps, egress, landlock, mounts, pty, rlimit, seccomp, userns};
 use cofferdam_policy::plan::{SandboxPlan, TerminalPlan};
 use cofferdam_record::bundle::{ControlObservation, ControlStatus};
 use rustix::process::{Pid, Signal, WaitOptions};
@@ -191,7 +191,8 @@ fn run_init(plan: &SandboxPlan) -> i32 {
         Ok(o) => report(o),
         Err(e) => return fail(&e),
     }
-    match userns::enter_namespaces() {
+    let host_network = plan.network.mode == cofferdam_policy::plan::PlanNetworkMode::Host;
+    match userns::enter_namespaces(host_network) {
         Ok(obs) => obs.into_iter().for_each(report),
         Err(e) => return fail(&e),
     }
@@ -219,6 +220,12 @@ fn run_init(plan: &SandboxPlan) -> i32 {
         drop(take_terminal_socket());
         // The supervisor continues a stopped command through here (see `Stopped`).
         set_handlers(&[libc::SIGCONT], forward as *const () as libc::sighandler_t);
+    }
+    // Only pid 1 hands the network listeners over.
+    // SAFETY: NET_FD is the network socket when present (allow mode), owned by nobody in
+    // this process; closing a number that is not open is harmless.
+    unsafe {
+        libc::close(cofferdam_net::handover::NET_FD);
     }
     set_handlers(&[libc::SIGINT, libc::SIGQUIT], libc::SIG_IGN);
     // Only pid 1 reports from here on. Closing this copy lets the supervisor see the end of
@@ -297,7 +304,7 @@ fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
             errno: e,
         })
     })?;
-    report(netif::loopback_up().map_err(|e| fail(&e))?);
+    report(egress::configure(&plan.network).map_err(|e| fail(&e))?);
     for o in rlimit::apply(&plan.rlimits) {
         report(o);
     }

@@ -159,6 +159,21 @@ pub fn run_sealed(
     watch: WatchSpec,
     on_start: impl FnOnce(u32),
 ) -> Result<SealedOutcome, LaunchError> {
+    run_sealed_with_network(exe, plan, capture, watch, None, on_start)
+}
+
+/// [`run_sealed`], handing the init `network` (the sandbox's end of the network socket) as
+/// fd [`cofferdam_net::handover::NET_FD`]: in `allow` mode pid 1 sends its listeners over it.
+pub fn run_sealed_with_network(
+    exe: &Path,
+    plan: &SandboxPlan,
+    capture: Option<&CaptureSpec>,
+    watch: WatchSpec,
+    network: Option<OwnedFd>,
+    on_start: impl FnOnce(u32),
+) -> Result<SealedOutcome, LaunchError> {
+    let network = network.map(raise).transpose()?;
+    let nc = network.as_ref().map_or(-1, AsRawFd::as_raw_fd);
     let json = serde_json::to_vec(plan).map_err(LaunchError::Plan)?;
     let (plan_r, plan_w) = pipe()?;
     let (status_r, status_w) = pipe()?;
@@ -237,6 +252,7 @@ pub fn run_sealed(
             if libc::dup2(pr, PLAN_FD) < 0
                 || libc::dup2(sw, STATUS_FD) < 0
                 || (tc >= 0 && libc::dup2(tc, TERMINAL_FD) < 0)
+                || (nc >= 0 && libc::dup2(nc, cofferdam_net::handover::NET_FD) < 0)
             {
                 return Err(std::io::Error::last_os_error());
             }
@@ -256,6 +272,7 @@ pub fn run_sealed(
     drop(plan_r);
     drop(status_w);
     drop(socket_child);
+    drop(network);
 
     // Into the run's cgroups before the init reads its plan, so pid 1 and everything it
     // starts are inside from the first instruction on.

@@ -8,6 +8,7 @@
 
 pub mod caps;
 pub mod cgroup;
+pub mod egress;
 pub mod init;
 pub mod landlock;
 pub mod launch;

@@ -20,6 +20,7 @@ use rustix::mount::{
 };
 use serde_json::json;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// `/proc` files replaced by an empty read-only file.
@@ -413,6 +414,10 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     }
     obs.push(o);
 
+    if let Some(text) = &plan.resolv_conf {
+        resolv_conf(root, text)?;
+    }
+
     // Enter it.
     rustix::process::chdir(root).step(|| format!("chdir {}", root.display()))?;
     rustix::process::pivot_root(".", ".").step(|| "pivot_root(., .)".into())?;
@@ -424,6 +429,47 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     mount_setattr(&top, RO, false).step(|| "make / read-only".into())?;
     rustix::process::chdir(&plan.workdir).step(|| format!("chdir {}", plan.workdir.display()))?;
     Ok(obs)
+}
+
+/// Show `text` as `/etc/resolv.conf` inside (`allow` mode: the sandbox's own resolver).
+/// When the host's `/etc/resolv.conf` is a symlink (systemd-resolved's stub), the file is
+/// bound where the link points, created in the root's tmpfs when that lies outside the
+/// system view. The source is written to the root tmpfs, bound read-only, and unlinked.
+fn resolv_conf(root: &Path, text: &str) -> Result<(), SetupError> {
+    let etc = Path::new("/etc/resolv.conf");
+    let inside = match rustix::fs::readlink(etc, Vec::new()) {
+        Ok(link) => {
+            let link = PathBuf::from(std::ffi::OsStr::from_bytes(link.as_bytes()));
+            fold(&Path::new("/etc").join(link))
+        }
+        Err(_) => etc.to_path_buf(),
+    };
+    let target = under(root, &inside);
+    if rustix::fs::stat(&target).is_err() {
+        touch(&target)?;
+    }
+    let source = root.join(".cofferdam-resolv.conf");
+    std::fs::write(&source, text).map_err(|e| SetupError {
+        step: format!("write {}", source.display()),
+        errno: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+    })?;
+    bind(&source, &target, RO)?;
+    rustix::fs::unlink(&source).step(|| format!("unlink {}", source.display()))
+}
+
+/// `path` with `.` and `..` folded lexically (absolute in, absolute out).
+fn fold(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
 }
 
 fn overlay(

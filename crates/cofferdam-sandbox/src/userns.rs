@@ -57,8 +57,9 @@ pub fn enter_user_namespace(uid: u32, gid: u32) -> Result<ControlObservation, Se
 }
 
 /// Create the mount, pid, network, IPC, UTS and cgroup namespaces (owned by the new user
-/// namespace). The pid namespace applies to the caller's next child, which becomes pid 1.
-pub fn enter_namespaces() -> Result<Vec<ControlObservation>, SetupError> {
+/// namespace); with `host_network` the network namespace is not made (network mode `host`).
+/// The pid namespace applies to the caller's next child, which becomes pid 1.
+pub fn enter_namespaces(host_network: bool) -> Result<Vec<ControlObservation>, SetupError> {
     let all = [
         (
             UnshareFlags::NEWNS,
@@ -100,6 +101,9 @@ pub fn enter_namespaces() -> Result<Vec<ControlObservation>, SetupError> {
     ];
     let mut out = Vec::new();
     for (flag, mechanism, dimension, name) in all {
+        if host_network && flag == UnshareFlags::NEWNET {
+            continue;
+        }
         unshare(flag).step(|| format!("unshare({name})"))?;
         if mechanism != ControlMechanism::Netns {
             out.push(ControlObservation::new(

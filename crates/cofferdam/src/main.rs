@@ -5,6 +5,7 @@
 mod cli;
 mod cmd;
 mod context;
+mod egress;
 mod exit;
 mod signals;
 mod style;

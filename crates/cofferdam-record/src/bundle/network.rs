@@ -69,6 +69,16 @@ pub struct InterceptionSnapshot {
     /// DNS answers given and refused.
     #[serde(default)]
     pub dns: DnsCounters,
+    /// TCP connection attempts inside the sandbox that its kernel refused because nothing
+    /// listened on the port (a port no entry allows, or an in-sandbox port without a
+    /// server). Read from the sandbox's network namespace counters: the destinations of
+    /// these attempts are not observable, only their number.
+    #[serde(default)]
+    pub tcp_refused_unlistened: Option<u64>,
+    /// UDP datagrams inside the sandbox to ports nothing listens on (UDP other than DNS:
+    /// they reach nobody). Counted like `tcp_refused_unlistened`.
+    #[serde(default)]
+    pub udp_unlistened: Option<u64>,
     /// Per-destination counters, one entry per destination seen.
     #[serde(default)]
     pub destinations: Vec<DestinationCounters>,

@@ -15,7 +15,9 @@ use cofferdam_record::bundle::{
 };
 use cofferdam_record::trace::TraceEventKind;
 use cofferdam_record::{EnforcementTier, write_bundle_json};
-use cofferdam_sandbox::launch::{CAPTURE_LIMIT, CaptureSpec, SealedOutcome, run_sealed};
+use cofferdam_sandbox::launch::{
+    CAPTURE_LIMIT, CaptureSpec, SealedOutcome, run_sealed_with_network,
+};
 use cofferdam_sandbox::relay::{Captured, CapturedOutput};
 use cofferdam_sandbox::status::StatusMessage;
 use cofferdam_stage::job::{Durability, JobStore, StageState};
@@ -25,7 +27,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 mod copy;
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -145,17 +147,24 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     }) {
         eprintln!("cofferdam: warning: {e}; if cofferdam dies mid-run the job cannot be sealed");
     }
+    let (egress, net_fd) = crate::egress::start(&policy)
+        .map_err(Failure::setup)?
+        .unzip();
     let exe = PathBuf::from("/proc/self/exe");
     let outcome = {
         // Still right with a pty: the caller's terminal is cooked until the command's
         // terminal exists, and the supervisor must live to restore it and write the records.
         let _quiet = crate::signals::IgnoreTerminalSignals::new();
-        run_sealed(
+        run_sealed_with_network(
             &exe,
             &plan,
             capture.as_ref(),
             limits.watch.clone(),
-            |_init| {
+            net_fd,
+            |pid| {
+                if let Some(e) = &egress {
+                    e.started(pid);
+                }
                 // Runs while the sandbox sets itself up. A failure only costs `status` the
                 // command line of a live job; the records at the end are written regardless.
                 let _ = job.update_transient(|s| {
@@ -224,6 +233,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             Err(line) => warnings.push(line),
         }
     }
+    let egress = egress.map(|e| e.finish(&mut controls, &mut trace));
     let ending = match ending {
         Some(e) => e,
         None => {
@@ -297,6 +307,9 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     };
     let mut bundle = assemble_bundle(&policy, &plan, &decision, &report);
     record_output(&mut bundle, &output);
+    if let Some(report) = egress {
+        crate::egress::record(&mut bundle, report);
+    }
     bundle.run.warnings.extend(relay_warnings);
     let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
     cofferdam_stage::write_atomic_with(
@@ -365,14 +378,11 @@ fn store_full_warning(job: &cofferdam_stage::Job) -> Option<String> {
 /// Refuse what this build cannot honour, before anything is created: a run must never get
 /// silently less (or more) than it asked for.
 fn refuse_unsupported(policy: &cofferdam_policy::Policy) -> Result<(), Failure> {
-    use cofferdam_net::NetworkMode;
-    if policy.network.mode != NetworkMode::None {
-        return Err(Failure::setup(format!(
-            "refusing to run: network mode `{}` is not available in this build; only `none` \
-             (loopback inside the sandbox) is. Drop --network/--allow-net and [network] from \
-             the manifest",
-            policy.network.mode
-        )));
+    if policy.network.mode == cofferdam_net::NetworkMode::Host {
+        eprintln!(
+            "cofferdam: warning: network mode host: the command shares the host's network; \
+             egress is neither filtered nor recorded"
+        );
     }
     if let Some(m) = policy
         .mounts

@@ -264,6 +264,7 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
         });
         let _ = writeln!(o, "  {label:<18} {mark}  {}", s.dim(&via));
     }
+    crate::egress::render_review(o, b, s);
     if let Some(fs) = &b.filesystem {
         let _ = writeln!(
             o,

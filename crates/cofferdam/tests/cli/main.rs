@@ -7,6 +7,7 @@
 mod apply;
 mod common;
 mod limits;
+mod net;
 mod pty;
 mod run;
 mod scope;

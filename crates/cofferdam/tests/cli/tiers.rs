@@ -265,6 +265,37 @@ fn a_sealed_floor_without_user_namespaces_refuses_naming_apparmor_and_creates_no
 }
 
 #[test]
+fn an_allowlist_without_a_network_namespace_refuses_and_creates_nothing() {
+    let s = Sandbox::new();
+    if !scoped_host() {
+        return;
+    }
+    // The allowlist is enforced from the sandbox's own network namespace; the copy tiers
+    // have none, and running anyway would leave the network unfiltered.
+    for tier in [&["--tier", "scoped"][..], &[][..]] {
+        let mut c = if tier.is_empty() {
+            no_userns(&s)
+        } else {
+            s.cmd()
+        };
+        let out = c
+            .arg("run")
+            .args(tier)
+            .args(["--allow-net", "127.0.0.1:9", "--", "true"])
+            .output()
+            .unwrap();
+        let text = out_text(&out);
+        assert_eq!(out.status.code(), Some(125), "{text}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("network namespace") && stderr.contains("--network none"),
+            "{text}"
+        );
+        assert_eq!(jobs_in(s.store.path()), 0, "a job was created");
+    }
+}
+
+#[test]
 fn a_tier_override_only_lowers() {
     let s = Sandbox::new();
     if !scoped_host() {

@@ -39,6 +39,15 @@ pub fn refuse_unsupported(policy: &Policy, tier: EnforcementTier) -> Result<(), 
              run on a host with user namespaces (`cofferdam doctor` shows how)"
         )));
     }
+    if policy.network.mode == cofferdam_net::NetworkMode::Allow {
+        return Err(Failure::setup(format!(
+            "refusing to run: network mode `allow` (--allow-net, [network] allow) is enforced \
+             from a network namespace, and this run is on the {tier} tier, which has none; \
+             use `--network none` (no network, Landlock refuses TCP), or `--network host` to \
+             accept an unfiltered network, or run on a host with user namespaces (`cofferdam \
+             doctor` shows how)"
+        )));
+    }
     if let Some(m) = policy.mounts.first() {
         return Err(Failure::setup(format!(
             "refusing to run: {} ({}) lends a host path, which needs the sealed tier's mount \

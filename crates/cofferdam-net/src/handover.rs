@@ -1,0 +1,142 @@
+//! The hand-over of the sandbox's listening sockets: pid 1 creates them inside the sandbox's
+//! network namespace and sends them to the supervisor in one `SCM_RIGHTS` message over the
+//! network socket ([`NET_FD`]); a socket keeps its namespace when it crosses, so the
+//! supervisor accepts on it directly, with no bridge process inside.
+//!
+//! Owns the wire format (a JSON list naming each descriptor's role, in descriptor order) and
+//! the two ends of the exchange. It creates no sockets and decides nothing.
+
+use rustix::fd::{BorrowedFd, OwnedFd};
+use rustix::io::Errno;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use serde::{Deserialize, Serialize};
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+
+/// The fd number of the network socket in the sandbox init (present only in `allow` mode).
+pub const NET_FD: i32 = 6;
+
+/// The most descriptors one hand-over carries (the kernel's `SCM_MAX_FD` is 253).
+pub const MAX_SOCKETS: usize = 64;
+
+/// What one handed-over socket is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum SocketRole {
+    /// The DNS listener, UDP.
+    DnsUdp,
+    /// The DNS listener, TCP.
+    DnsTcp,
+    /// The HTTP proxy (CONNECT and absolute-form requests).
+    Proxy,
+    /// A transparent TCP listener on every address for one allowed port.
+    Tcp {
+        /// The port.
+        port: u16,
+    },
+}
+
+/// One handed-over socket's description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketInfo {
+    /// Its role.
+    #[serde(flatten)]
+    pub role: SocketRole,
+}
+
+/// Send `fds`, described by `infos` (same order), in one message.
+pub fn send_sockets(
+    socket: BorrowedFd<'_>,
+    infos: &[SocketInfo],
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), Errno> {
+    if infos.len() != fds.len() || fds.len() > MAX_SOCKETS {
+        return Err(Errno::INVAL);
+    }
+    let payload = serde_json::to_vec(infos).map_err(|_| Errno::INVAL)?;
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_SOCKETS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(Errno::NOBUFS);
+    }
+    loop {
+        match rustix::net::sendmsg(
+            socket,
+            &[IoSlice::new(&payload)],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        ) {
+            Err(Errno::INTR) => {}
+            Ok(n) if n == payload.len() => return Ok(()),
+            Ok(_) => return Err(Errno::MSGSIZE),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Receive the sockets: `Ok(None)` at end of stream (the sandbox ended without sending).
+pub fn recv_sockets(socket: BorrowedFd<'_>) -> Result<Option<Vec<(SocketInfo, OwnedFd)>>, Errno> {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_SOCKETS))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let msg = loop {
+        match rustix::net::recvmsg(
+            socket,
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(Errno::INTR) => {}
+            other => break other?,
+        }
+    };
+    let mut fds = Vec::new();
+    for m in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(got) = m {
+            fds.extend(got);
+        }
+    }
+    if msg.bytes == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    let infos: Vec<SocketInfo> =
+        serde_json::from_slice(&buf[..msg.bytes]).map_err(|_| Errno::PROTO)?;
+    if infos.len() != fds.len() {
+        return Err(Errno::PROTO);
+    }
+    Ok(Some(infos.into_iter().zip(fds).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::fd::AsFd;
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+
+    #[test]
+    fn sockets_cross_with_their_roles_and_end_of_stream_is_none() {
+        let (a, b) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let infos = [SocketInfo {
+            role: SocketRole::Tcp { port },
+        }];
+        send_sockets(a.as_fd(), &infos, &[l.as_fd()]).unwrap();
+        let got = recv_sockets(b.as_fd()).unwrap().unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0.role, SocketRole::Tcp { port });
+        let listener = std::net::TcpListener::from(got[0].1.try_clone().unwrap());
+        assert_eq!(listener.local_addr().unwrap().port(), port);
+        drop(a);
+        assert!(recv_sockets(b.as_fd()).unwrap().is_none());
+    }
+}

@@ -1,0 +1,176 @@
+//! The driver's tallies while the run lasts, and their final form as record types.
+
+use cofferdam_record::bundle::{
+    DestinationCounters, DnsCounters, InterceptedProtocol, InterceptionSnapshot,
+};
+use cofferdam_record::trace::NetworkVerdict;
+use std::collections::BTreeMap;
+
+/// One decision, for the trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// When, Unix milliseconds.
+    pub at_unix_ms: u64,
+    /// How the request arrived.
+    pub protocol: InterceptedProtocol,
+    /// The destination as checked.
+    pub host: String,
+    /// Its port (none for DNS).
+    pub port: Option<u16>,
+    /// Allowed or denied.
+    pub verdict: NetworkVerdict,
+    /// The matching entry, when allowed.
+    pub rule: Option<String>,
+    /// Why, when denied.
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Dest {
+    allowed: u64,
+    denied: u64,
+    sent: u64,
+    received: u64,
+}
+
+/// Every counter, all observed (the driver sees every connection it is handed).
+#[derive(Debug, Default)]
+pub struct Tally {
+    requests: u64,
+    allowed: u64,
+    denied: u64,
+    sent: u64,
+    received: u64,
+    dns_answered: u64,
+    dns_refused: u64,
+    dests: BTreeMap<(String, Option<u16>), Dest>,
+    /// The decisions, in order.
+    pub decisions: Vec<Decision>,
+}
+
+impl Tally {
+    /// Count a connection or proxy request and its decision.
+    pub fn decide(&mut self, d: Decision) {
+        self.requests += 1;
+        let dest = self.dests.entry((d.host.clone(), d.port)).or_default();
+        match d.verdict {
+            NetworkVerdict::Allowed => {
+                self.allowed += 1;
+                dest.allowed += 1;
+            }
+            NetworkVerdict::Denied => {
+                self.denied += 1;
+                dest.denied += 1;
+            }
+        }
+        self.decisions.push(d);
+    }
+
+    /// Count a DNS query: answered (allowed name) or refused. A refused name is also a
+    /// denied destination without a port (its count is of queries). Only the first decision
+    /// per name and outcome goes to the trace (resolvers repeat and ask for several types).
+    pub fn dns(&mut self, d: Decision) {
+        match d.verdict {
+            NetworkVerdict::Allowed => self.dns_answered += 1,
+            NetworkVerdict::Denied => {
+                self.dns_refused += 1;
+                self.dests.entry((d.host.clone(), None)).or_default().denied += 1;
+            }
+        }
+        let seen = self.decisions.iter().any(|x| {
+            x.protocol == InterceptedProtocol::Dns && x.host == d.host && x.verdict == d.verdict
+        });
+        if !seen {
+            self.decisions.push(d);
+        }
+    }
+
+    /// Count bytes relayed for a destination.
+    pub fn bytes(&mut self, host: &str, port: Option<u16>, sent: u64, received: u64) {
+        self.sent += sent;
+        self.received += received;
+        let dest = self.dests.entry((host.to_owned(), port)).or_default();
+        dest.sent += sent;
+        dest.received += received;
+    }
+
+    /// The final counters.
+    pub fn snapshot(&self) -> InterceptionSnapshot {
+        InterceptionSnapshot {
+            requests: Some(self.requests),
+            allowed: Some(self.allowed),
+            denied: Some(self.denied),
+            bytes_sent: Some(self.sent),
+            bytes_received: Some(self.received),
+            dns: DnsCounters {
+                answered: Some(self.dns_answered),
+                refused: Some(self.dns_refused),
+            },
+            // Filled from the namespace's counters by the driver, when it could read them.
+            tcp_refused_unlistened: None,
+            udp_unlistened: None,
+            destinations: self
+                .dests
+                .iter()
+                .map(|((host, port), d)| DestinationCounters {
+                    host: host.clone(),
+                    port: *port,
+                    allowed: Some(d.allowed),
+                    denied: Some(d.denied),
+                    bytes_sent: Some(d.sent),
+                    bytes_received: Some(d.received),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(host: &str, verdict: NetworkVerdict, protocol: InterceptedProtocol) -> Decision {
+        Decision {
+            at_unix_ms: 1,
+            protocol,
+            host: host.into(),
+            port: (protocol != InterceptedProtocol::Dns).then_some(80),
+            verdict,
+            rule: None,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn counters_add_up_per_destination() {
+        let mut t = Tally::default();
+        t.decide(d("a", NetworkVerdict::Allowed, InterceptedProtocol::Tcp));
+        t.decide(d(
+            "a",
+            NetworkVerdict::Allowed,
+            InterceptedProtocol::HttpConnect,
+        ));
+        t.decide(d("b", NetworkVerdict::Denied, InterceptedProtocol::Tcp));
+        t.bytes("a", Some(80), 10, 20);
+        t.dns(d("a", NetworkVerdict::Allowed, InterceptedProtocol::Dns));
+        t.dns(d("a", NetworkVerdict::Allowed, InterceptedProtocol::Dns));
+        t.dns(d("x", NetworkVerdict::Denied, InterceptedProtocol::Dns));
+        let s = t.snapshot();
+        assert_eq!(
+            (s.requests, s.allowed, s.denied),
+            (Some(3), Some(2), Some(1))
+        );
+        assert_eq!((s.bytes_sent, s.bytes_received), (Some(10), Some(20)));
+        assert_eq!((s.dns.answered, s.dns.refused), (Some(2), Some(1)));
+        assert_eq!(s.destinations.len(), 3);
+        let x = s.destinations.iter().find(|d| d.host == "x").unwrap();
+        assert_eq!((x.port, x.denied, x.allowed), (None, Some(1), Some(0)));
+        assert_eq!(s.destinations[0].allowed, Some(2));
+        assert_eq!(s.destinations[0].bytes_received, Some(20));
+        assert_eq!(
+            t.decisions.len(),
+            5,
+            "one DNS decision per name and outcome"
+        );
+    }
+}

@@ -1,0 +1,269 @@
+//! The decisions of the egress driver, pure: which names the resolver answers, the synthetic
+//! addresses it hands out, and whether a connection (by its destination address, the name the
+//! resolver gave for it, and the name the client claims in SNI or `Host`) goes upstream and
+//! where to.
+
+use crate::allow::{AllowEntry, HostPattern};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// The first synthetic address (198.18.0.0/15 is reserved for benchmarking, never routed on
+/// the internet): every allowed name the resolver answers gets one, so a later connection to
+/// it is checked by that name.
+pub const SYNTHETIC_BASE: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// How many synthetic addresses there are (the /15, less the first).
+const SYNTHETIC_COUNT: u32 = (1 << 17) - 2;
+
+/// The entry that allows `host` (a name or an address literal) on `port`. A loopback
+/// address also matches a `localhost` entry.
+pub fn rule_for<'a>(allow: &'a [AllowEntry], host: &str, port: u16) -> Option<&'a AllowEntry> {
+    let loopback = host.parse::<IpAddr>().is_ok_and(|a| a.is_loopback());
+    allow
+        .iter()
+        .find(|e| e.allows(host, port) || (loopback && e.allows("localhost", port)))
+}
+
+/// Whether the resolver answers `name`: some entry names it (on any port). Address entries
+/// name no host.
+pub fn name_allowed(allow: &[AllowEntry], name: &str) -> bool {
+    allow.iter().any(|e| match &e.host {
+        HostPattern::Addr(_) => false,
+        _ => e.ports.first().is_some_and(|&p| e.allows(name, p)),
+    })
+}
+
+/// The names the resolver answered, and their synthetic addresses.
+#[derive(Debug, Default)]
+pub struct Synthetic {
+    by_name: HashMap<String, Ipv4Addr>,
+    by_addr: HashMap<Ipv4Addr, String>,
+}
+
+impl Synthetic {
+    /// The address for `name`, handing out the next one the first time. `None` when the
+    /// range is exhausted.
+    pub fn address_for(&mut self, name: &str) -> Option<Ipv4Addr> {
+        if let Some(a) = self.by_name.get(name) {
+            return Some(*a);
+        }
+        let n = u32::try_from(self.by_name.len()).ok()?;
+        if n >= SYNTHETIC_COUNT {
+            return None;
+        }
+        let addr = Ipv4Addr::from(u32::from(SYNTHETIC_BASE) + n);
+        self.by_name.insert(name.to_owned(), addr);
+        self.by_addr.insert(addr, name.to_owned());
+        Some(addr)
+    }
+
+    /// The name an address was handed out for.
+    pub fn name_of(&self, addr: IpAddr) -> Option<&str> {
+        match addr {
+            IpAddr::V4(a) => self.by_addr.get(&a).map(String::as_str),
+            IpAddr::V6(a) => a
+                .to_ipv4_mapped()
+                .and_then(|a| self.by_addr.get(&a))
+                .map(String::as_str),
+        }
+    }
+}
+
+/// Where an allowed connection goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upstream {
+    /// Resolve this name on the host and connect to it.
+    Name(String),
+    /// Connect to this address (an address entry: loopback services on the host, typically).
+    Addr(IpAddr),
+}
+
+/// A decision about one connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go upstream.
+    Allow {
+        /// The destination as checked.
+        host: String,
+        /// The entry that matched.
+        rule: String,
+        /// Where to connect.
+        upstream: Upstream,
+    },
+    /// Refuse.
+    Deny {
+        /// The destination as checked.
+        host: String,
+        /// Why, for the reviewer.
+        reason: &'static str,
+    },
+}
+
+/// The decision for a transparent connection to `dest`:`port`. `given` is the name the
+/// resolver handed `dest` out for (a synthetic address), `claimed` the name the client put
+/// in SNI or `Host`, when it sent one.
+pub fn decide_transparent(
+    allow: &[AllowEntry],
+    dest: IpAddr,
+    given: Option<&str>,
+    port: u16,
+    claimed: Option<&str>,
+) -> Verdict {
+    match given {
+        Some(name) => {
+            if let Some(c) = claimed
+                && !c.eq_ignore_ascii_case(name)
+            {
+                return Verdict::Deny {
+                    host: c.to_owned(),
+                    reason: "the name in SNI/Host differs from the name the address was resolved for",
+                };
+            }
+            match rule_for(allow, name, port) {
+                Some(rule) => Verdict::Allow {
+                    host: name.to_owned(),
+                    rule: rule.to_string(),
+                    upstream: Upstream::Name(name.to_owned()),
+                },
+                None => Verdict::Deny {
+                    host: name.to_owned(),
+                    reason: "the name is not allowed on this port",
+                },
+            }
+        }
+        None => {
+            let host = dest.to_canonical().to_string();
+            match rule_for(allow, &host, port) {
+                Some(rule) => Verdict::Allow {
+                    rule: rule.to_string(),
+                    upstream: Upstream::Addr(dest.to_canonical()),
+                    host,
+                },
+                None => Verdict::Deny {
+                    host,
+                    reason: "the address is not allowed on this port",
+                },
+            }
+        }
+    }
+}
+
+/// The decision for a proxy request to `host`:`port` (a name, an address literal, or a
+/// synthetic address the resolver gave).
+pub fn decide_proxy(allow: &[AllowEntry], synthetic: &Synthetic, host: &str, port: u16) -> Verdict {
+    if let Ok(addr) = host.parse::<IpAddr>() {
+        return decide_transparent(allow, addr, synthetic.name_of(addr), port, None);
+    }
+    match rule_for(allow, host, port) {
+        Some(rule) => Verdict::Allow {
+            host: host.to_owned(),
+            rule: rule.to_string(),
+            upstream: Upstream::Name(host.to_owned()),
+        },
+        None => Verdict::Deny {
+            host: host.to_owned(),
+            reason: "the name is not allowed on this port",
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allow(entries: &[&str]) -> Vec<AllowEntry> {
+        entries.iter().map(|e| e.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn names_get_stable_synthetic_addresses() {
+        let mut s = Synthetic::default();
+        let a = s.address_for("svc.test").unwrap();
+        assert_eq!(a, SYNTHETIC_BASE);
+        assert_eq!(s.address_for("svc.test"), Some(a));
+        let b = s.address_for("api.test").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(s.name_of(IpAddr::V4(b)), Some("api.test"));
+        assert_eq!(s.name_of("198.18.9.9".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn the_resolver_answers_named_entries_only() {
+        let a = allow(&["svc.test:8080", "*.pypi.org", "127.0.0.1:9000"]);
+        assert!(name_allowed(&a, "svc.test"));
+        assert!(name_allowed(&a, "files.pypi.org"));
+        assert!(!name_allowed(&a, "pypi.org"));
+        assert!(!name_allowed(&a, "other.test"));
+        assert!(!name_allowed(&a, "127.0.0.1"));
+    }
+
+    #[test]
+    fn a_synthetic_address_is_checked_by_its_name_and_the_claim() {
+        let a = allow(&["svc.test:8080"]);
+        let dest: IpAddr = SYNTHETIC_BASE.into();
+        let ok = decide_transparent(&a, dest, Some("svc.test"), 8080, Some("SVC.test"));
+        assert!(
+            matches!(&ok, Verdict::Allow { upstream: Upstream::Name(n), .. } if n == "svc.test")
+        );
+        assert!(matches!(
+            decide_transparent(&a, dest, Some("svc.test"), 8080, None),
+            Verdict::Allow { .. }
+        ));
+        let fronted = decide_transparent(&a, dest, Some("svc.test"), 8080, Some("other.test"));
+        assert!(matches!(&fronted, Verdict::Deny { host, .. } if host == "other.test"));
+        assert!(matches!(
+            decide_transparent(&a, dest, Some("svc.test"), 9090, None),
+            Verdict::Deny { .. }
+        ));
+    }
+
+    #[test]
+    fn addresses_need_an_address_entry_and_loopback_matches_localhost() {
+        let a = allow(&["127.0.0.1:8080", "localhost:3000", "svc.test:8080"]);
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        assert!(matches!(
+            decide_transparent(&a, lo, None, 8080, Some("anything")),
+            Verdict::Allow { upstream: Upstream::Addr(x), .. } if x == lo
+        ));
+        assert!(matches!(
+            decide_transparent(&a, lo, None, 3000, None),
+            Verdict::Allow { .. }
+        ));
+        assert!(matches!(
+            decide_transparent(&a, lo, None, 8081, None),
+            Verdict::Deny { .. }
+        ));
+        // A real address with an allowed name in SNI is still an unallowed address.
+        let real: IpAddr = "93.184.216.34".parse().unwrap();
+        assert!(matches!(
+            decide_transparent(&a, real, None, 8080, Some("svc.test")),
+            Verdict::Deny { .. }
+        ));
+    }
+
+    #[test]
+    fn proxy_targets_are_checked_by_name_or_address() {
+        let a = allow(&["svc.test:8080", "127.0.0.1:9000"]);
+        let mut s = Synthetic::default();
+        let syn = s.address_for("svc.test").unwrap().to_string();
+        assert!(matches!(
+            decide_proxy(&a, &s, "svc.test", 8080),
+            Verdict::Allow { .. }
+        ));
+        assert!(matches!(
+            decide_proxy(&a, &s, &syn, 8080),
+            Verdict::Allow { upstream: Upstream::Name(n), .. } if n == "svc.test"
+        ));
+        assert!(matches!(
+            decide_proxy(&a, &s, "other.test", 8080),
+            Verdict::Deny { .. }
+        ));
+        assert!(matches!(
+            decide_proxy(&a, &s, "127.0.0.1", 9000),
+            Verdict::Allow { .. }
+        ));
+        assert!(matches!(
+            decide_proxy(&a, &s, "127.0.0.1", 9001),
+            Verdict::Deny { .. }
+        ));
+    }
+}

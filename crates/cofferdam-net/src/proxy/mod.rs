@@ -1,0 +1,739 @@
+//! The supervisor's egress driver for `allow` mode (DESIGN.md §6): it serves the listening
+//! sockets the sandbox's pid 1 made inside the sandbox's network namespace and handed over
+//! (`crate::handover`), answers DNS only for allowed names (with synthetic addresses, so the
+//! later connection is checked by name), checks each connection by name and port (the name
+//! the resolver gave, TLS SNI, HTTP `Host`, the proxy request's target), connects upstream
+//! from the host's network and splices bytes without terminating TLS, counting everything.
+//!
+//! Plain threads, not an async runtime: a run has a handful of connections at a time, the
+//! driver starts only in `allow` mode (nothing of it is on the startup path of `none`), and
+//! it costs no dependency. A denied connection is reset at once (a refusal, not a timeout).
+//!
+//! Owns the serving and the counters. It decides through `decide` (pure) and never touches
+//! the sandbox's setup.
+
+pub mod counters;
+pub mod decide;
+pub mod dns;
+pub mod relay;
+pub mod sniff;
+pub mod snmp;
+
+use crate::allow::AllowEntry;
+use crate::handover::{SocketInfo, SocketRole, recv_sockets};
+use cofferdam_record::bundle::{
+    ControlDimension, ControlMechanism, ControlObservation, ControlStatus, InterceptedProtocol,
+    InterceptionProfile, InterceptionSnapshot,
+};
+use cofferdam_record::trace::NetworkVerdict;
+use counters::{Decision, Tally};
+use decide::{Synthetic, Upstream, Verdict};
+use rustix::fd::{AsFd, OwnedFd};
+use serde_json::json;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The driver's name in the records.
+pub const DRIVER: &str = "cofferdam-net";
+/// The sandbox-side DNS listener.
+pub const DNS_LISTEN: &str = "127.0.0.1:53";
+/// The sandbox-side HTTP proxy.
+pub const PROXY_PORT: u16 = 3128;
+/// The variable that maps names to addresses for the driver's upstream lookups, for tests
+/// only: `name=addr[,name=addr…]`. Its use is recorded as a run warning.
+pub const TEST_RESOLVE_ENV: &str = "COFFERDAM_TEST_RESOLVE";
+
+/// How long a transparent connection to a resolved name may take to show its first bytes
+/// (SNI or `Host`) before it is judged by the resolved name alone (server-speaks-first
+/// protocols send nothing).
+const SNIFF_WAIT: Duration = Duration::from_millis(250);
+/// How long a proxy client may take to send its request head.
+const HEAD_WAIT: Duration = Duration::from_secs(10);
+/// The largest request head or first bytes read before deciding.
+const HEAD_MAX: usize = 16 * 1024;
+/// How long an upstream connect may take.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// The most connections served at once (each takes two threads): beyond it new ones are
+/// reset and counted as denied, so the sandbox cannot exhaust the supervisor.
+const MAX_ACTIVE: usize = 512;
+/// How long `finish` waits for open connections to end (the sandbox is gone by then).
+const FINISH_GRACE: Duration = Duration::from_millis(500);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Upstream name resolution: the host's resolver, or the test overrides.
+#[derive(Debug, Clone, Default)]
+pub struct Resolver {
+    overrides: HashMap<String, IpAddr>,
+}
+
+impl Resolver {
+    /// The host's resolver, with the overrides of [`TEST_RESOLVE_ENV`] when it is set
+    /// (malformed pairs are ignored).
+    pub fn from_env() -> Resolver {
+        let overrides = std::env::var(TEST_RESOLVE_ENV)
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .filter_map(|(n, a)| Some((n.trim().to_ascii_lowercase(), a.trim().parse().ok()?)))
+            .collect();
+        Resolver { overrides }
+    }
+
+    /// Whether overrides are in force (the run records a warning).
+    pub fn is_overridden(&self) -> bool {
+        !self.overrides.is_empty()
+    }
+
+    fn resolve(&self, up: &Upstream, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        match up {
+            Upstream::Addr(a) => Ok(vec![SocketAddr::new(*a, port)]),
+            Upstream::Name(n) => match self.overrides.get(n) {
+                Some(a) => Ok(vec![SocketAddr::new(*a, port)]),
+                None if self.is_overridden() => Err(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("{n} is not in {TEST_RESOLVE_ENV}"),
+                )),
+                None => Ok((n.as_str(), port).to_socket_addrs()?.collect()),
+            },
+        }
+    }
+
+    fn connect(&self, up: &Upstream, port: u16) -> std::io::Result<TcpStream> {
+        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+        for addr in self.resolve(up, port)? {
+            match TcpStream::connect_timeout(&addr, CONNECT_WAIT) {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok(s);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+struct Shared {
+    allow: Vec<AllowEntry>,
+    resolver: Resolver,
+    tally: Mutex<Tally>,
+    synthetic: Mutex<Synthetic>,
+    active: AtomicUsize,
+    /// Copies of the listeners, shut down by `finish` to wake their threads.
+    listeners: Mutex<Vec<OwnedFd>>,
+    /// What the hand-over gave: the roles, or why there was none.
+    received: Mutex<Option<Result<Vec<SocketInfo>, String>>>,
+    /// The pid of a process inside the sandbox's network namespace (0: not known yet).
+    sandbox_pid: Arc<AtomicU32>,
+    /// The namespace's own counters, opened once the sockets arrived.
+    snmp: Mutex<Option<snmp::Watch>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The running driver.
+pub struct Interceptor {
+    shared: Arc<Shared>,
+    receiver: Option<JoinHandle<()>>,
+}
+
+/// What the driver reports at the end of the run.
+#[derive(Debug, Clone)]
+pub struct InterceptReport {
+    /// The driver's control observation (`egress_proxy`, dimension `network`).
+    pub observation: ControlObservation,
+    /// `network.interception`.
+    pub profile: InterceptionProfile,
+    /// `network.intercepted`, when the driver served.
+    pub snapshot: Option<InterceptionSnapshot>,
+    /// Every decision, for the trace.
+    pub decisions: Vec<Decision>,
+    /// Warnings for the run.
+    pub warnings: Vec<String>,
+}
+
+impl Interceptor {
+    /// Start: a thread waits for the sandbox's sockets on `socket` (the supervisor's end of
+    /// the network socket) and serves them.
+    pub fn start(allow: Vec<AllowEntry>, resolver: Resolver, socket: OwnedFd) -> Interceptor {
+        let shared = Arc::new(Shared {
+            allow,
+            resolver,
+            tally: Mutex::new(Tally::default()),
+            synthetic: Mutex::new(Synthetic::default()),
+            active: AtomicUsize::new(0),
+            listeners: Mutex::new(Vec::new()),
+            received: Mutex::new(None),
+            sandbox_pid: Arc::new(AtomicU32::new(0)),
+            snmp: Mutex::new(None),
+        });
+        let s = shared.clone();
+        let receiver = std::thread::Builder::new()
+            .name("cofferdam-net".into())
+            .spawn(move || receive(&s, &socket))
+            .ok();
+        Interceptor { shared, receiver }
+    }
+
+    /// Where to put the pid of the sandbox's init (a process inside its network namespace)
+    /// once it runs: the driver reads the namespace's counters through it.
+    pub fn sandbox_pid(&self) -> Arc<AtomicU32> {
+        self.shared.sandbox_pid.clone()
+    }
+
+    /// Stop serving (the sandbox has ended) and report.
+    pub fn finish(mut self) -> InterceptReport {
+        if let Some(r) = self.receiver.take() {
+            let _ = r.join();
+        }
+        for fd in lock(&self.shared.listeners).iter() {
+            let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Both);
+        }
+        let deadline = Instant::now() + FINISH_GRACE;
+        while self.shared.active.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let received = lock(&self.shared.received).clone();
+        let mut warnings = Vec::new();
+        if self.shared.resolver.is_overridden() {
+            warnings.push(format!(
+                "network: upstream names were resolved through {TEST_RESOLVE_ENV} (a test \
+                 setting), not the host's resolver"
+            ));
+        }
+        if self.shared.active.load(Ordering::SeqCst) > 0 {
+            warnings.push(
+                "network: connections were still open when the run ended; their byte counts \
+                 are incomplete"
+                    .into(),
+            );
+        }
+        let mut o = ControlObservation::new(
+            ControlMechanism::EgressProxy,
+            ControlDimension::Network,
+            ControlStatus::Enforced,
+        );
+        o.details.insert("driver".into(), json!(DRIVER));
+        let (covers, snapshot) = match &received {
+            Some(Ok(infos)) => {
+                o.details.insert(
+                    "sockets".into(),
+                    serde_json::to_value(infos).unwrap_or_default(),
+                );
+                let mut covers = Vec::new();
+                if infos
+                    .iter()
+                    .any(|i| matches!(i.role, SocketRole::DnsUdp | SocketRole::DnsTcp))
+                {
+                    covers.push(InterceptedProtocol::Dns);
+                }
+                if infos
+                    .iter()
+                    .any(|i| matches!(i.role, SocketRole::Tcp { .. }))
+                {
+                    covers.push(InterceptedProtocol::Tcp);
+                }
+                if infos.iter().any(|i| i.role == SocketRole::Proxy) {
+                    covers.push(InterceptedProtocol::HttpConnect);
+                }
+                let mut snap = lock(&self.shared.tally).snapshot();
+                match lock(&self.shared.snmp)
+                    .as_mut()
+                    .and_then(snmp::Watch::since_open)
+                {
+                    Some(u) => {
+                        snap.tcp_refused_unlistened = Some(u.tcp_attempt_fails);
+                        snap.udp_unlistened = Some(u.udp_no_ports);
+                    }
+                    None => warnings.push(
+                        "network: the sandbox namespace's counters could not be read; \
+                         attempts on ports nothing listens on are not counted (null)"
+                            .into(),
+                    ),
+                }
+                (covers, Some(snap))
+            }
+            Some(Err(e)) => {
+                o.status = ControlStatus::Failed;
+                o.reason = Some(e.clone());
+                (Vec::new(), None)
+            }
+            None => {
+                o.status = ControlStatus::Failed;
+                o.reason = Some("the sandbox handed over no sockets".into());
+                (Vec::new(), None)
+            }
+        };
+        let decisions = std::mem::take(&mut lock(&self.shared.tally).decisions);
+        InterceptReport {
+            observation: o,
+            profile: InterceptionProfile {
+                driver: DRIVER.into(),
+                covers,
+                dns_listen: Some(DNS_LISTEN.into()),
+                proxy_listen: Some(format!("127.0.0.1:{PROXY_PORT}")),
+            },
+            snapshot,
+            decisions,
+            warnings,
+        }
+    }
+}
+
+fn receive(shared: &Arc<Shared>, socket: &OwnedFd) {
+    let got = match recv_sockets(socket.as_fd()) {
+        Ok(Some(got)) => got,
+        Ok(None) => return,
+        Err(e) => {
+            *lock(&shared.received) =
+                Some(Err(format!("cannot receive the sandbox's sockets: {e}")));
+            return;
+        }
+    };
+    // The init unshared the namespace before pid 1 could send: it is inside now.
+    // The supervisor stores its pid right after starting it: wait for that, briefly.
+    let mut pid = shared.sandbox_pid.load(Ordering::SeqCst);
+    for _ in 0..200 {
+        if pid != 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        pid = shared.sandbox_pid.load(Ordering::SeqCst);
+    }
+    if pid != 0 {
+        *lock(&shared.snmp) = snmp::Watch::open(pid);
+    }
+    let mut infos = Vec::new();
+    for (info, fd) in got {
+        if let Ok(copy) = fd.try_clone() {
+            lock(&shared.listeners).push(copy);
+        }
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("cofferdam-net-listen".into())
+            .spawn(move || match info.role {
+                SocketRole::DnsUdp => serve_dns_udp(&s, UdpSocket::from(fd)),
+                SocketRole::DnsTcp => accept_loop(&s, TcpListener::from(fd), |sh, c| {
+                    on_loopback_or_transparent(sh, c, serve_dns_tcp);
+                }),
+                SocketRole::Proxy => accept_loop(&s, TcpListener::from(fd), |sh, c| {
+                    on_loopback_or_transparent(sh, c, serve_proxy);
+                }),
+                SocketRole::Tcp { .. } => {
+                    accept_loop(&s, TcpListener::from(fd), serve_transparent);
+                }
+            });
+        if spawned.is_ok() {
+            infos.push(info);
+        }
+    }
+    *lock(&shared.received) = Some(Ok(infos));
+}
+
+fn accept_loop(shared: &Arc<Shared>, l: TcpListener, serve: fn(&Shared, TcpStream)) {
+    loop {
+        match l.accept() {
+            Ok((stream, _)) => {
+                if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_ACTIVE {
+                    shared.active.fetch_sub(1, Ordering::SeqCst);
+                    over_capacity(shared, stream);
+                    continue;
+                }
+                let s = shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("cofferdam-net-conn".into())
+                    .spawn(move || {
+                        serve(&s, stream);
+                        s.active.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    shared.active.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Serve a connection to the resolver's or proxy's port with `serve` when it came to
+/// 127.0.0.1, else (the port is also allowed, the listener is on every address) as a
+/// transparent connection.
+fn on_loopback_or_transparent(shared: &Shared, c: TcpStream, serve: fn(&Shared, TcpStream)) {
+    match c.local_addr() {
+        Ok(a) if a.ip().to_canonical() != IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) => {
+            serve_transparent(shared, c);
+        }
+        _ => serve(shared, c),
+    }
+}
+
+/// Refuse a connection beyond [`MAX_ACTIVE`], counted as denied for its destination.
+fn over_capacity(shared: &Shared, stream: TcpStream) {
+    if let Ok(local) = stream.local_addr() {
+        let host = lock(&shared.synthetic)
+            .name_of(local.ip())
+            .map_or_else(|| local.ip().to_canonical().to_string(), str::to_owned);
+        record(
+            shared,
+            InterceptedProtocol::Tcp,
+            local.port(),
+            &Verdict::Deny {
+                host,
+                reason: "too many connections at once",
+            },
+        );
+    }
+    reset(stream);
+}
+
+/// The DNS answer for a query, counted.
+fn answer_dns(shared: &Shared, msg: &[u8]) -> Option<Vec<u8>> {
+    let q = dns::parse_query(msg)?;
+    let allowed = dns::is_internet(&q) && decide::name_allowed(&shared.allow, &q.name);
+    let reply = if !dns::is_internet(&q) {
+        dns::Reply::Refused
+    } else if !allowed {
+        dns::Reply::NameError
+    } else if q.qtype == dns::TYPE_A {
+        match lock(&shared.synthetic).address_for(&q.name) {
+            Some(a) => dns::Reply::A(a),
+            None => dns::Reply::Refused,
+        }
+    } else {
+        dns::Reply::Empty
+    };
+    let answered = matches!(reply, dns::Reply::A(_) | dns::Reply::Empty);
+    lock(&shared.tally).dns(Decision {
+        at_unix_ms: now_ms(),
+        protocol: InterceptedProtocol::Dns,
+        host: q.name.clone(),
+        port: None,
+        verdict: if answered {
+            NetworkVerdict::Allowed
+        } else {
+            NetworkVerdict::Denied
+        },
+        rule: None,
+        reason: (!answered).then(|| "the name is not allowed".to_owned()),
+    });
+    Some(dns::response(&q, reply))
+}
+
+fn serve_dns_udp(shared: &Arc<Shared>, sock: UdpSocket) {
+    let mut buf = [0u8; 1500];
+    loop {
+        match sock.recv_from(&mut buf) {
+            Ok((0, _)) => return,
+            Ok((n, peer)) => {
+                if let Some(resp) = answer_dns(shared, &buf[..n]) {
+                    let _ = sock.send_to(&resp, peer);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+fn serve_dns_tcp(shared: &Shared, mut stream: TcpStream) {
+    let _ = stream.set_read_timeout(Some(HEAD_WAIT));
+    loop {
+        let mut len = [0u8; 2];
+        if stream.read_exact(&mut len).is_err() {
+            return;
+        }
+        let mut msg = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        if stream.read_exact(&mut msg).is_err() {
+            return;
+        }
+        let Some(resp) = answer_dns(shared, &msg) else {
+            return;
+        };
+        let Ok(n) = u16::try_from(resp.len()) else {
+            return;
+        };
+        if stream.write_all(&n.to_be_bytes()).is_err() || stream.write_all(&resp).is_err() {
+            return;
+        }
+    }
+}
+
+/// Reset the connection (a refusal the client sees at once, not a timeout).
+fn reset(stream: TcpStream) {
+    let _ = rustix::net::sockopt::set_socket_linger(&stream, Some(Duration::ZERO));
+    drop(stream);
+}
+
+fn record(shared: &Shared, protocol: InterceptedProtocol, port: u16, v: &Verdict) {
+    let (host, verdict, rule, reason) = match v {
+        Verdict::Allow { host, rule, .. } => {
+            (host, NetworkVerdict::Allowed, Some(rule.clone()), None)
+        }
+        Verdict::Deny { host, reason } => (
+            host,
+            NetworkVerdict::Denied,
+            None,
+            Some((*reason).to_owned()),
+        ),
+    };
+    lock(&shared.tally).decide(Decision {
+        at_unix_ms: now_ms(),
+        protocol,
+        host: host.clone(),
+        port: Some(port),
+        verdict,
+        rule,
+        reason,
+    });
+}
+
+/// Read until `done` says the bytes are enough, the limit, the end, or the timeout.
+fn read_until(stream: &mut TcpStream, wait: Duration, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+    let _ = stream.set_read_timeout(Some(wait));
+    let deadline = Instant::now() + wait;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !done(&buf) && buf.len() < HEAD_MAX && Instant::now() < deadline {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let _ = stream.set_read_timeout(None);
+    buf
+}
+
+fn go_upstream(
+    shared: &Shared,
+    mut client: TcpStream,
+    host: &str,
+    port: u16,
+    upstream: &Upstream,
+    first: &[u8],
+    reply: Option<&[u8]>,
+) {
+    let up = match shared.resolver.connect(upstream, port) {
+        Ok(up) => up,
+        Err(_) => {
+            match reply {
+                Some(_) => {
+                    let _ = client.write_all(
+                        b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                }
+                None => reset(client),
+            }
+            return;
+        }
+    };
+    if let Some(r) = reply
+        && client.write_all(r).is_err()
+    {
+        return;
+    }
+    let mut up_w = match up.try_clone() {
+        Ok(u) => u,
+        Err(_) => return,
+    };
+    if !first.is_empty() && up_w.write_all(first).is_err() {
+        return;
+    }
+    let _ = client.set_nodelay(true);
+    if let Ok((sent, received)) = relay::splice(client, up) {
+        lock(&shared.tally).bytes(host, Some(port), sent + first.len() as u64, received);
+    }
+}
+
+/// The name a client claims in its first bytes (SNI or `Host`), once they tell.
+fn claim_of(first: &[u8]) -> Option<String> {
+    match sniff::sniff(first) {
+        sniff::Sniffed::Tls(name) | sniff::Sniffed::Http(name) => name,
+        _ => None,
+    }
+}
+
+fn told(b: &[u8]) -> bool {
+    sniff::sniff(b) != sniff::Sniffed::Incomplete
+}
+
+fn serve_transparent(shared: &Shared, mut client: TcpStream) {
+    let Ok(local) = client.local_addr() else {
+        return;
+    };
+    let (dest, port) = (local.ip().to_canonical(), local.port());
+    let given = lock(&shared.synthetic).name_of(dest).map(str::to_owned);
+    // Only a resolved name is checked against what the client claims; an address entry
+    // allows the address whatever the client says.
+    let first = match &given {
+        Some(_) => read_until(&mut client, SNIFF_WAIT, told),
+        None => Vec::new(),
+    };
+    if let Some(name) = given.as_deref()
+        && !told(&first)
+    {
+        return serve_late_claim(shared, client, name, dest, port, first);
+    }
+    let claimed = claim_of(&first);
+    let v = decide::decide_transparent(
+        &shared.allow,
+        dest,
+        given.as_deref(),
+        port,
+        claimed.as_deref(),
+    );
+    record(shared, InterceptedProtocol::Tcp, port, &v);
+    match v {
+        Verdict::Deny { .. } => reset(client),
+        Verdict::Allow { host, upstream, .. } => {
+            go_upstream(shared, client, &host, port, &upstream, &first, None);
+        }
+    }
+}
+
+/// A connection to a resolved name whose client has not told its name in time (a protocol
+/// where the server speaks first, or a slow client): the upstream is connected and may speak,
+/// but nothing the client sends goes upstream until its first bytes tell whether they claim
+/// another name. Waiting longer never lets a mismatch through.
+fn serve_late_claim(
+    shared: &Shared,
+    mut client: TcpStream,
+    name: &str,
+    dest: IpAddr,
+    port: u16,
+    mut first: Vec<u8>,
+) {
+    let by_name = decide::decide_transparent(&shared.allow, dest, Some(name), port, None);
+    let Verdict::Allow { upstream, .. } = &by_name else {
+        record(shared, InterceptedProtocol::Tcp, port, &by_name);
+        return reset(client);
+    };
+    let up = match shared.resolver.connect(upstream, port) {
+        Ok(up) => up,
+        Err(_) => {
+            record(shared, InterceptedProtocol::Tcp, port, &by_name);
+            return reset(client);
+        }
+    };
+    let (Ok(up_r), Ok(client_w)) = (up.try_clone(), client.try_clone()) else {
+        return;
+    };
+    let denied = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let quiet = denied.clone();
+    let back = std::thread::Builder::new()
+        .name("cofferdam-net-relay".into())
+        .spawn(move || relay::pump_unless(up_r, client_w, &quiet));
+    let mut chunk = [0u8; 4096];
+    while !told(&first) && first.len() < HEAD_MAX {
+        match client.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => first.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let v = decide::decide_transparent(
+        &shared.allow,
+        dest,
+        Some(name),
+        port,
+        claim_of(&first).as_deref(),
+    );
+    record(shared, InterceptedProtocol::Tcp, port, &v);
+    let sent = match v {
+        Verdict::Deny { .. } => {
+            // The upstream side's relay must end without closing the client's stream, so
+            // that the last close here is a reset.
+            denied.store(true, Ordering::SeqCst);
+            let _ = up.shutdown(std::net::Shutdown::Both);
+            let received = back.map_or(0, |t| t.join().unwrap_or(0));
+            lock(&shared.tally).bytes(name, Some(port), 0, received);
+            return reset(client);
+        }
+        Verdict::Allow { .. } => {
+            let mut up_w = up;
+            if up_w.write_all(&first).is_err() {
+                0
+            } else {
+                first.len() as u64 + relay::pump(client, up_w)
+            }
+        }
+    };
+    let received = back.map_or(0, |t| t.join().unwrap_or(0));
+    lock(&shared.tally).bytes(name, Some(port), sent, received);
+}
+
+fn serve_proxy(shared: &Shared, mut client: TcpStream) {
+    let buf = read_until(&mut client, HEAD_WAIT, |b| sniff::head_end(b).is_some());
+    let Some(end) = sniff::head_end(&buf) else {
+        let _ = client.write_all(
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
+        return;
+    };
+    let Some(req) = sniff::proxy_request(&buf[..end]) else {
+        let _ = client.write_all(
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
+        return;
+    };
+    let (host, port) = match &req {
+        sniff::ProxyRequest::Connect { host, port }
+        | sniff::ProxyRequest::Forward { host, port, .. } => (host.clone(), *port),
+    };
+    let v = {
+        let syn = lock(&shared.synthetic);
+        decide::decide_proxy(&shared.allow, &syn, &host, port)
+    };
+    record(shared, InterceptedProtocol::HttpConnect, port, &v);
+    let (checked, upstream) = match v {
+        Verdict::Deny { .. } => {
+            let body = b"cofferdam: this destination is not on the run's network allowlist\n";
+            let _ = client.write_all(
+                format!(
+                    "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+            let _ = client.write_all(body);
+            return;
+        }
+        Verdict::Allow { host, upstream, .. } => (host, upstream),
+    };
+    match req {
+        sniff::ProxyRequest::Connect { .. } => go_upstream(
+            shared,
+            client,
+            &checked,
+            port,
+            &upstream,
+            &buf[end..],
+            Some(b"HTTP/1.1 200 Connection established\r\n\r\n"),
+        ),
+        sniff::ProxyRequest::Forward { request_line, .. } => {
+            let line_end = buf
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .map_or(end, |i| i + 2);
+            let mut first = request_line.into_bytes();
+            first.extend_from_slice(&buf[line_end..]);
+            go_upstream(shared, client, &checked, port, &upstream, &first, Some(b""));
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The sandbox side of the network (DESIGN.md §6), run by pid 1 after the root is composed
+//! and before anything is restricted:
+//! - `none`: loopback only (`crate::netif`);
+//! - `allow`: loopback, then a route making every IPv4 destination local
+//!   (`local 0.0.0.0/0 dev lo` in the local table), so any `connect(2)` lands on a listener
+//!   in this namespace or is refused at once; then the listeners (DNS on 127.0.0.1:53 UDP
+//!   and TCP, the HTTP proxy on 127.0.0.1, one transparent TCP listener per allowed port on
+//!   every address, IPv4 and IPv6) are created and handed to the supervisor over the network
+//!   socket ([`NET_FD`]) and pid 1's copies closed: nothing inside holds them;
+//! - `host`: no network namespace was made (`userns::enter_namespaces`); this reports so.
+//!
+//! Owns the route and the listeners; the supervisor (`cofferdam_net::proxy`) serves them.
+
+use crate::netif;
+use crate::setup_error::{SetupError, StepContext};
+use cofferdam_net::handover::{NET_FD, SocketInfo, SocketRole, send_sockets};
+use cofferdam_policy::plan::{NetworkPlan, PlanNetworkMode};
+use cofferdam_record::bundle::{
+    ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
+};
+use rustix::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use rustix::io::Errno;
+use rustix::net::{AddressFamily, SocketAddrV4, SocketAddrV6, SocketFlags, SocketType};
+use serde_json::json;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Set up the network of `plan` in the current (new) network namespace, or report the
+/// host's network in `host` mode.
+pub fn configure(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
+    match plan.mode {
+        PlanNetworkMode::None => netif::loopback_up(),
+        PlanNetworkMode::Host => Ok(host_network()),
+        PlanNetworkMode::Allow => allow(plan),
+    }
+}
+
+fn host_network() -> ControlObservation {
+    let mut o = ControlObservation::new(
+        ControlMechanism::Netns,
+        ControlDimension::Network,
+        ControlStatus::Unavailable,
+    );
+    o.reason = Some(
+        "network mode host: no network namespace, the command shares the host's network \
+         (by request)"
+            .into(),
+    );
+    o.details.insert("mode".into(), json!("host"));
+    o
+}
+
+fn allow(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
+    let mut o = netif::loopback_up()?;
+    add_local_default_route().step(|| "route every IPv4 destination to lo (netlink)".into())?;
+    let (infos, fds, v6) = listeners(plan)?;
+    // SAFETY: in `allow` mode the supervisor hands the network socket as fd NET_FD and
+    // nothing else in this process owns it; it is taken once, here, and closed on return.
+    let socket = unsafe { OwnedFd::from_raw_fd(NET_FD) };
+    let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
+    send_sockets(socket.as_fd(), &infos, &borrowed)
+        .step(|| "hand the network listeners to the supervisor".into())?;
+    drop(fds);
+    drop(socket);
+    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    o.details.insert("mode".into(), json!("allow"));
+    o.details
+        .insert("local_route".into(), json!("local 0.0.0.0/0 dev lo"));
+    o.details.insert(
+        "listeners".into(),
+        serde_json::to_value(&infos).unwrap_or_default(),
+    );
+    o.details.insert("ipv6_listeners".into(), json!(v6));
+    o.details.insert(
+        "resolv_conf_local".into(),
+        json!(resolv.lines().any(|l| l.trim() == "nameserver 127.0.0.1")),
+    );
+    Ok(o)
+}
+
+type Listeners = (Vec<SocketInfo>, Vec<OwnedFd>, bool);
+
+/// Create every listener: the resolver (UDP and TCP) and the proxy on 127.0.0.1, one
+/// transparent listener per allowed port on every IPv4 address and one on every IPv6 address
+/// (`V6ONLY`). A resolver or proxy port that is also allowed listens on every address
+/// instead (two listeners cannot share a port); the supervisor serves what arrives there on
+/// another address than 127.0.0.1 as a transparent connection.
+fn listeners(plan: &NetworkPlan) -> Result<Listeners, SetupError> {
+    let lo = Ipv4Addr::LOCALHOST;
+    let v4 = AddressFamily::INET;
+    let only_loopback = |port: u16| !plan.tcp_ports.contains(&port);
+    let mut want = vec![
+        (SocketRole::DnsUdp, SocketType::DGRAM, v4, 53, true),
+        (
+            SocketRole::DnsTcp,
+            SocketType::STREAM,
+            v4,
+            53,
+            only_loopback(53),
+        ),
+    ];
+    if let Some(p) = plan.proxy_port {
+        want.push((
+            SocketRole::Proxy,
+            SocketType::STREAM,
+            v4,
+            p,
+            only_loopback(p),
+        ));
+    }
+    for &port in &plan.tcp_ports {
+        let role = SocketRole::Tcp { port };
+        if port != 53 && Some(port) != plan.proxy_port {
+            want.push((role, SocketType::STREAM, v4, port, false));
+        }
+        want.push((role, SocketType::STREAM, AddressFamily::INET6, port, false));
+    }
+    let mut infos = Vec::new();
+    let mut fds = Vec::new();
+    let mut v6 = false;
+    for (role, ty, family, port, loopback) in want {
+        let what = || format!("listener {role:?} on port {port}");
+        let fd = match rustix::net::socket_with(family, ty, SocketFlags::CLOEXEC, None) {
+            Ok(fd) => fd,
+            // A host without IPv6: the IPv4 listeners cover the port.
+            Err(Errno::AFNOSUPPORT) if family == AddressFamily::INET6 => continue,
+            Err(e) => return Err(e).step(what),
+        };
+        rustix::net::sockopt::set_socket_reuseaddr(&fd, true).step(what)?;
+        if family == AddressFamily::INET6 {
+            rustix::net::sockopt::set_ipv6_v6only(&fd, true).step(what)?;
+            rustix::net::bind(&fd, &SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0))
+                .step(what)?;
+            v6 = true;
+        } else {
+            let ip = if loopback { lo } else { Ipv4Addr::UNSPECIFIED };
+            rustix::net::bind(&fd, &SocketAddrV4::new(ip, port)).step(what)?;
+        }
+        infos.push(SocketInfo { role });
+        fds.push((fd, ty));
+    }
+    for (fd, ty) in &fds {
+        if *ty == SocketType::STREAM {
+            rustix::net::listen(fd, 256).step(|| "listen".into())?;
+        }
+    }
+    Ok((infos, fds.into_iter().map(|(fd, _)| fd).collect(), v6))
+}
+
+const NLMSG_ERROR: u16 = 2;
+const RTM_NEWROUTE: u16 = 24;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_EXCL: u16 = 0x200;
+const NLM_F_CREATE: u16 = 0x400;
+const RT_TABLE_LOCAL: u8 = 255;
+const RTPROT_BOOT: u8 = 3;
+const RT_SCOPE_HOST: u8 = 254;
+const RTN_LOCAL: u8 = 2;
+const RTA_OIF: u16 = 4;
+
+/// The `RTM_NEWROUTE` message for `local 0.0.0.0/0 dev <ifindex> table local`.
+fn local_default_route_msg(ifindex: u32) -> Vec<u8> {
+    let mut m = Vec::with_capacity(36);
+    m.extend_from_slice(&36u32.to_ne_bytes()); // nlmsg_len
+    m.extend_from_slice(&RTM_NEWROUTE.to_ne_bytes());
+    m.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK | NLM_F_EXCL | NLM_F_CREATE).to_ne_bytes());
+    m.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    m.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel
+    // struct rtmsg
+    m.extend_from_slice(&[
+        libc::AF_INET as u8,
+        0, // dst_len: the default route
+        0,
+        0,
+        RT_TABLE_LOCAL,
+        RTPROT_BOOT,
+        RT_SCOPE_HOST,
+        RTN_LOCAL,
+    ]);
+    m.extend_from_slice(&0u32.to_ne_bytes()); // rtm_flags
+    // RTA_OIF
+    m.extend_from_slice(&8u16.to_ne_bytes());
+    m.extend_from_slice(&RTA_OIF.to_ne_bytes());
+    m.extend_from_slice(&ifindex.to_ne_bytes());
+    m
+}
+
+fn add_local_default_route() -> Result<(), Errno> {
+    // SAFETY: if_nametoindex reads a NUL-terminated string that outlives the call.
+    let ifindex = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+    if ifindex == 0 {
+        return Err(Errno::NODEV);
+    }
+    // SAFETY: plain socket(2) call; the descriptor is owned below.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if raw < 0 {
+        return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
+    }
+    // SAFETY: `raw` is a descriptor just returned by socket(2), owned by nobody else.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    let msg = local_default_route_msg(ifindex);
+    rustix::io::write(&sock, &msg)?;
+    let mut buf = [0u8; 512];
+    let n = rustix::io::read(&sock, &mut buf)?;
+    // The acknowledgement: an NLMSG_ERROR whose error is 0.
+    if n < 20 || u16::from_ne_bytes([buf[4], buf[5]]) != NLMSG_ERROR {
+        return Err(Errno::PROTO);
+    }
+    match i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]) {
+        0 => Ok(()),
+        e => Err(Errno::from_raw_os_error(-e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_route_message_is_well_formed() {
+        let m = local_default_route_msg(1);
+        assert_eq!(m.len(), 36);
+        assert_eq!(u32::from_ne_bytes([m[0], m[1], m[2], m[3]]), 36);
+        assert_eq!(m[16], libc::AF_INET as u8);
+        assert_eq!(
+            &m[20..24],
+            &[RT_TABLE_LOCAL, RTPROT_BOOT, RT_SCOPE_HOST, RTN_LOCAL]
+        );
+        assert_eq!(&m[32..36], &1u32.to_ne_bytes());
+    }
+}

@@ -1,0 +1,475 @@
+//! Network modes against the real CLI, on loopback only: test servers on 127.0.0.1 started
+//! here, clients inside the sandbox (python3 sockets as the plain client, curl as the
+//! proxy-aware one). Each test attempts the forbidden connection and asserts the refusal, that
+//! the server never saw it, and what the bundle and the trace say.
+
+use crate::common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn sealed_host() -> bool {
+    require("unprivileged user namespaces", userns_independently())
+        && require("Landlock", landlock_abi_independently() > 0)
+        && require(
+            "curl",
+            std::process::Command::new("curl")
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success()),
+        )
+}
+
+/// A one-response HTTP server on 127.0.0.1 answering `body`, counting the requests it got.
+struct Server {
+    port: u16,
+    hits: Arc<AtomicUsize>,
+}
+
+fn server(body: &'static str) -> Server {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            let h = h.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                h.fetch_add(1, Ordering::SeqCst);
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    Server { port, hits }
+}
+
+/// A server that speaks first (as SSH and SMTP do): a banner, then one line back.
+fn banner_server() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            std::thread::spawn(move || {
+                let _ = c.write_all(b"HELLO\r\n");
+                let mut line = [0u8; 64];
+                if let Ok(n) = c.read(&mut line) {
+                    let _ = c.write_all(&line[..n]);
+                }
+            });
+        }
+    });
+    port
+}
+
+fn run_script(s: &Sandbox, args: &[&str], env: &[(&str, &str)], script: &str) -> (String, Value) {
+    let mut cmd = s.cmd();
+    cmd.arg("run").arg("-q").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.args(["--", "sh", "-c", script]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{out:?}\nstdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    (stdout, b)
+}
+
+fn line<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {out}"))
+}
+
+fn decisions(b: &Value) -> Vec<Value> {
+    let trace = b["run"]["event_stream_ref"].as_str().unwrap();
+    std::fs::read_to_string(trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"]["type"] == "network_decision")
+        .map(|e| e["event"].clone())
+        .collect()
+}
+
+fn destination<'a>(b: &'a Value, host: &str, port: u16) -> &'a Value {
+    b["network"]["intercepted"]["destinations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["host"] == host && d["port"] == port)
+        .unwrap_or_else(|| panic!("no {host}:{port} in {}", b["network"]))
+}
+
+/// A plain TCP client (no proxy): prints the body, or the error's name.
+const PLAIN: &str = r#"python3 - "$@" <<'PY'
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+try:
+    s = socket.create_connection((host, port), timeout=5)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: " + sys.argv[3].encode() + b"\r\n\r\n")
+    data = b""
+    while True:
+        c = s.recv(4096)
+        if not c: break
+        data += c
+    print(data.split(b"\r\n\r\n", 1)[-1].decode() or "EMPTY")
+except OSError as e:
+    print(type(e).__name__)
+PY"#;
+
+fn plain(key: &str, host: &str, port: u16, header_host: &str) -> String {
+    format!(
+        "printf '{key}='; sh -c '{}' x {host} {port} {header_host}\n",
+        PLAIN.replace('\'', "'\\''")
+    )
+}
+
+#[test]
+fn allow_reaches_the_allowed_port_by_every_client_and_refuses_the_other_at_once() {
+    if !sealed_host() {
+        return;
+    }
+    let (p1, p2) = (server("P1"), server("P2"));
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let uport = udp.local_addr().unwrap().port();
+    let s = Sandbox::new();
+    let allow = format!("127.0.0.1:{}", p1.port);
+    // UDP other than DNS, ICMP and raw sockets get nothing.
+    let other = format!(
+        r#"printf 'other='; python3 -c '
+import socket
+out = []
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.sendto(b"x", ("127.0.0.1", {uport}))
+for kind, proto in (("icmp", (socket.SOCK_DGRAM, socket.IPPROTO_ICMP)), ("raw", (socket.SOCK_RAW, socket.IPPROTO_ICMP))):
+    try:
+        socket.socket(socket.AF_INET, *proto); out.append(kind + ":open")
+    except OSError as e:
+        out.append(kind + ":" + type(e).__name__)
+print(" ".join(out))
+'
+"#
+    );
+    let script = format!(
+        "{}{}\
+         printf 'proxy1='; curl -sS -p -x \"$HTTPS_PROXY\" --noproxy '' http://127.0.0.1:{a}/ 2>/dev/null; echo \" rc=$?\"\n\
+         printf 'proxy2='; curl -sS -p -x \"$HTTPS_PROXY\" --noproxy '' http://127.0.0.1:{b}/ 2>/dev/null; echo \" rc=$?\"\n\
+         printf 'env='; echo \"$HTTPS_PROXY $http_proxy\"\n{other}",
+        plain("plain1", "127.0.0.1", p1.port, "x"),
+        plain("plain2", "127.0.0.1", p2.port, "x"),
+        a = p1.port,
+        b = p2.port,
+    );
+    let (out, b) = run_script(&s, &["--allow-net", &allow], &[], &script);
+    assert_eq!(line(&out, "plain1"), "P1", "{out}");
+    assert_eq!(line(&out, "plain2"), "ConnectionRefusedError", "{out}");
+    assert_eq!(line(&out, "proxy1"), "P1 rc=0", "{out}");
+    // curl's "CONNECT tunnel failed" (56): the proxy answered 403.
+    assert_eq!(line(&out, "proxy2"), " rc=56", "{out}");
+    assert_eq!(
+        line(&out, "env"),
+        "http://127.0.0.1:3128 http://127.0.0.1:3128"
+    );
+    assert_eq!(
+        line(&out, "other"),
+        "icmp:PermissionError raw:PermissionError",
+        "{out}"
+    );
+    let mut buf = [0u8; 8];
+    assert!(
+        udp.recv(&mut buf).is_err(),
+        "a UDP datagram reached the host"
+    );
+    assert_eq!(p2.hits.load(Ordering::SeqCst), 0, "P2 was reached");
+    assert_eq!(p1.hits.load(Ordering::SeqCst), 2);
+
+    assert_eq!(b["network"]["policy"]["mode"], "allow");
+    assert_eq!(b["network"]["policy"]["allow"][0], allow);
+    assert_eq!(b["network"]["interception"]["driver"], "cofferdam-net");
+    assert_eq!(
+        b["network"]["interception"]["covers"],
+        serde_json::json!(["dns", "tcp", "http_connect"])
+    );
+    let n = &b["network"]["intercepted"];
+    assert_eq!(
+        (n["allowed"].as_u64(), n["denied"].as_u64()),
+        (Some(2), Some(1)),
+        "{n}"
+    );
+    assert!(n["bytes_received"].as_u64().unwrap() > 0, "{n}");
+    let d1 = destination(&b, "127.0.0.1", p1.port);
+    assert_eq!(
+        (d1["allowed"].as_u64(), d1["denied"].as_u64()),
+        (Some(2), Some(0))
+    );
+    let d2 = destination(&b, "127.0.0.1", p2.port);
+    assert_eq!(
+        (d2["allowed"].as_u64(), d2["denied"].as_u64()),
+        (Some(0), Some(1))
+    );
+    // The plain attempt on P2 met no listener: the kernel refused it, counted but nameless.
+    assert!(n["tcp_refused_unlistened"].as_u64().unwrap() >= 1, "{n}");
+    assert!(n["udp_unlistened"].as_u64().unwrap() >= 1, "{n}");
+
+    let ds = decisions(&b);
+    let has = |proto: &str, port: u16, verdict: &str| {
+        ds.iter().any(|d| {
+            d["protocol"] == proto
+                && d["host"] == "127.0.0.1"
+                && d["port"] == port
+                && d["decision"] == verdict
+        })
+    };
+    assert!(has("tcp", p1.port, "allowed"), "{ds:?}");
+    assert!(has("http_connect", p1.port, "allowed"), "{ds:?}");
+    assert!(has("http_connect", p2.port, "denied"), "{ds:?}");
+
+    assert_eq!(b["safety"]["network_non_bypassable"], true);
+    let controls = b["executor_observations"]["controls"].as_array().unwrap();
+    let netns = controls.iter().find(|c| c["mechanism"] == "netns").unwrap();
+    assert_eq!(netns["status"], "enforced");
+    assert_eq!(netns["details"]["mode"], "allow");
+    assert_eq!(netns["details"]["resolv_conf_local"], true);
+    let proxy = controls
+        .iter()
+        .find(|c| c["mechanism"] == "egress_proxy")
+        .unwrap();
+    assert_eq!(proxy["status"], "enforced");
+
+    let review = s
+        .cmd()
+        .args(["status", "--review", "last"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&review.stdout);
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", p2.port)) && text.contains("denied"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_name_rule_is_checked_by_dns_sni_and_host() {
+    if !sealed_host() {
+        return;
+    }
+    let p1 = server("P1");
+    let s = Sandbox::new();
+    let port = p1.port;
+    let tls = format!(
+        r#"printf 'sni='; python3 -c '
+import socket, ssl
+c = ssl.create_default_context()
+try:
+    s = socket.create_connection(("svc.test", {port}), timeout=5)
+    c.wrap_socket(s, server_hostname="other.test")
+    print("HANDSHAKE")
+except OSError as e:
+    print(type(e).__name__)
+'
+"#
+    );
+    let bport = banner_server();
+    let banner = format!(
+        r#"printf 'banner='; python3 -c '
+import socket
+s = socket.create_connection(("svc.test", {bport}), timeout=5)
+hello = s.recv(64)
+s.sendall(b"ME\r\n")
+print((hello + s.recv(64)).decode().replace("\r\n", " ").strip())
+'
+"#
+    );
+    // A client that tells its name only after the sniffing window: still checked.
+    let slow = format!(
+        r#"printf 'slow='; python3 -c '
+import socket, time
+s = socket.create_connection(("svc.test", {port}), timeout=5)
+time.sleep(0.6)
+s.sendall(b"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
+try:
+    print("DATA" if s.recv(100) else "EOF")
+except OSError as e:
+    print(type(e).__name__)
+'
+"#
+    );
+    let script = format!(
+        "printf 'proxy='; curl -sS http://svc.test:{port}/ 2>/dev/null; echo\n\
+         printf 'direct='; curl -sS --noproxy '*' http://svc.test:{port}/ 2>/dev/null; echo\n\
+         printf 'other='; curl -sS --noproxy '*' http://other.test:{port}/ 2>/dev/null; echo \"rc=$?\"\n\
+         printf 'resolve='; python3 -c 'import socket\ntry:\n  socket.getaddrinfo(\"other.test\", 80); print(\"RESOLVED\")\nexcept socket.gaierror: print(\"gaierror\")'\n\
+         {}{tls}{slow}{banner}",
+        plain("fronted", "svc.test", port, "other.test"),
+    );
+    let (out, b) = run_script(
+        &s,
+        &[
+            "--allow-net",
+            &format!("svc.test:{port}"),
+            "--allow-net",
+            &format!("svc.test:{bport}"),
+        ],
+        &[("COFFERDAM_TEST_RESOLVE", "svc.test=127.0.0.1")],
+        &script,
+    );
+    assert_eq!(line(&out, "proxy"), "P1", "{out}");
+    assert_eq!(line(&out, "direct"), "P1", "{out}");
+    // curl's "could not resolve host" (6).
+    assert_eq!(line(&out, "other"), "rc=6", "{out}");
+    assert_eq!(line(&out, "resolve"), "gaierror", "{out}");
+    assert_eq!(line(&out, "fronted"), "ConnectionResetError", "{out}");
+    assert_ne!(line(&out, "sni"), "HANDSHAKE", "{out}");
+    assert_eq!(line(&out, "slow"), "ConnectionResetError", "{out}");
+    assert_eq!(line(&out, "banner"), "HELLO ME", "{out}");
+    assert_eq!(
+        p1.hits.load(Ordering::SeqCst),
+        2,
+        "only the two allowed requests"
+    );
+
+    let n = &b["network"]["intercepted"];
+    assert!(n["dns"]["answered"].as_u64().unwrap() >= 1, "{n}");
+    assert!(n["dns"]["refused"].as_u64().unwrap() >= 1, "{n}");
+    assert_eq!(destination(&b, "svc.test", port)["allowed"], 2);
+    assert_eq!(destination(&b, "other.test", port)["denied"], 3, "{n}");
+    let refused = b["network"]["intercepted"]["destinations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["host"] == "other.test" && d.get("port").is_none())
+        .unwrap_or_else(|| panic!("no refused name in {n}"));
+    assert!(refused["denied"].as_u64().unwrap() >= 1);
+    let ds = decisions(&b);
+    assert!(
+        ds.iter().any(|d| d["protocol"] == "dns"
+            && d["host"] == "other.test"
+            && d["decision"] == "denied"),
+        "{ds:?}"
+    );
+    assert!(
+        ds.iter().any(|d| d["protocol"] == "tcp"
+            && d["host"] == "svc.test"
+            && d["rule"] == format!("svc.test:{port}")),
+        "{ds:?}"
+    );
+    assert!(
+        b["run"]["warnings"]
+            .to_string()
+            .contains("COFFERDAM_TEST_RESOLVE"),
+        "{}",
+        b["run"]["warnings"]
+    );
+}
+
+#[test]
+fn none_reaches_nothing_of_the_host() {
+    if !sealed_host() {
+        return;
+    }
+    let p1 = server("P1");
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let uport = udp.local_addr().unwrap().port();
+    let name = format!("cofferdam-net-test-{}", std::process::id());
+    let abs = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+    };
+    abs.set_nonblocking(true).unwrap();
+    let s = Sandbox::new();
+    let script = format!(
+        "{}printf 'dns='; python3 -c 'import socket\ntry:\n  socket.getaddrinfo(\"localhost.localdomain.invalid\", 80); print(\"RESOLVED\")\nexcept socket.gaierror: print(\"gaierror\")'\n\
+         printf 'udp='; python3 -c 'import socket\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ntry:\n  s.sendto(b\"x\", (\"127.0.0.1\", {uport})); print(\"SENT\")\nexcept OSError as e: print(type(e).__name__)'\n\
+         printf 'abstract='; python3 -c 'import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n  s.connect(\"\\0{name}\"); print(\"CONNECTED\")\nexcept OSError as e: print(type(e).__name__)'\n",
+        plain("tcp", "127.0.0.1", p1.port, "x"),
+    );
+    let (out, b) = run_script(&s, &[], &[], &script);
+    assert_eq!(line(&out, "tcp"), "ConnectionRefusedError", "{out}");
+    assert_eq!(line(&out, "dns"), "gaierror", "{out}");
+    assert_eq!(line(&out, "abstract"), "ConnectionRefusedError", "{out}");
+    assert_eq!(p1.hits.load(Ordering::SeqCst), 0);
+    let mut buf = [0u8; 8];
+    assert!(
+        udp.recv(&mut buf).is_err(),
+        "the host's UDP server got a datagram"
+    );
+    assert!(
+        abs.accept().is_err(),
+        "the host's abstract socket got a connection"
+    );
+    assert_eq!(b["network"]["policy"]["mode"], "none");
+    assert!(
+        b["network"].get("interception").is_none(),
+        "{}",
+        b["network"]
+    );
+    assert!(
+        !b["executor_observations"]["controls"]
+            .to_string()
+            .contains("egress_proxy")
+    );
+    assert_eq!(b["safety"]["network_non_bypassable"], true);
+}
+
+#[test]
+fn host_is_recorded_as_bypassable() {
+    if !sealed_host() {
+        return;
+    }
+    let p1 = server("P1");
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--network", "host", "--", "curl", "-sS"])
+        .arg(format!("http://127.0.0.1:{}/", p1.port))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "P1");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("network mode host"),
+        "{out:?}"
+    );
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    assert_eq!(b["network"]["policy"]["mode"], "host");
+    assert_eq!(b["safety"]["network_non_bypassable"], false);
+    assert!(
+        b["safety"]["warnings"]
+            .to_string()
+            .contains("network mode host"),
+        "{}",
+        b["safety"]
+    );
+    let scope = s
+        .cmd()
+        .args(["scope", "--network", "host"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&scope.stdout).contains("network mode host"),
+        "{scope:?}"
+    );
+}
