@@ -68,6 +68,54 @@ impl Synthetic {
     }
 }
 
+/// Whether `addr` is the host's own or a link-local address, which a name must never lead
+/// to (an address entry may): loopback, unspecified, link-local (169.254.0.0/16, where cloud
+/// metadata services answer, and fe80::/10), multicast, broadcast and 0.0.0.0/8, also as
+/// IPv4-mapped IPv6.
+pub fn host_internal(addr: IpAddr) -> bool {
+    match addr {
+        IpAddr::V4(a) => {
+            a.is_loopback()
+                || a.is_unspecified()
+                || a.is_link_local()
+                || a.is_multicast()
+                || a.is_broadcast()
+                || a.octets()[0] == 0
+        }
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => host_internal(IpAddr::V4(v4)),
+            None => {
+                a.is_loopback()
+                    || a.is_unspecified()
+                    || a.is_multicast()
+                    || (a.segments()[0] & 0xffc0) == 0xfe80
+            }
+        },
+    }
+}
+
+/// The addresses a name resolved to, less the host-internal ones ([`host_internal`]);
+/// `None` when that leaves none of a non-empty answer.
+pub fn outside_the_host(addrs: Vec<std::net::SocketAddr>) -> Option<Vec<std::net::SocketAddr>> {
+    let had = !addrs.is_empty();
+    let kept: Vec<_> = addrs
+        .into_iter()
+        .filter(|a| !host_internal(a.ip()))
+        .collect();
+    (!had || !kept.is_empty()).then_some(kept)
+}
+
+/// Where an allowed name goes: `localhost` is the host's loopback, deliberately (an entry
+/// naming it says so); every other name is resolved on the host, never to a host-internal
+/// address ([`outside_the_host`]).
+fn upstream_for(name: &str) -> Upstream {
+    if name.eq_ignore_ascii_case("localhost") {
+        Upstream::Addr(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    } else {
+        Upstream::Name(name.to_owned())
+    }
+}
+
 /// Where an allowed connection goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Upstream {
@@ -122,7 +170,7 @@ pub fn decide_transparent(
                 Some(rule) => Verdict::Allow {
                     host: name.to_owned(),
                     rule: rule.to_string(),
-                    upstream: Upstream::Name(name.to_owned()),
+                    upstream: upstream_for(name),
                 },
                 None => Verdict::Deny {
                     host: name.to_owned(),
@@ -157,7 +205,7 @@ pub fn decide_proxy(allow: &[AllowEntry], synthetic: &Synthetic, host: &str, por
         Some(rule) => Verdict::Allow {
             host: host.to_owned(),
             rule: rule.to_string(),
-            upstream: Upstream::Name(host.to_owned()),
+            upstream: upstream_for(host),
         },
         None => Verdict::Deny {
             host: host.to_owned(),
@@ -214,6 +262,45 @@ mod tests {
             decide_transparent(&a, dest, Some("svc.test"), 9090, None),
             Verdict::Deny { .. }
         ));
+    }
+
+    #[test]
+    fn names_never_lead_to_host_internal_addresses() {
+        use std::net::SocketAddr;
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        for internal in [
+            "127.0.0.1:443",
+            "127.9.9.9:443",
+            "0.0.0.0:443",
+            "0.1.2.3:443",
+            "169.254.169.254:80",
+            "224.0.0.1:443",
+            "255.255.255.255:443",
+            "[::1]:443",
+            "[::]:443",
+            "[fe80::1]:443",
+            "[ff02::1]:443",
+            "[::ffff:127.0.0.1]:443",
+            "[::ffff:169.254.169.254]:80",
+        ] {
+            assert!(host_internal(sa(internal).ip()), "{internal}");
+            assert_eq!(outside_the_host(vec![sa(internal)]), None, "{internal}");
+        }
+        for outside in ["93.184.216.34:443", "10.1.2.3:443", "[2606:4700::1]:443"] {
+            assert!(!host_internal(sa(outside).ip()), "{outside}");
+        }
+        assert_eq!(
+            outside_the_host(vec![sa("127.0.0.1:443"), sa("93.184.216.34:443")]),
+            Some(vec![sa("93.184.216.34:443")])
+        );
+        assert_eq!(outside_the_host(vec![]), Some(vec![]));
+        // `localhost` is the host's loopback by its entry, not by resolution.
+        let a = allow(&["localhost:3000"]);
+        let v = decide_proxy(&a, &Synthetic::default(), "localhost", 3000);
+        assert!(
+            matches!(&v, Verdict::Allow { upstream: Upstream::Addr(ip), .. } if ip.is_loopback()),
+            "{v:?}"
+        );
     }
 
     #[test]

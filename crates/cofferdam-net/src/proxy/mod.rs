@@ -48,6 +48,12 @@ pub const PROXY_PORT: u16 = 3128;
 /// only: `name=addr[,name=addr…]`. Its use is recorded as a run warning.
 pub const TEST_RESOLVE_ENV: &str = "COFFERDAM_TEST_RESOLVE";
 
+/// Why a connection to an allowed name is refused when the name resolves only to the host's
+/// own or link-local addresses (DNS rebinding onto local services or a cloud metadata
+/// endpoint); an address entry reaches those deliberately.
+const HOST_INTERNAL: &str = "the name resolves only to loopback, link-local, multicast or unspecified \
+     addresses; allow the address itself (e.g. 127.0.0.1:PORT) to reach it";
+
 /// How long a transparent connection to a resolved name may take to show its first bytes
 /// (SNI or `Host`) before it is judged by the resolved name alone (server-speaks-first
 /// protocols send nothing).
@@ -103,7 +109,10 @@ impl Resolver {
                     std::io::ErrorKind::NotFound,
                     format!("{n} is not in {TEST_RESOLVE_ENV}"),
                 )),
-                None => Ok((n.as_str(), port).to_socket_addrs()?.collect()),
+                None => decide::outside_the_host((n.as_str(), port).to_socket_addrs()?.collect())
+                    .ok_or_else(|| {
+                        std::io::Error::new(std::io::ErrorKind::PermissionDenied, HOST_INTERNAL)
+                    }),
             },
         }
     }
@@ -519,17 +528,42 @@ fn read_until(stream: &mut TcpStream, wait: Duration, done: impl Fn(&[u8]) -> bo
     buf
 }
 
+/// Connect upstream for an allowed verdict `v` and relay. The decision is recorded here,
+/// once the name is resolved: a name that resolves only to host-internal addresses is
+/// recorded (and answered) as denied.
+#[allow(clippy::too_many_arguments)]
 fn go_upstream(
     shared: &Shared,
     mut client: TcpStream,
+    protocol: InterceptedProtocol,
+    v: &Verdict,
     host: &str,
     port: u16,
     upstream: &Upstream,
     first: &[u8],
     reply: Option<&[u8]>,
 ) {
-    let up = match shared.resolver.connect(upstream, port) {
+    let connected = shared.resolver.connect(upstream, port);
+    match &connected {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => record(
+            shared,
+            protocol,
+            port,
+            &Verdict::Deny {
+                host: host.to_owned(),
+                reason: HOST_INTERNAL,
+            },
+        ),
+        _ => record(shared, protocol, port, v),
+    }
+    let up = match connected {
         Ok(up) => up,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && reply.is_some() => {
+            let _ = client.write_all(
+                b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+            return;
+        }
         Err(_) => {
             match reply {
                 Some(_) => {
@@ -597,11 +631,14 @@ fn serve_transparent(shared: &Shared, mut client: TcpStream) {
         port,
         claimed.as_deref(),
     );
-    record(shared, InterceptedProtocol::Tcp, port, &v);
-    match v {
-        Verdict::Deny { .. } => reset(client),
+    match &v {
+        Verdict::Deny { .. } => {
+            record(shared, InterceptedProtocol::Tcp, port, &v);
+            reset(client);
+        }
         Verdict::Allow { host, upstream, .. } => {
-            go_upstream(shared, client, &host, port, &upstream, &first, None);
+            let tcp = InterceptedProtocol::Tcp;
+            go_upstream(shared, client, tcp, &v, host, port, upstream, &first, None);
         }
     }
 }
@@ -625,8 +662,16 @@ fn serve_late_claim(
     };
     let up = match shared.resolver.connect(upstream, port) {
         Ok(up) => up,
-        Err(_) => {
-            record(shared, InterceptedProtocol::Tcp, port, &by_name);
+        Err(e) => {
+            let v = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                Verdict::Deny {
+                    host: name.to_owned(),
+                    reason: HOST_INTERNAL,
+                }
+            } else {
+                by_name
+            };
+            record(shared, InterceptedProtocol::Tcp, port, &v);
             return reset(client);
         }
     };
@@ -700,9 +745,9 @@ fn serve_proxy(shared: &Shared, mut client: TcpStream) {
         let syn = lock(&shared.synthetic);
         decide::decide_proxy(&shared.allow, &syn, &host, port)
     };
-    record(shared, InterceptedProtocol::HttpConnect, port, &v);
-    let (checked, upstream) = match v {
+    let (checked, upstream) = match &v {
         Verdict::Deny { .. } => {
+            record(shared, InterceptedProtocol::HttpConnect, port, &v);
             let body = b"cofferdam: this destination is not on the run's network allowlist\n";
             let _ = client.write_all(
                 format!(
@@ -714,12 +759,15 @@ fn serve_proxy(shared: &Shared, mut client: TcpStream) {
             let _ = client.write_all(body);
             return;
         }
-        Verdict::Allow { host, upstream, .. } => (host, upstream),
+        Verdict::Allow { host, upstream, .. } => (host.clone(), upstream.clone()),
     };
+    let proxy = InterceptedProtocol::HttpConnect;
     match req {
         sniff::ProxyRequest::Connect { .. } => go_upstream(
             shared,
             client,
+            proxy,
+            &v,
             &checked,
             port,
             &upstream,
@@ -733,7 +781,17 @@ fn serve_proxy(shared: &Shared, mut client: TcpStream) {
                 .map_or(end, |i| i + 2);
             let mut first = request_line.into_bytes();
             first.extend_from_slice(&buf[line_end..]);
-            go_upstream(shared, client, &checked, port, &upstream, &first, Some(b""));
+            go_upstream(
+                shared,
+                client,
+                proxy,
+                &v,
+                &checked,
+                port,
+                &upstream,
+                &first,
+                Some(b""),
+            );
         }
     }
 }
