@@ -8,14 +8,14 @@
 use crate::manifest::MountMode;
 use crate::policy::{DEFAULT_PROJECTED_ENV, INJECTED_ENV, PROXY_ENV, Policy};
 use crate::secrets::secret_paths;
-use crate::tier::decide_containment;
+use crate::tier::decide_containment_capped;
 use cofferdam_net::NetworkMode;
 use cofferdam_record::scope::{
     CgroupScopeReport, FilesystemBoundaryReport, HostPathReport, IoMaxReport, ManifestFileReport,
     ProcessViewReport, ResourceLimitReport, RouteReport, RuntimeDirReport, ScopeReport,
     StateStoreReport, TempDirReport, UnconfinedReport,
 };
-use cofferdam_record::{EnforcementTier, HostFacts};
+use cofferdam_record::{ContainmentClass, EnforcementTier, HostFacts};
 use std::path::{Path, PathBuf};
 
 /// The newest Landlock ABI cofferdam's ruleset is built for; the kernel's ABI is capped at it.
@@ -32,13 +32,15 @@ pub struct ScopeInputs<'a> {
     pub storage_root: &'a Path,
     /// The invoking user's home.
     pub home: &'a Path,
+    /// `--tier`: report for at most this class's tier (it only lowers, as in `run`).
+    pub cap: Option<ContainmentClass>,
 }
 
 /// Build the scope report.
 pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
     let p = inp.policy;
     let f = inp.facts;
-    let decision = decide_containment(f, p.floor);
+    let decision = decide_containment_capped(f, p.floor, inp.cap);
     let tier = decision.tier;
     let abi = match tier {
         EnforcementTier::None => None,
@@ -445,14 +447,26 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
         }
     }
     if let Some(s) = r.stage_size {
-        row(
-            "stage_size",
-            s.0 as f64,
-            Some("supervisor poll of the stage's allocated bytes, kill on exceed".into()),
-            Some(
-                "polled every 250 ms: a burst between polls can overshoot before the kill (the check at seal fails the run as well)",
-            ),
-        );
+        if sealed {
+            row(
+                "stage_size",
+                s.0 as f64,
+                Some("supervisor poll of the stage's allocated bytes, kill on exceed".into()),
+                Some(
+                    "polled every 250 ms: a burst between polls can overshoot before the kill (the check at seal fails the run as well)",
+                ),
+            );
+        } else {
+            // The copy tiers move the changes into the stage only when the command ends.
+            row(
+                "stage_size",
+                s.0 as f64,
+                Some("a check of the stage when the run ends".into()),
+                Some(
+                    "not polled on this tier: the workload is not stopped when its copy passes the cap; the run fails as over the cap when it ends",
+                ),
+            );
+        }
     }
     rows
 }
@@ -485,9 +499,12 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
         }
     } else {
         out.push(
-            "reads: Landlock grants read access to the system directories and the job's copy \
-             of the workdir; other host files outside them are refused, but names of host \
-             processes and their command lines are readable in /proc"
+            "reads: Landlock grants read access to the system directories (/usr, /bin, /sbin, \
+             /lib*, /etc, /opt, /proc) and the job's copy of the workdir, so every file there \
+             that your user may read stays readable, the hidden secrets beneath them included \
+             (e.g. /etc/shadow when cofferdam runs as root), and so does the host's /proc \
+             (host processes, their command lines, kernel tables); other host files cannot \
+             be opened, but any path's name, size and times can be looked up (stat)"
                 .to_owned(),
         );
         out.push(
@@ -677,7 +694,7 @@ fn process_view(tier: EnforcementTier, abi: Option<u32>) -> ProcessViewReport {
 mod tests {
     use super::*;
     use crate::policy::{Places, RunFlags, resolve_policy};
-    use cofferdam_record::{ContainmentClass, UsernsGrant};
+    use cofferdam_record::UsernsGrant;
 
     fn policy(flags: RunFlags) -> Policy {
         let places = Places {
@@ -693,6 +710,7 @@ mod tests {
             facts: f,
             storage_root: Path::new("/home/u/.local/share/cofferdam"),
             home: Path::new("/home/u"),
+            cap: None,
         })
     }
 
@@ -776,6 +794,57 @@ mod tests {
         let np = r.filesystem_boundary.not_protected.join("\n");
         assert!(np.contains("signals"), "{np}");
         assert!(np.contains("ABI below 4"), "{np}");
+    }
+
+    #[test]
+    fn a_tier_cap_reports_the_lowered_tier_only() {
+        let f = HostFacts::capable_example();
+        let p = policy(RunFlags::default());
+        let capped = |cap| {
+            build_scope_report(&ScopeInputs {
+                policy: &p,
+                facts: &f,
+                storage_root: Path::new("/home/u/.local/share/cofferdam"),
+                home: Path::new("/home/u"),
+                cap: Some(cap),
+            })
+        };
+        let r = capped(ContainmentClass::Scoped);
+        assert_eq!(r.enforcement_tier, EnforcementTier::LandlockSeccomp);
+        assert_eq!(r.host_containment, ContainmentClass::Sealed);
+        assert_eq!(r.landlock_abi, Some(7));
+        assert!(r.process_view.host_processes_visible);
+        let np = r.filesystem_boundary.not_protected.join("\n");
+        assert!(np.contains("no pid, ipc or uts namespace"), "{np}");
+        let p_cap = policy(RunFlags {
+            stage_size: Some("1MiB".into()),
+            ..RunFlags::default()
+        });
+        let stage = build_scope_report(&ScopeInputs {
+            policy: &p_cap,
+            facts: &f,
+            storage_root: Path::new("/home/u/.local/share/cofferdam"),
+            home: Path::new("/home/u"),
+            cap: Some(ContainmentClass::Scoped),
+        });
+        assert!(
+            stage.resources[0]
+                .limitation
+                .as_deref()
+                .is_some_and(|l| l.starts_with("not polled on this tier")),
+            "{:?}",
+            stage.resources
+        );
+        let r = capped(ContainmentClass::Advisory);
+        assert_eq!(r.enforcement_tier, EnforcementTier::None);
+        assert!(r.unconfined.is_some());
+        assert!(r.filesystem_boundary.not_protected[0].starts_with("nothing is enforced"));
+        let r = capped(ContainmentClass::Sealed);
+        assert_eq!(
+            r,
+            report(&p, &f),
+            "a cap at the host's tier changes nothing"
+        );
     }
 
     #[test]
@@ -874,6 +943,7 @@ mod tests {
             facts: &HostFacts::capable_example(),
             storage_root: Path::new("/work/proj/.cofferdam"),
             home: Path::new("/home/u"),
+            cap: None,
         });
         assert!(r.records_dir.visible);
         assert!(r.records_dir.reason.unwrap().contains("refuses"));

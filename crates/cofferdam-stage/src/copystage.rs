@@ -415,6 +415,7 @@ pub fn materialize(copy: &Path, upper: &Path, delta: &Delta) -> Result<(), CopyE
         let from = copy.join(rel);
         let to = upper.join(rel);
         fs::rename(&from, &to).map_err(io_err("move into the stage", &from))?;
+        strip_overlay_xattrs(&to)?;
     }
     for (rel, mode) in &delta.dir_modes {
         ensure_parents(copy, upper, rel, &mut modes)?;
@@ -467,6 +468,74 @@ fn ensure_parents(
         modes.push((dir, mode));
     }
     Ok(())
+}
+
+/// Whether `name` is one of overlayfs's own extended attributes, which the seal reads as
+/// stage markers (whiteouts, opaque directories).
+fn is_overlay_xattr(name: &[u8]) -> bool {
+    name.starts_with(b"user.overlay.") || name.starts_with(b"trusted.overlay.")
+}
+
+/// Remove overlayfs's extended attributes from `path` and everything below it: they were
+/// set by the command in its copy, and left in the upper they would steer the seal (an
+/// empty file carrying `user.overlay.whiteout` would be recorded, and applied, as a
+/// deletion). The sealed tier's overlay escapes such names itself; here the only markers
+/// in the upper must be [`materialize`]'s own whiteouts, made after this. A permission the
+/// command took away (a read-only file or directory, its own) is lent back for the
+/// removal; a marker that cannot be removed fails the stage rather than forge it.
+fn strip_overlay_xattrs(path: &Path) -> Result<(), CopyError> {
+    let meta = fs::symlink_metadata(path).map_err(io_err("read", path))?;
+    if meta.file_type().is_symlink() {
+        // `user.*` names cannot be set on a symlink, and `trusted.*` ones are not read
+        // through one by the seal.
+        return Ok(());
+    }
+    let names = overlay_xattrs(path)?;
+    let is_dir = meta.is_dir();
+    let mode = meta.mode() & 0o7777;
+    let need = if is_dir { 0o700 } else { 0o200 };
+    let lend = (is_dir || !names.is_empty()) && mode & need != need;
+    if lend {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode | need))
+            .map_err(io_err("chmod", path))?;
+    }
+    for name in &names {
+        rustix::fs::lremovexattr(path, name.as_slice())
+            .map_err(|e| io_err("remove an overlay attribute from", path)(e.into()))?;
+    }
+    if is_dir {
+        for entry in fs::read_dir(path).map_err(io_err("read", path))? {
+            strip_overlay_xattrs(&entry.map_err(io_err("read", path))?.path())?;
+        }
+    }
+    if lend {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))
+            .map_err(io_err("chmod", path))?;
+    }
+    Ok(())
+}
+
+/// The overlayfs attribute names on `path` (not following a symlink).
+fn overlay_xattrs(path: &Path) -> Result<Vec<Vec<u8>>, CopyError> {
+    let err = |e: rustix::io::Errno| io_err("list the attributes of", path)(e.into());
+    let mut buf = vec![0u8; 1024];
+    let n = loop {
+        match rustix::fs::llistxattr(path, &mut buf[..]) {
+            Ok(n) => break n,
+            Err(rustix::io::Errno::RANGE) => {
+                let want = rustix::fs::llistxattr_query(path).map_err(err)?;
+                buf.resize(want.max(buf.len() * 2), 0);
+            }
+            // A filesystem without extended attributes has none to forge.
+            Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
+            Err(e) => return Err(err(e)),
+        }
+    };
+    Ok(buf[..n]
+        .split(|b| *b == 0)
+        .filter(|name| is_overlay_xattr(name))
+        .map(<[u8]>::to_vec)
+        .collect())
 }
 
 /// Create a whiteout at `path`: an empty file with [`WHITEOUT_XATTR`], else a 0:0 device.
@@ -573,6 +642,65 @@ mod tests {
         crate::seal::seal(&upper, src).unwrap()
     }
 
+    /// `(path, kind)` of each sealed change.
+    fn kinds_of(sealed: &crate::SealResult) -> Vec<(String, String)> {
+        sealed
+            .changes
+            .iter()
+            .map(|c| (c.path.clone(), format!("{:?}", c.kind)))
+            .collect()
+    }
+
+    #[test]
+    fn overlay_markers_the_command_set_do_not_reach_the_upper() {
+        let (src, jobs, dst, r) = copied();
+        // An empty file posing as a whiteout (it would be sealed, and applied, as a
+        // deletion), read-only so the removal needs a permission lent back; a new opaque
+        // directory with a forged whiteout inside.
+        let forged = |p: &Path, name: &str| {
+            rustix::fs::lsetxattr(p, name, b"y", rustix::fs::XattrFlags::empty()).is_ok()
+        };
+        fs::write(dst.join("keep"), "").unwrap();
+        if !forged(&dst.join("keep"), WHITEOUT_XATTR) {
+            eprintln!("SKIP-HOST: no user xattrs on the temp filesystem");
+            return;
+        }
+        fs::set_permissions(dst.join("keep"), fs::Permissions::from_mode(0o444)).unwrap();
+        fs::create_dir(dst.join("new")).unwrap();
+        fs::write(dst.join("new/ghost"), "").unwrap();
+        assert!(forged(&dst.join("new/ghost"), WHITEOUT_XATTR));
+        assert!(forged(&dst.join("new"), "user.overlay.opaque"));
+        fs::set_permissions(dst.join("new"), fs::Permissions::from_mode(0o555)).unwrap();
+        let delta = compare(&r.snapshot, &list(&dst).unwrap());
+        let sealed = seal_delta(src.path(), jobs.path(), &dst, &delta);
+        let kinds = kinds_of(&sealed);
+        let upper = jobs.path().join("upper");
+        for p in ["keep", "new", "new/ghost"] {
+            assert_eq!(
+                overlay_xattrs(&upper.join(p)).unwrap(),
+                Vec::<Vec<u8>>::new(),
+                "{p}"
+            );
+        }
+        assert_eq!(
+            fs::metadata(upper.join("keep")).unwrap().mode() & 0o777,
+            0o444,
+            "the mode the command left"
+        );
+        assert_eq!(
+            fs::metadata(upper.join("new")).unwrap().mode() & 0o777,
+            0o555
+        );
+        assert!(
+            kinds.iter().any(|(p, k)| p == "keep" && k == "Modified"),
+            "an emptied file is modified, not deleted: {kinds:?}"
+        );
+        assert!(
+            kinds.iter().any(|(p, k)| p == "new/ghost" && k == "Added"),
+            "{kinds:?}"
+        );
+    }
+
     #[test]
     fn the_copy_keeps_git_links_and_symlinks_and_skips_fifos() {
         let (_src, _jobs, dst, r) = copied();
@@ -619,11 +747,7 @@ mod tests {
         assert_eq!(delta.dir_modes, vec![(p(".git"), 0o700)]);
 
         let sealed = seal_delta(src.path(), jobs.path(), &dst, &delta);
-        let kinds: Vec<(String, String)> = sealed
-            .changes
-            .iter()
-            .map(|c| (c.path.clone(), format!("{:?}", c.kind)))
-            .collect();
+        let kinds = kinds_of(&sealed);
         let want = |a: &str, k: &str| (a.to_owned(), k.to_owned());
         assert_eq!(
             kinds,

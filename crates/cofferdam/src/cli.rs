@@ -183,6 +183,9 @@ pub struct ScopeArgs {
     /// probing this one.
     #[arg(long = "host-facts", value_name = "FILE")]
     pub host_facts: Option<PathBuf>,
+    /// Report for at most this class's tier, as `cofferdam run --tier CLASS` would run.
+    #[arg(long, value_name = "CLASS", value_parser = parse_class)]
+    pub tier: Option<ContainmentClass>,
 }
 
 /// `cofferdam doctor`.

@@ -35,8 +35,12 @@ fn main() -> ExitCode {
 fn dispatch(cli: &Cli) -> Result<u8, Failure> {
     let style = style::Style::new(cli.color);
     match &cli.command {
-        Command::Scope(a) => cmd::scope::run(&a.policy, a.host_facts.as_deref(), cli.json, style),
-        Command::Run(a) if a.explain_scope => cmd::scope::run(&a.policy, None, cli.json, style),
+        Command::Scope(a) => {
+            cmd::scope::run(&a.policy, a.host_facts.as_deref(), a.tier, cli.json, style)
+        }
+        Command::Run(a) if a.explain_scope => {
+            cmd::scope::run(&a.policy, None, a.tier, cli.json, style)
+        }
         Command::Run(a) => cmd::run::run(a, cli.json),
         Command::Status(a) => cmd::status::status(a, cli.json, style),
         Command::Jobs => cmd::status::jobs(cli.json, style),

@@ -105,6 +105,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         facts: &facts,
         storage_root: &env.storage_root,
         home: &env.places.home,
+        cap: args.tier,
     });
     let started = now_ms();
     trace

@@ -6,14 +6,17 @@ use crate::context;
 use crate::exit::{Failure, OK};
 use crate::style::Style;
 use cofferdam_policy::{ScopeInputs, build_scope_report};
+use cofferdam_record::ContainmentClass;
 use cofferdam_record::scope::ScopeReport;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Build the report for `args` on the probed (or given) host and print it.
+/// Build the report for `args` on the probed (or given) host, capped at `tier` like
+/// `run --tier`, and print it.
 pub fn run(
     args: &PolicyArgs,
     host_facts: Option<&Path>,
+    tier: Option<ContainmentClass>,
     json: bool,
     style: Style,
 ) -> Result<u8, Failure> {
@@ -25,6 +28,7 @@ pub fn run(
         facts: &facts,
         storage_root: &env.storage_root,
         home: &env.places.home,
+        cap: tier,
     });
     if json {
         crate::print_json(&report)?;

@@ -106,6 +106,54 @@ fn run_explain_scope_is_the_same_report() {
     assert_eq!(a["declared_containment"], "sealed");
 }
 
+#[test]
+fn scope_tier_reports_the_lowered_tier_like_run_tier() {
+    if !require("Landlock", landlock_abi_independently() > 0) {
+        return;
+    }
+    let s = Sandbox::new();
+    let scope = |args: &[&str]| {
+        let out = s.cmd().args(args).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        json_of(&out)
+    };
+    let v = scope(&["scope", "--json", "--tier", "scoped"]);
+    assert_all_fields(&v);
+    assert_eq!(v["achieved_containment"], "scoped");
+    assert_eq!(v["enforcement_tier"], "landlock+seccomp");
+    assert_eq!(v["process_view"]["host_processes_visible"], true);
+    let lines = v["filesystem_boundary"]["not_protected"].to_string();
+    assert!(lines.contains("no pid, ipc or uts namespace"), "{lines}");
+    let explained = scope(&[
+        "run",
+        "--explain-scope",
+        "--json",
+        "--tier",
+        "scoped",
+        "--",
+        "true",
+    ]);
+    assert_eq!(
+        v, explained,
+        "run --explain-scope --tier is the same report"
+    );
+    let a = scope(&["scope", "--json", "--tier", "advisory"]);
+    assert_eq!(a["achieved_containment"], "advisory");
+    assert_eq!(a["enforcement_tier"], "none");
+    assert_ne!(a["unconfined"], Value::Null);
+    // Only lowers: a cap above the host's tier is the host's report.
+    assert_eq!(
+        scope(&["scope", "--json", "--tier", "sealed"]),
+        scope(&["scope", "--json"])
+    );
+    let out = s
+        .cmd()
+        .args(["scope", "--tier", "sideways"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
 fn facts_without_userns(s: &Sandbox) -> PathBuf {
     let out = s.cmd().args(["doctor", "--json"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");

@@ -1,7 +1,8 @@
 //! Filesystem read: secrets, the job store and host files outside the view stay unreadable.
 
 use crate::harness::{
-    Attack, Boundary::FsRead, Ctx, Outcome, SEALED_MUST, Tier::Sealed, Verdict::Documented, check,
+    ALL_THREE, Attack, BOTH_MUST, Boundary::FsRead, Ctx, Outcome, SCOPED_READS, Tier, Tier::Scoped,
+    Tier::Sealed, Verdict::Documented, Verdict::Must, check,
 };
 use std::path::Path;
 
@@ -10,82 +11,95 @@ pub const ATTACKS: &[Attack] = &[
         id: "fr.ssh-key",
         boundary: FsRead,
         description: "read ~/.ssh/id_ed25519",
-        on: SEALED_MUST,
+        on: ALL_THREE,
         probe: ssh_key,
     },
     Attack {
         id: "fr.aws-credentials",
         boundary: FsRead,
         description: "read ~/.aws/credentials",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: aws,
     },
     Attack {
         id: "fr.hidden-list",
         boundary: FsRead,
         description: "read every path of the policy's hidden list (from the scope report)",
-        on: SEALED_MUST,
+        on: &[(Sealed, Must), (Scoped, Documented(SCOPED_READS))],
         probe: hidden_list,
     },
     Attack {
         id: "fr.secret-via-symlink",
         boundary: FsRead,
         description: "with the workdir = home, read a secret through the symlink's target",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: secret_via_symlink,
     },
     Attack {
         id: "fr.job-store",
         boundary: FsRead,
         description: "list the job store and read an earlier job's stage and bundle",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: job_store,
     },
     Attack {
         id: "fr.symlink-to-store",
         boundary: FsRead,
         description: "read the job store through a workdir symlink pointing into it",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: symlink_to_store,
     },
     Attack {
         id: "fr.outside-dir",
         boundary: FsRead,
         description: "read a host file outside the workdir and the system view",
-        on: SEALED_MUST,
+        on: ALL_THREE,
         probe: outside_dir,
     },
     Attack {
         id: "fr.environ",
         boundary: FsRead,
         description: "read the host's environment: /proc/1/environ, every /proc/*/environ",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: environ,
     },
     Attack {
         id: "fr.proc-masked",
         boundary: FsRead,
         description: "read /proc/kcore, keys, kallsyms, timer_list, sched_debug; poke sysrq",
-        on: SEALED_MUST,
+        on: &[(Sealed, Must), (Scoped, Documented(SCOPED_READS))],
         probe: proc_masked,
     },
     Attack {
         id: "fr.root-private-files",
         boundary: FsRead,
         description: "read system-view files that are not world-readable (as root: the sandbox's uid 0 is the host's)",
-        on: &[(Sealed, Documented("reads: the read-only system view"))],
+        on: &[
+            (Sealed, Documented("reads: the read-only system view")),
+            (Scoped, Documented(SCOPED_READS)),
+        ],
         probe: root_private_files,
     },
     Attack {
         id: "fr.secret-hard-linked-into-workdir",
         boundary: FsRead,
         description: "read ~/.ssh/id_ed25519 through a hard link the user left in the workdir",
-        on: &[(Sealed, Documented("reads: the read-only system view"))],
+        on: &[
+            (Sealed, Documented("reads: the read-only system view")),
+            (Scoped, Documented(SCOPED_READS)),
+        ],
         probe: secret_hard_linked,
     },
 ];
 
 const SECRET: &str = "TOPSECRET-d41d8cd9";
+
+/// How many paths the `secrets_hidden` observation covers: masked on the sealed tier
+/// (`hidden`), checked for being unreadable after Landlock on the scoped tier (`checked`).
+fn hidden_count(r: &crate::harness::Run) -> Option<u64> {
+    let o = &crate::harness::controls_of(&r.bundle, "secrets_hidden")[0]["details"];
+    o["hidden"].as_u64().or_else(|| o["checked"].as_u64())
+}
 
 fn no_secret(r: &crate::harness::Run) -> bool {
     !r.out.contains(SECRET) && !r.err.contains(SECRET)
@@ -141,8 +155,7 @@ fn hidden_list(ctx: &Ctx) -> Outcome {
   if [ -f "$p" ] && [ -s "$p" ]; then echo "nonempty:$p"; cat "$p" 2>/dev/null; fi
 done"#);
     ctx.assert_boundary(&r);
-    let counted =
-        crate::harness::controls_of(&r.bundle, "secrets_hidden")[0]["details"]["hidden"].as_u64();
+    let counted = hidden_count(&r);
     assert_eq!(
         counted,
         Some(hidden.len() as u64),
@@ -153,6 +166,35 @@ done"#);
         .into_iter()
         .filter(|l| l.starts_with("nonempty:") || l.starts_with("entry:") || l.contains(SECRET))
         .collect();
+    if ctx.tier() != Tier::Sealed {
+        // No mount namespace masks the hidden paths: they exist, and `test -s` (a stat,
+        // which Landlock does not confine) sees their size. Their contents under home are
+        // outside every Landlock grant and must stay unread; system ones the user may read
+        // (as root: /etc/shadow) are the scope report's reads line.
+        let home = ctx.home().display().to_string();
+        let home_leak: Vec<&&str> = leaks
+            .iter()
+            .filter(|l| l.contains(SECRET) || l.starts_with(&format!("entry:{home}")))
+            .collect();
+        assert!(home_leak.is_empty(), "home secrets read: {home_leak:?}");
+        let read: Vec<&str> = r
+            .lines()
+            .into_iter()
+            .filter(|l| !l.starts_with("nonempty:") && !l.starts_with("entry:"))
+            .collect();
+        let system: Vec<&&str> = leaks
+            .iter()
+            .filter(|l| l.starts_with("nonempty:/etc") || l.starts_with("entry:/etc"))
+            .collect();
+        return check(
+            read.is_empty(),
+            format!(
+                "{planted} home secrets unread (only stat-visible); {} hidden paths' contents unread",
+                hidden.len()
+            ),
+            format!("{} lines read; visible: {system:?}", read.len()),
+        );
+    }
     check(
         leaks.is_empty(),
         format!(
@@ -190,9 +232,7 @@ fn job_store(ctx: &Ctx) -> Outcome {
     ctx.var("JOB", job_dir);
     let r = ctx.sh("ls -R $STORE; cat $JOB/upper/staged $JOB/run-bundle.json $JOB/job.json; true");
     ctx.assert_boundary(&r);
-    let hidden = crate::harness::controls_of(&r.bundle, "secrets_hidden")[0]["details"]["hidden"]
-        .as_u64()
-        .unwrap();
+    let hidden = hidden_count(&r).unwrap();
     assert!(hidden >= 1, "the store is on the hidden list");
     let listed = r.out.contains("run-") || r.out.contains("run_id");
     check(
@@ -257,14 +297,24 @@ echo 1 > /proc/sys/kernel/sysrq && echo sysctl=written
 true"#,
     );
     ctx.assert_boundary(&r);
-    let proc_mask = crate::harness::controls_of(&r.bundle, "proc_mask");
-    assert_eq!(proc_mask.len(), 1);
-    assert_eq!(proc_mask[0]["status"], "enforced");
-    assert!(
-        proc_mask[0]["details"]["masked"]
-            .to_string()
-            .contains("/proc/kallsyms")
-    );
+    if ctx.tier() != Tier::Sealed {
+        // The host's /proc, read-only to Landlock: reads are what the user may read anyway
+        // (the scope report's reads line); a write must still be refused.
+        assert!(
+            r.value("sysrq").is_none() && r.value("sysctl").is_none(),
+            "a /proc write got through Landlock: {}",
+            r.out
+        );
+    } else {
+        let proc_mask = crate::harness::controls_of(&r.bundle, "proc_mask");
+        assert_eq!(proc_mask.len(), 1);
+        assert_eq!(proc_mask[0]["status"], "enforced");
+        assert!(
+            proc_mask[0]["details"]["masked"]
+                .to_string()
+                .contains("/proc/kallsyms")
+        );
+    }
     let readable: Vec<&str> = [
         "kcore",
         "keys",

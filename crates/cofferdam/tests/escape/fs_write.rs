@@ -1,6 +1,8 @@
 //! Filesystem write: nothing the command does reaches a host file outside the stage.
 
-use crate::harness::{Attack, Boundary::FsWrite, Ctx, Outcome, SEALED_MUST, check, exists};
+use crate::harness::{
+    ALL_THREE, Attack, BOTH_MUST, Boundary::FsWrite, Ctx, Outcome, SEALED_MUST, check, exists,
+};
 use std::os::unix::fs::PermissionsExt;
 
 pub const ATTACKS: &[Attack] = &[
@@ -8,91 +10,91 @@ pub const ATTACKS: &[Attack] = &[
         id: "fw.absolute-outside",
         boundary: FsWrite,
         description: "write a host directory outside the workdir by absolute path",
-        on: SEALED_MUST,
+        on: ALL_THREE,
         probe: absolute_outside,
     },
     Attack {
         id: "fw.usr",
         boundary: FsWrite,
         description: "create a file under /usr",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: usr,
     },
     Attack {
         id: "fw.etc-passwd",
         boundary: FsWrite,
         description: "append a user to /etc/passwd",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: etc_passwd,
     },
     Attack {
         id: "fw.symlink-out",
         boundary: FsWrite,
         description: "write through a symlink in the workdir that points outside",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: symlink_out,
     },
     Attack {
         id: "fw.proc-self-root",
         boundary: FsWrite,
         description: "write outside through /proc/self/root and /proc/1/root",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: proc_root,
     },
     Attack {
         id: "fw.dotdot",
         boundary: FsWrite,
         description: "write ../ next to the workdir, also via a cwd fd walk",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: dotdot,
     },
     Attack {
         id: "fw.hardlink-in-workdir",
         boundary: FsWrite,
         description: "write through a hard link in the workdir to a file outside it",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: hardlink_in_workdir,
     },
     Attack {
         id: "fw.hardlink-system-file",
         boundary: FsWrite,
         description: "hard-link /etc/hostname into the workdir and write the link",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: hardlink_system_file,
     },
     Attack {
         id: "fw.rename-out",
         boundary: FsWrite,
         description: "move a workdir file out to a host directory or to ..",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: rename_out,
     },
     Attack {
         id: "fw.job-store",
         boundary: FsWrite,
         description: "write into the job store (the jobs directory, an earlier job's stage)",
-        on: SEALED_MUST,
+        on: ALL_THREE,
         probe: job_store,
     },
     Attack {
         id: "fw.mount-over",
         boundary: FsWrite,
         description: "mount a tmpfs or bind over a path, remount /usr read-write",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: mount_over,
     },
     Attack {
         id: "fw.setuid-apply",
         boundary: FsWrite,
         description: "stage a setuid/setgid copy of sh and get it applied with those bits",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: setuid_apply,
     },
     Attack {
         id: "fw.mknod",
         boundary: FsWrite,
         description: "create a block or character device node",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: mknod,
     },
     Attack {
@@ -106,21 +108,21 @@ pub const ATTACKS: &[Attack] = &[
         id: "fw.host-tmp-and-home",
         boundary: FsWrite,
         description: "write the host's /tmp, /dev/shm and the caller's home",
-        on: SEALED_MUST,
+        on: ALL_THREE,
         probe: host_tmp_and_home,
     },
     Attack {
         id: "fw.overlay-xattr",
         boundary: FsWrite,
-        description: "forge overlayfs xattrs (redirect/opaque/metacopy) to steer the scan",
-        on: SEALED_MUST,
+        description: "forge overlayfs xattrs (redirect/opaque/metacopy/whiteout) to steer the scan",
+        on: BOTH_MUST,
         probe: overlay_xattr,
     },
     Attack {
         id: "fw.kernel-knobs",
         boundary: FsWrite,
         description: "write host-wide kernel knobs: core_pattern, binfmt_misc, uevent_helper, modprobe",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: kernel_knobs,
     },
     Attack {
@@ -468,10 +470,13 @@ fn overlay_xattr(ctx: &Ctx) -> Outcome {
     std::fs::create_dir(ctx.work().join("d")).unwrap();
     std::fs::write(ctx.work().join("d/f"), "x").unwrap();
     std::fs::write(ctx.work().join("g"), "g").unwrap();
+    std::fs::write(ctx.work().join("w"), "host content").unwrap();
     let r = ctx.py(r#"
 import os
 ok = []
-for name, path, value in [("user.overlay.redirect", "g", b"/etc/passwd"),
+open("w", "w").close()
+for name, path, value in [("user.overlay.whiteout", "w", b"y"),
+                          ("user.overlay.redirect", "g", b"/etc/passwd"),
                           ("user.overlay.opaque", "d", b"y"),
                           ("user.overlay.metacopy", "g", b""),
                           ("trusted.overlay.opaque", "d", b"y"),
@@ -490,10 +495,10 @@ print("set=" + ",".join(ok))
     // scan must not see `d` as opaque (d/f deleted), and apply must leave d/f alone.
     let upper = r.bundle_path.parent().unwrap().join("upper");
     let mut forged = Vec::new();
-    for n in ["g", "d"] {
+    for n in ["g", "d", "w"] {
         let names = xattrs(&upper.join(n));
         for x in names.split(' ') {
-            if ["redirect", "opaque", "metacopy"]
+            if ["redirect", "opaque", "metacopy", "whiteout"]
                 .iter()
                 .any(|k| x == format!("user.overlay.{k}") || x == format!("trusted.overlay.{k}"))
             {
@@ -504,8 +509,15 @@ print("set=" + ",".join(ok))
     let changes = r.changes();
     let out = ctx.cmd().args(["apply", &r.job]).output().unwrap();
     let applied_ok = out.status.success() || out.status.code() == Some(2);
+    // The emptied `w` posing as a whiteout is a modification, applied as an empty file.
+    let w_ok = changes.contains(&("w".into(), "modified".into()))
+        && std::fs::read_to_string(ctx.work().join("w"))
+            .ok()
+            .as_deref()
+            == Some("");
     check(
         forged.is_empty()
+            && w_ok
             && !changes.iter().any(|(p, _)| p.starts_with('d'))
             && applied_ok
             && std::fs::read_to_string(ctx.work().join("d/f")).unwrap() == "x"

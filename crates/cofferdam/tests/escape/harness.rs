@@ -58,6 +58,12 @@ impl Boundary {
 pub enum Tier {
     /// User, mount, pid, net, ipc and uts namespaces, pivot_root, Landlock, seccomp.
     Sealed,
+    /// Landlock and seccomp on a host process working in a copy of the workdir (what a
+    /// user without user namespaces gets; asked here with `--tier scoped`).
+    Scoped,
+    /// Nothing enforced: a host process in a copy of the workdir. Its bundle must claim no
+    /// boundary; attacks on it are documented by the scope report's "nothing is enforced".
+    Advisory,
 }
 
 /// How to get a tier from `cofferdam run` and how the scope report names it.
@@ -65,19 +71,107 @@ pub struct TierSpec {
     pub tier: Tier,
     /// `achieved_containment` in the scope report when the host offers it.
     pub containment: &'static str,
-    /// Extra `run` arguments selecting it.
+    /// Extra `run` arguments selecting it; `cofferdam scope` takes the same.
     pub run_args: &'static [&'static str],
+    /// The name in the table (and in `ESCAPE_TIER`).
+    pub label: &'static str,
+    /// Run every cofferdam command on a simulated host without user namespaces (see
+    /// [`NO_USERNS`]) instead of asking for the tier with a flag.
+    pub no_userns: bool,
+    /// Only the attacks with these ids (all that run on `tier` when empty).
+    pub only: &'static [&'static str],
 }
 
-/// Every tier, strongest first. A tier the host does not offer is skipped (SKIP-HOST).
-pub const TIERS: &[TierSpec] = &[TierSpec {
-    tier: Tier::Sealed,
-    containment: "sealed",
-    run_args: &["--containment", "sealed"],
-}];
+/// Runs its arguments where nested user namespaces are impossible: inside `unshare -U -r`
+/// with `user.max_user_namespaces` 0, so cofferdam's probe finds none and the host offers
+/// the scoped tier, as for a user whose distribution withholds user namespaces.
+pub const NO_USERNS: &str = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"";
 
-/// Shorthand for the attack rows that must be refused on the sealed tier.
+/// Every tier, strongest first. A tier the host does not offer is skipped (SKIP-HOST).
+pub const TIERS: &[TierSpec] = &[
+    TierSpec {
+        tier: Tier::Sealed,
+        containment: "sealed",
+        run_args: &["--containment", "sealed"],
+        label: "sealed",
+        no_userns: false,
+        only: &[],
+    },
+    TierSpec {
+        tier: Tier::Scoped,
+        containment: "scoped",
+        run_args: &["--tier", "scoped"],
+        label: "scoped",
+        no_userns: false,
+        only: &[],
+    },
+    // The same tier reached the way a user without user namespaces gets it: a sample of
+    // every boundary, to show `--tier scoped` is that tier.
+    TierSpec {
+        tier: Tier::Scoped,
+        containment: "scoped",
+        run_args: &[],
+        label: "scoped/no-userns",
+        no_userns: true,
+        only: &[
+            "fw.absolute-outside",
+            "fw.usr",
+            "fw.job-store",
+            "fw.overlay-xattr",
+            "fr.ssh-key",
+            "fr.job-store",
+            "ps.kill-host-pid",
+            "ps.see-host-pids",
+            "ps.unshare-userns",
+            "ks.bpf",
+            "ks.mount-syscall",
+            "net.tcp-host-loopback",
+            "net.udp-host",
+            "net.raw-packet-socket",
+            "rec.forge-status",
+            "res.timeout-outlive",
+        ],
+    },
+    TierSpec {
+        tier: Tier::Advisory,
+        containment: "advisory",
+        run_args: &["--tier", "advisory", "--containment", "advisory"],
+        label: "advisory",
+        no_userns: false,
+        only: &[],
+    },
+];
+
+/// Shorthand for the attack rows that must be refused on the sealed tier only (they need
+/// what only it has: `--mount`, `--read-only`, its namespaces).
 pub const SEALED_MUST: &[(Tier, Verdict)] = &[(Tier::Sealed, Verdict::Must)];
+
+/// Must be refused on the sealed and the scoped tier.
+pub const BOTH_MUST: &[(Tier, Verdict)] =
+    &[(Tier::Sealed, Verdict::Must), (Tier::Scoped, Verdict::Must)];
+
+/// The advisory tier's verdict: everything is admitted by the scope report's first line.
+pub const ADVISORY: (Tier, Verdict) = (Tier::Advisory, Verdict::Documented("nothing is enforced"));
+
+/// Must on sealed and scoped, documented on advisory (the representative advisory subset).
+pub const ALL_THREE: &[(Tier, Verdict)] = &[
+    (Tier::Sealed, Verdict::Must),
+    (Tier::Scoped, Verdict::Must),
+    ADVISORY,
+];
+
+/// Must be refused on every tier: what even the advisory tier applies (rlimits).
+pub const EVERY_TIER_MUST: &[(Tier, Verdict)] = &[
+    (Tier::Sealed, Verdict::Must),
+    (Tier::Scoped, Verdict::Must),
+    (Tier::Advisory, Verdict::Must),
+];
+
+/// The scoped tier's "no pid, ipc or uts namespace" line.
+pub const NO_PIDNS: &str = "no pid, ipc or uts namespace";
+
+/// The scoped tier's read line (Landlock grants the system directories and the copy).
+pub const SCOPED_READS: &str = "reads: Landlock grants read access";
 
 /// What the suite requires of an attack.
 #[derive(Debug, Clone, Copy)]
@@ -121,6 +215,13 @@ pub struct Attack {
     /// The tiers it runs on, each with its verdict there.
     pub on: &'static [(Tier, Verdict)],
     pub probe: Probe,
+}
+
+/// A number no other probe run of this process gets: for host-side names (abstract
+/// sockets, SysV keys, process markers), since tiers run the same attack in parallel.
+pub fn unique() -> u32 {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    u32::try_from(NEXT.fetch_add(1, Ordering::SeqCst)).unwrap_or(0)
 }
 
 /// Denied when `ok`, else escaped with `what`.
@@ -246,7 +347,22 @@ pub struct Ctx {
     base: tempfile::TempDir,
     tier: &'static TierSpec,
     vars: RefCell<Vec<(String, String)>>,
+    /// The resource-limit flags of the last run, which the scope report is asked with.
+    limits: RefCell<Vec<String>>,
 }
+
+/// The `run` flags (each with a value) that request a resource limit.
+const LIMIT_FLAGS: &[&str] = &[
+    "--timeout",
+    "--stage-size",
+    "--tmp-size",
+    "--memory",
+    "--pids",
+    "--cpus",
+    "--cpu-time",
+    "--max-file-size",
+    "--open-files",
+];
 
 impl Ctx {
     pub fn new(tier: &'static TierSpec) -> Self {
@@ -258,6 +374,7 @@ impl Ctx {
             base,
             tier,
             vars: RefCell::new(Vec::new()),
+            limits: RefCell::new(Vec::new()),
         };
         for (k, v) in [
             ("BASE", ctx.base()),
@@ -299,7 +416,14 @@ impl Ctx {
 
     /// `cofferdam` with a clean environment, in the workdir.
     pub fn cmd(&self) -> Command {
-        let mut c = Command::new(assert_cmd::cargo::cargo_bin("cofferdam"));
+        let bin = assert_cmd::cargo::cargo_bin("cofferdam");
+        let mut c = if self.tier.no_userns {
+            let mut c = Command::new("unshare");
+            c.args(["-U", "-r", "sh", "-c", NO_USERNS, "sh"]).arg(bin);
+            c
+        } else {
+            Command::new(bin)
+        };
         c.env_clear()
             .env("HOME", self.home())
             .env("COFFERDAM_HOME", self.store())
@@ -320,6 +444,11 @@ impl Ctx {
             c.args(["--env", k]);
         }
         c.args(extra).arg("--").args(argv).stdin(Stdio::null());
+        *self.limits.borrow_mut() = extra
+            .windows(2)
+            .filter(|w| LIMIT_FLAGS.contains(&w[0]))
+            .flat_map(|w| [w[0].to_owned(), w[1].to_owned()])
+            .collect();
         let out = c.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -363,14 +492,105 @@ impl Ctx {
 
     /// `cofferdam scope --json` for this context.
     pub fn scope(&self) -> Value {
-        let out = self.cmd().args(["scope", "--json"]).output().unwrap();
+        let out = self
+            .cmd()
+            .args(["scope", "--json"])
+            .args(self.tier.run_args)
+            .args(self.limits.borrow().iter())
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{out:?}");
         json_of(&out)
     }
 
+    /// Which tier this context runs on.
+    pub fn tier(&self) -> Tier {
+        self.tier.tier
+    }
+
     /// The common claims every run on this tier must make, whatever the attack.
     pub fn assert_boundary(&self, r: &Run) {
+        // The trace's session_start carries the scope report of the tier the run took
+        // (with `--tier`, the lowered one), not the host's best.
+        let trace = std::fs::read_to_string(r.bundle_path.with_file_name("trace.jsonl")).unwrap();
+        let start: Value = serde_json::from_str(trace.lines().next().unwrap()).unwrap();
+        assert_eq!(
+            start["event"]["effective_grants"]["enforcement_tier"],
+            r.bundle["run"]["executor"]["tier"],
+            "session_start's grants are the run's tier"
+        );
+        assert_eq!(
+            start["event"]["effective_grants"]["achieved_containment"],
+            self.tier.containment
+        );
         match self.tier.tier {
+            Tier::Scoped => {
+                // Landlock keeps writes inside the copy, HOME and TMPDIR. Reads are claimed
+                // only when every hidden secret proved unreadable after Landlock (not so
+                // for root, whose /etc/shadow lies beneath the granted /etc); pathname unix
+                // sockets (below ABI 9) keep the network claim off.
+                assert_eq!(
+                    r.safety("filesystem_write_non_bypassable"),
+                    true,
+                    "{}",
+                    r.bundle["safety"]
+                );
+                let secrets = r.control("secrets_hidden") == vec!["enforced"];
+                for f in [
+                    "filesystem_non_bypassable",
+                    "filesystem_read_non_bypassable",
+                ] {
+                    assert_eq!(r.safety(f), secrets, "{f} in {}", r.bundle["safety"]);
+                }
+                assert_eq!(r.safety("network_non_bypassable"), false);
+                assert_eq!(r.safety("host_process"), true);
+                // Unprivileged, the bounding set cannot be emptied (no CAP_SETPCAP): the
+                // bundle says partial, and no_new_privs is what keeps an exec from gaining.
+                let caps = controls_of(&r.bundle, "capabilities");
+                assert!(
+                    caps.len() == 1
+                        && (caps[0]["status"] == "enforced"
+                            || caps[0]["status"] == "partial"
+                                && caps[0]["details"]["cap_eff"] == "0000000000000000"
+                                && caps[0]["details"]["cap_prm"] == "0000000000000000"),
+                    "capabilities: {caps:?}"
+                );
+                for m in ["workdir_copy", "no_new_privs", "seccomp", "close_fds"] {
+                    assert!(
+                        !r.control(m).is_empty() && r.control(m).iter().all(|s| s == "enforced"),
+                        "control {m}: {:?}",
+                        r.control(m)
+                    );
+                }
+                let landlock = r.control("landlock");
+                assert!(
+                    landlock.iter().filter(|s| *s == "enforced").count() >= 4,
+                    "landlock read, write, network and process enforced: {landlock:?}"
+                );
+                assert_eq!(r.control("pidns"), vec!["unavailable"]);
+                for m in ["userns", "netns", "overlay", "pivot_root"] {
+                    assert!(r.control(m).iter().all(|s| s != "enforced"), "{m} claimed");
+                }
+            }
+            Tier::Advisory => {
+                for f in [
+                    "filesystem_non_bypassable",
+                    "filesystem_read_non_bypassable",
+                    "filesystem_write_non_bypassable",
+                    "network_non_bypassable",
+                ] {
+                    assert_eq!(r.safety(f), false, "{f} in {}", r.bundle["safety"]);
+                }
+                assert_eq!(r.safety("host_process"), true);
+                for m in ["landlock", "seccomp", "userns", "pidns", "netns", "overlay"] {
+                    assert!(
+                        r.control(m).iter().all(|s| s != "enforced"),
+                        "advisory claims {m}: {:?}",
+                        r.control(m)
+                    );
+                }
+                assert_eq!(r.control("workdir_copy"), vec!["partial"]);
+            }
             Tier::Sealed => {
                 for f in [
                     "filesystem_non_bypassable",
@@ -431,11 +651,28 @@ fn offered(spec: &'static TierSpec) -> bool {
     {
         return false;
     }
+    if spec.tier == Tier::Scoped && !require("Landlock", landlock_abi_independently() > 0) {
+        return false;
+    }
+    if spec.no_userns {
+        let sim = Command::new("unshare")
+            .args(["-U", "-r", "sh", "-c", NO_USERNS, "sh", "true"])
+            .status()
+            .is_ok_and(|st| st.success());
+        if !require("user namespaces to simulate a host without them", sim) {
+            return false;
+        }
+        let scope = Ctx::new(spec).scope();
+        assert_eq!(
+            scope["host_containment"], "scoped",
+            "the simulated host offers the scoped tier: {scope}"
+        );
+    }
+    // `--tier` lowers: the report says whether this host reaches the tier asked for.
     let scope = Ctx::new(spec).scope();
     require(
         &format!("the {} tier", spec.containment),
-        scope["host_containment"] == spec.containment
-            || scope["achieved_containment"] == spec.containment,
+        scope["achieved_containment"] == spec.containment,
     )
 }
 
@@ -447,6 +684,23 @@ struct Row {
     verdict: String,
     result: String,
     failed: bool,
+}
+
+/// The scope report's "not protected here" lines: the filesystem boundary's, and each
+/// requested resource limit's stated limitation as `<name>: <limitation>`.
+fn not_protected_lines(scope: &Value) -> Vec<String> {
+    let mut lines: Vec<String> = scope["filesystem_boundary"]["not_protected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str().map(str::to_owned))
+        .collect();
+    for r in scope["resources"].as_array().unwrap() {
+        if let (Some(name), Some(limitation)) = (r["name"].as_str(), r["limitation"].as_str()) {
+            lines.push(format!("{name}: {limitation}"));
+        }
+    }
+    lines
 }
 
 fn verdict_name(v: Verdict) -> String {
@@ -469,16 +723,11 @@ fn one(attack: &'static Attack, spec: &'static TierSpec, verdict: Verdict) -> Ro
         let outcome = (attack.probe)(&ctx);
         let scope_line = match verdict {
             Verdict::Must => None,
-            Verdict::Documented(line) => {
-                let scope = ctx.scope();
-                let lines: Vec<String> = scope["filesystem_boundary"]["not_protected"]
-                    .as_array()
-                    .unwrap()
+            Verdict::Documented(line) => Some(
+                not_protected_lines(&ctx.scope())
                     .iter()
-                    .filter_map(|l| l.as_str().map(str::to_owned))
-                    .collect();
-                Some(lines.iter().any(|l| l.starts_with(line)))
-            }
+                    .any(|l| l.starts_with(line)),
+            ),
         };
         (outcome, scope_line)
     });
@@ -501,7 +750,7 @@ fn one(attack: &'static Attack, spec: &'static TierSpec, verdict: Verdict) -> Ro
         id: attack.id,
         description: attack.description,
         boundary: attack.boundary.name(),
-        tier: spec.containment,
+        tier: spec.label,
         verdict: verdict_name(verdict),
         result,
         failed,
@@ -541,20 +790,28 @@ fn table(rows: &[Row]) -> String {
             r.id, r.boundary, r.tier, r.verdict
         ));
     }
-    let failed = rows.iter().filter(|r| r.failed).count();
-    let denied = rows
-        .iter()
-        .filter(|r| r.result.starts_with("denied"))
-        .count();
-    let documented = rows
-        .iter()
-        .filter(|r| r.result.starts_with("limitation"))
-        .count();
-    s.push_str(&format!(
-        "{} attacks: {denied} denied, {documented} documented limitations, {} skipped, {failed} failed\n",
-        rows.len(),
-        rows.iter().filter(|r| r.result.starts_with("skip")).count()
-    ));
+    let mut tiers: Vec<&str> = Vec::new();
+    for r in rows {
+        if !tiers.contains(&r.tier) {
+            tiers.push(r.tier);
+        }
+    }
+    for tier in tiers.into_iter().map(Some).chain([None]) {
+        let of: Vec<&Row> = rows
+            .iter()
+            .filter(|r| tier.is_none_or(|t| r.tier == t))
+            .collect();
+        let count = |p: &str| of.iter().filter(|r| r.result.starts_with(p)).count();
+        s.push_str(&format!(
+            "{}: {} attacks: {} denied, {} documented limitations, {} skipped, {} failed\n",
+            tier.unwrap_or("all tiers"),
+            of.len(),
+            count("denied"),
+            count("limitation"),
+            count("skip"),
+            of.iter().filter(|r| r.failed).count()
+        ));
+    }
     s
 }
 
@@ -562,14 +819,19 @@ fn table(rows: &[Row]) -> String {
 /// a `must` attack got through or any check failed.
 pub fn run_suite(attacks: &[&'static Attack], to_be_added: &[(&str, &str)]) {
     let only = std::env::var("ESCAPE_ONLY").unwrap_or_default();
+    let tiers = std::env::var("ESCAPE_TIER").unwrap_or_default();
     let mut jobs: Vec<(&'static Attack, &'static TierSpec, Verdict)> = Vec::new();
     for spec in TIERS {
+        if !tiers.is_empty() && !tiers.split(',').any(|t| t == spec.label) {
+            continue;
+        }
         if !offered(spec) {
             continue;
         }
         for a in attacks {
             let verdict = a.on.iter().find(|(t, _)| *t == spec.tier).map(|(_, v)| *v);
-            if let Some(v) = verdict.filter(|_| a.id.starts_with(only.as_str())) {
+            let sampled = spec.only.is_empty() || spec.only.contains(&a.id);
+            if let Some(v) = verdict.filter(|_| sampled && a.id.starts_with(only.as_str())) {
                 jobs.push((a, spec, v));
             }
         }

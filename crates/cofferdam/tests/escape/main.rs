@@ -14,8 +14,16 @@
 //! (`Ctx::assert_boundary`), then a `(tier, verdict)` pair in each attack that applies —
 //! e.g. `(Scoped, Documented("no pid, ipc or uts namespace"))` for a host-pid attack.
 //!
-//! `ESCAPE_ONLY=<id prefix>` runs a subset. The result table is printed to stderr even when
-//! the test passes.
+//! Tiers today: `sealed`; `scoped` asked with `run --tier scoped` (every attack that applies:
+//! not the `--mount`/`--read-only` ones, which the tier refuses); `scoped/no-userns`, a
+//! sample run on a simulated host without user namespaces, where the scoped tier is what the
+//! host offers; `advisory`, a harmless sample whose bundle must claim no boundary. The scope
+//! report checked for a `documented` row is asked with the same tier flags (`scope --tier`)
+//! and the run's resource flags; its resource rows' limitations count as lines
+//! (`<name>: <limitation>`).
+//!
+//! `ESCAPE_ONLY=<id prefix>` runs a subset, `ESCAPE_TIER=<label>[,<label>]` some tiers. The
+//! result table, with per-tier counts, is printed to stderr even when the test passes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../cli/common.rs"]
@@ -73,5 +81,15 @@ fn attack_ids_are_unique_and_the_table_is_big_enough() {
             a.id
         );
         assert!(!a.on.is_empty(), "{} runs on no tier", a.id);
+    }
+    for spec in harness::TIERS {
+        for id in spec.only {
+            let a = all.iter().find(|a| a.id == *id);
+            assert!(
+                a.is_some_and(|a| a.on.iter().any(|(t, _)| *t == spec.tier)),
+                "{id} in {}'s sample does not run on its tier",
+                spec.label
+            );
+        }
     }
 }

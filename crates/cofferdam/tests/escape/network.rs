@@ -1,7 +1,8 @@
 //! Network (mode none): host listeners the test starts see nothing from inside.
 
 use crate::harness::{
-    Attack, Boundary::Network, Ctx, Outcome, SEALED_MUST, Tier::Sealed, Verdict::Documented, check,
+    ALL_THREE, Attack, BOTH_MUST, Boundary::Network, Ctx, Outcome, Tier::Scoped, Tier::Sealed,
+    Verdict::Documented, check,
 };
 use std::io::ErrorKind;
 use std::os::linux::net::SocketAddrExt;
@@ -12,52 +13,58 @@ pub const ATTACKS: &[Attack] = &[
         id: "net.tcp-host-loopback",
         boundary: Network,
         description: "connect to a TCP listener on the host's 127.0.0.1",
-        on: SEALED_MUST,
+        on: ALL_THREE,
         probe: tcp_loopback,
     },
     Attack {
         id: "net.tcp-host-address",
         boundary: Network,
         description: "connect to a host TCP listener on every host address (0.0.0.0 bind)",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: tcp_host_address,
     },
     Attack {
         id: "net.udp-host",
         boundary: Network,
         description: "send UDP datagrams to a host socket on 127.0.0.1",
-        on: SEALED_MUST,
+        on: ALL_THREE,
         probe: udp,
     },
     Attack {
         id: "net.abstract-unix",
         boundary: Network,
         description: "connect to a host process's abstract unix socket",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: abstract_unix,
     },
     Attack {
         id: "net.raw-packet-socket",
         boundary: Network,
         description: "open raw IP and AF_PACKET sockets",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: raw_socket,
     },
     Attack {
         id: "net.interfaces",
         boundary: Network,
         description: "find an interface other than lo; add a route",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: interfaces,
     },
     Attack {
         id: "net.unix-socket-file-in-workdir",
         boundary: Network,
         description: "connect to a host process listening on a socket file inside the workdir",
-        on: &[(
-            Sealed,
-            Documented("pathname unix sockets inside visible paths"),
-        )],
+        on: &[
+            (
+                Sealed,
+                Documented("pathname unix sockets inside visible paths"),
+            ),
+            (
+                Scoped,
+                Documented("pathname unix sockets inside visible paths"),
+            ),
+        ],
         probe: unix_socket_file,
     },
     Attack {
@@ -74,14 +81,14 @@ pub const ATTACKS: &[Attack] = &[
         id: "net.tcp-host-ipv6",
         boundary: Network,
         description: "connect to a host TCP listener on ::1",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: tcp_ipv6,
     },
     Attack {
         id: "net.visible-socket-files",
         boundary: Network,
         description: "connect to every socket file visible outside the workdir (system view)",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: visible_sockets,
     },
 ];
@@ -174,7 +181,11 @@ fn udp(ctx: &Ctx) -> Outcome {
 }
 
 fn abstract_unix(ctx: &Ctx) -> Outcome {
-    let name = format!("cofferdam-escape-{}", std::process::id());
+    let name = format!(
+        "cofferdam-escape-{}-{}",
+        std::process::id(),
+        crate::harness::unique()
+    );
     let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let l = UnixListener::bind_addr(&addr).unwrap();
     l.set_nonblocking(true).unwrap();
@@ -214,6 +225,18 @@ fn raw_socket(ctx: &Ctx) -> Outcome {
 fn interfaces(ctx: &Ctx) -> Outcome {
     let r = ctx.sh("echo ifs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,); ip route add default dev lo 2>/dev/null && echo route=added; true");
     ctx.assert_boundary(&r);
+    if ctx.tier() != Sealed {
+        // No network namespace: the host's interfaces are listed (the scope report's
+        // "network: no network namespace"); changing them needs a capability it lacks.
+        return check(
+            r.value("route").is_none(),
+            format!(
+                "no route added; the host's interfaces are visible (no network namespace): {}",
+                r.value("ifs").unwrap_or("?")
+            ),
+            "added a route on the host",
+        );
+    }
     let netns = crate::harness::controls_of(&r.bundle, "netns");
     assert_eq!(netns[0]["details"]["interfaces"], serde_json::json!(["lo"]));
     assert_eq!(netns[0]["details"]["mode"], "none");

@@ -1,7 +1,10 @@
 //! Process and signals: host processes are invisible and unreachable; the command cannot
 //! leave its namespaces or outlive the run.
 
-use crate::harness::{Attack, Boundary::Process, Ctx, Outcome, SEALED_MUST, check};
+use crate::harness::{
+    ADVISORY, ALL_THREE, Attack, BOTH_MUST, Boundary::Process, Ctx, NO_PIDNS, Outcome, Tier,
+    Verdict, check,
+};
 use crate::kernel::syscall_probe;
 
 pub const ATTACKS: &[Attack] = &[
@@ -9,98 +12,105 @@ pub const ATTACKS: &[Attack] = &[
         id: "ps.kill-host-pid",
         boundary: Process,
         description: "signal a host `sleep` by pid (TERM, KILL, STOP)",
-        on: SEALED_MUST,
+        on: ALL_THREE,
         probe: kill_host_pid,
     },
     Attack {
         id: "ps.kill-all",
         boundary: Process,
         description: "kill(-1, SIGKILL): every process the caller may signal",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: kill_all,
     },
     Attack {
         id: "ps.see-host-pids",
         boundary: Process,
         description: "find host processes in /proc (by pid and by command line)",
-        on: SEALED_MUST,
+        on: &[
+            (Tier::Sealed, Verdict::Must),
+            (Tier::Scoped, Verdict::Documented(NO_PIDNS)),
+            ADVISORY,
+        ],
         probe: see_host_pids,
     },
     Attack {
         id: "ps.pidfd-host",
         boundary: Process,
         description: "pidfd_open a host pid and pidfd_send_signal it",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: pidfd_host,
     },
     Attack {
         id: "ps.ptrace-attach",
         boundary: Process,
         description: "ptrace(PTRACE_ATTACH) the sandbox's pid 1; PTRACE_TRACEME",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: ptrace_attach,
     },
     Attack {
         id: "ps.process-vm-readv",
         boundary: Process,
         description: "read pid 1's memory with process_vm_readv and /proc/1/mem",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: process_vm,
     },
     Attack {
         id: "ps.setns",
         boundary: Process,
         description: "setns into a namespace fd (pid 1's are not even openable)",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: setns,
     },
     Attack {
         id: "ps.unshare-userns",
         boundary: Process,
         description: "unshare a new user namespace (util-linux unshare -U, -m, -n)",
-        on: SEALED_MUST,
+        on: ALL_THREE,
         probe: unshare_userns,
     },
     Attack {
         id: "ps.clone-newuser",
         boundary: Process,
         description: "raw clone(CLONE_NEWUSER|SIGCHLD)",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: clone_newuser,
     },
     Attack {
         id: "ps.clone3",
         boundary: Process,
         description: "clone3 (its flags are out of seccomp's reach): must be ENOSYS",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: clone3,
     },
     Attack {
         id: "ps.daemon-outlives",
         boundary: Process,
         description: "setsid + double fork a daemon that outlives the run",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: daemon_outlives,
     },
     Attack {
         id: "ps.sethostname",
         boundary: Process,
         description: "change the hostname and domain name",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: sethostname,
     },
     Attack {
         id: "ps.sysv-ipc",
         boundary: Process,
         description: "attach a host SysV shared memory segment by key",
-        on: SEALED_MUST,
+        on: &[
+            (Tier::Sealed, Verdict::Must),
+            (Tier::Scoped, Verdict::Documented(NO_PIDNS)),
+        ],
         probe: sysv_ipc,
     },
     Attack {
         id: "ps.proc-1-exe",
         boundary: Process,
         description: "open pid 1's executable (the host's cofferdam binary) through /proc/1/exe to overwrite it (runc CVE-2019-5736)",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: proc_1_exe,
     },
 ];
@@ -179,6 +189,19 @@ if fd >= 0:
         send = libc::SYS_pidfd_send_signal,
     ));
     ctx.assert_boundary(&r);
+    if ctx.tier() != Tier::Sealed {
+        // No pid namespace: the pid names a visible host process, so the pidfd opens (the
+        // scope report's "no pid, ipc or uts namespace"); Landlock's signal scope (ABI 6+)
+        // must still refuse the signal.
+        return check(
+            host.alive() && r.value("send").is_some_and(|v| v != "0"),
+            format!(
+                "the host process lives; {}",
+                r.out.trim().replace('\n', " ")
+            ),
+            format!("signalled a host process through a pidfd: {}", r.out),
+        );
+    }
     check(
         host.alive() && r.out.contains("open=-1") && r.value("send").is_none(),
         r.out.trim().to_owned(),
@@ -304,7 +327,8 @@ else:
 "#;
 
 fn sysv_ipc(ctx: &Ctx) -> Outcome {
-    let key = (std::process::id() % 100_000 + 7_000_000).to_string();
+    let n = crate::harness::unique();
+    let key = (std::process::id() % 100_000 * 10 + n % 10 + 7_000_000).to_string();
     let host = |args: &[&str]| {
         let out = std::process::Command::new("python3")
             .args(["-c", SHM])
@@ -322,7 +346,9 @@ fn sysv_ipc(ctx: &Ctx) -> Outcome {
     let r = ctx.run(&[], &["/usr/bin/python3", "-c", SHM, "attach"]);
     host(&["remove", &id]);
     ctx.assert_boundary(&r);
-    assert_eq!(r.control("ipcns"), vec!["enforced"]);
+    if ctx.tier() == Tier::Sealed {
+        assert_eq!(r.control("ipcns"), vec!["enforced"]);
+    }
     check(
         r.out.contains("shmget=-1"),
         format!(

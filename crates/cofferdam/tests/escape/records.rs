@@ -2,7 +2,7 @@
 //! records about its own run (the status channel, fd 4, is close-on-exec in pid 1 and
 //! pid 1 is not dumpable, so `/proc/1/fd/4` is out of reach).
 
-use crate::harness::{Attack, Boundary::Records, Ctx, Outcome, SEALED_MUST, check};
+use crate::harness::{Attack, BOTH_MUST, Boundary::Records, Ctx, Outcome, check};
 use std::path::Path;
 
 pub const ATTACKS: &[Attack] = &[
@@ -10,42 +10,42 @@ pub const ATTACKS: &[Attack] = &[
         id: "rec.earlier-job",
         boundary: Records,
         description: "rewrite an earlier job's run-bundle.json, trace.jsonl and job.json",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: earlier_job,
     },
     Attack {
         id: "rec.own-job",
         boundary: Records,
         description: "rewrite the running job's own records by its COFFERDAM_RUN_ID",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: own_job,
     },
     Attack {
         id: "rec.forge-status",
         boundary: Records,
         description: "print status-channel lines (controls, exited) on stdout/stderr, fds 3-9, /proc/1/fd/4",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: forge_status,
     },
     Attack {
         id: "rec.forge-exit",
         boundary: Records,
         description: "claim a clean exit on every channel, then die by SIGKILL",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: forge_exit,
     },
     Attack {
         id: "rec.inherited-fds",
         boundary: Records,
         description: "find an inherited descriptor (plan, status, terminal socket, the job)",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: inherited_fds,
     },
     Attack {
         id: "rec.review-terminal-injection",
         boundary: Records,
         description: "stage names and content with terminal escapes (title, clear, OSC 52) for the review",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: review_terminal_injection,
     },
 ];
@@ -139,7 +139,8 @@ exit 3"#,
         && r.bundle["run"]["exit_code"] == 3
         && r.bundle["run"]["state"] == "failed"
         && !raw.contains(FORGED)
-        && seccomp == vec!["enforced"]
+        && !seccomp.is_empty()
+        && seccomp.iter().all(|s| s == "enforced")
         && r.value("wrote").is_none();
     check(
         ok,

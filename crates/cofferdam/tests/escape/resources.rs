@@ -1,8 +1,11 @@
-//! Resources: what main enforces today (rlimits). Memory, cpus and pids through cgroups,
-//! the wall-clock timeout and the stage cap are being added; their attacks belong here once
-//! they are (a fork bomb without `--pids` is not contained by anything on main yet).
+//! Resources: rlimits, the cgroup pids limit where one installs, the wall-clock timeout, the
+//! stage cap and the private /tmp's size. Defaults (a fork bomb without `--pids`, memory
+//! through the temp directory without `--tmp-size`) are not contained by anything yet.
 
-use crate::harness::{Attack, Boundary::Resources, Ctx, Outcome, Run, SEALED_MUST, check};
+use crate::harness::{
+    Attack, BOTH_MUST, Boundary::Resources, Ctx, EVERY_TIER_MUST, Outcome, Run, Tier, Tier::Scoped,
+    Tier::Sealed, Verdict::Documented, Verdict::Must, check,
+};
 
 /// Attacks that need what is being built; printed under the table, not run.
 pub const TO_BE_ADDED: &[(&str, &str)] = &[
@@ -19,14 +22,6 @@ pub const TO_BE_ADDED: &[(&str, &str)] = &[
         "allocate past --memory across processes: needs the memory cgroup (RLIMIT_DATA is per process)",
     ),
     (
-        "res.timeout",
-        "outlive --timeout: needs the wall-clock kill",
-    ),
-    (
-        "res.stage-size",
-        "write past --stage-size: needs the stage cap",
-    ),
-    (
         "net.allow-bypass",
         "network allow mode: connect to an allowed name's IP directly, DNS rebinding, non-proxy UDP",
     ),
@@ -37,45 +32,187 @@ pub const ATTACKS: &[Attack] = &[
         id: "res.core-dump",
         boundary: Resources,
         description: "raise RLIMIT_CORE to dump memory to disk",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: core_dump,
     },
     Attack {
         id: "res.open-files",
         boundary: Resources,
         description: "open more files than --open-files 64; raise the limit",
-        on: SEALED_MUST,
+        on: EVERY_TIER_MUST,
         probe: open_files,
     },
     Attack {
         id: "res.file-size",
         boundary: Resources,
         description: "write a file past --max-file-size 1MiB",
-        on: SEALED_MUST,
+        on: EVERY_TIER_MUST,
         probe: file_size,
     },
     Attack {
         id: "res.fork-bomb-pids",
         boundary: Resources,
         description: "fork past --pids 32 (a cgroup pids limit, else RLIMIT_NPROC)",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: fork_bomb,
     },
     Attack {
         id: "res.cpu-time",
         boundary: Resources,
         description: "spin past --cpu-time 1s",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: cpu_time,
     },
     Attack {
         id: "res.oom-score-adj",
         boundary: Resources,
         description: "lower oom_score_adj so the host's processes are killed first",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: oom_score_adj,
     },
+    Attack {
+        id: "res.timeout-outlive",
+        boundary: Resources,
+        description: "outlive --timeout 1s: ignore SIGTERM, setsid a daemon, background a child",
+        on: BOTH_MUST,
+        probe: timeout_outlive,
+    },
+    Attack {
+        id: "res.stage-size",
+        boundary: Resources,
+        description: "write 3 MiB past --stage-size 1MiB and keep running",
+        on: &[
+            (Sealed, Must),
+            (Scoped, Documented("stage_size: not polled on this tier")),
+        ],
+        probe: stage_size,
+    },
+    Attack {
+        id: "res.tmp-size",
+        boundary: Resources,
+        description: "write 3 MiB into the temp directory past --tmp-size 1MiB",
+        on: &[
+            (Sealed, Must),
+            (
+                Scoped,
+                Documented("tmp_size: the temp directory lives in the job directory"),
+            ),
+        ],
+        probe: tmp_size,
+    },
 ];
+
+/// Host processes whose command line contains `marker`.
+fn host_processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) {
+                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+fn timeout_outlive(ctx: &Ctx) -> Outcome {
+    // `sleep <pid>.<n>`, unique to this run of the probe.
+    let n = crate::harness::unique();
+    let marker = format!("{}.{n}", std::process::id() % 100_000 + 100_000);
+    ctx.var("M", &marker);
+    let r = ctx.run(
+        &["--timeout", "1s"],
+        &[
+            "sh",
+            "-c",
+            "trap '' TERM HUP; setsid sh -c \"trap '' TERM HUP; exec sleep $M\" & (trap '' TERM HUP; exec sleep $M) & nohup sleep $M >/dev/null 2>&1 & sleep $M; wait",
+        ],
+    );
+    ctx.assert_boundary(&r);
+    assert_eq!(r.code, Some(124), "{}", r.err);
+    assert_eq!(r.bundle["run"]["failure"]["kind"], "timeout");
+    // The kill is synchronous with the run's end; allow the kernel a moment to reap.
+    let mut left = host_processes_with(&marker);
+    for _ in 0..20 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = host_processes_with(&marker);
+    }
+    for p in &left {
+        if let Some(pid) = p.split(':').next().and_then(|p| p.parse::<i32>().ok()) {
+            // SAFETY: kill(2) on a pid read from /proc; a stale pid is at worst ESRCH.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    check(
+        left.is_empty(),
+        "exit 124, bundle failure timeout; no process of the run (setsid daemon, nohup, TERM-ignoring) survives",
+        format!("survived the timeout: {left:?}"),
+    )
+}
+
+fn stage_size(ctx: &Ctx) -> Outcome {
+    let r = ctx.run(
+        &["--stage-size", "1MiB", "--timeout", "20s"],
+        &[
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=big bs=1M count=3 2>/dev/null; sleep 2; echo survived=yes",
+        ],
+    );
+    ctx.assert_boundary(&r);
+    let failure = &r.bundle["run"]["failure"];
+    assert_eq!(failure["kind"], "limit", "{}", r.bundle["run"]);
+    assert_eq!(failure["limit"], "stage_size_bytes");
+    assert_eq!(r.bundle["run"]["state"], "failed");
+    let watch = r
+        .control_with("wall_clock", "resource", "stage_size")
+        .expect("a stage_size watch observation");
+    // Partial on both: the poll can overshoot (sealed); there is no poll (copy tiers).
+    let reason = watch["reason"].as_str().unwrap_or("");
+    if ctx.tier() == Tier::Sealed {
+        assert!(reason.contains("poll"), "{watch}");
+    } else {
+        assert!(reason.contains("once the run has ended"), "{watch}");
+    }
+    check(
+        r.value("survived").is_none(),
+        format!(
+            "stopped past the cap by the poll (signal {}); bundle: limit stage_size_bytes",
+            failure["signal"]
+        ),
+        "kept running past the cap; the run failed as over it only when it ended",
+    )
+}
+
+fn tmp_size(ctx: &Ctx) -> Outcome {
+    let r = ctx.run(
+        &["--tmp-size", "1MiB"],
+        &[
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=$TMPDIR/big bs=1M count=3 2>/dev/null; echo size=$(stat -c %s $TMPDIR/big)",
+        ],
+    );
+    ctx.assert_boundary(&r);
+    let size: u64 = r.value("size").unwrap().parse().unwrap();
+    if ctx.tier() == Tier::Sealed {
+        assert_eq!(
+            r.bundle["resources"]["effective"]["tmp_size_bytes"],
+            1 << 20,
+            "{}",
+            r.bundle["resources"]
+        );
+    }
+    check(
+        size <= 1 << 20,
+        format!("{size} bytes fit (ENOSPC past 1 MiB); bundle: tmp_size enforced"),
+        format!("wrote {size} bytes into the temp directory"),
+    )
+}
 
 /// The rlimit observation for `resource`, asserted present.
 fn rlimit(r: &Run, resource: &str) -> serde_json::Value {

@@ -2,7 +2,7 @@
 //! caller's when it is handed one on stdout. (The relayed pseudo-terminal case, stdin a
 //! terminal, is `tests/cli/pty.rs`.)
 
-use crate::harness::{Attack, Boundary::Terminal, Ctx, Outcome, SEALED_MUST, check};
+use crate::harness::{Attack, BOTH_MUST, Boundary::Terminal, Ctx, Outcome, check};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -12,21 +12,21 @@ pub const ATTACKS: &[Attack] = &[
         id: "tty.tiocsti-own",
         boundary: Terminal,
         description: "TIOCSTI/TIOCLINUX on fds 0-2, /dev/tty and a fresh /dev/ptmx",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: tiocsti_own,
     },
     Attack {
         id: "tty.tiocsti-caller-stdout",
         boundary: Terminal,
         description: "stdout is the caller's terminal (stdin redirected): inject input into it",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: tiocsti_caller,
     },
     Attack {
         id: "tty.caller-ctty",
         boundary: Terminal,
         description: "handed no terminal (stdin, stdout, stderr redirected), open /dev/tty: the caller's",
-        on: SEALED_MUST,
+        on: BOTH_MUST,
         probe: caller_ctty,
     },
 ];
