@@ -138,12 +138,18 @@ pub struct RunFailure {
 impl RunFailure {
     /// The status `cofferdam run` exits with for this failure (DESIGN.md §7): the workload's
     /// own status for `process_exit`, 128 + signal for deaths by signal, 124 for `timeout`,
-    /// 130 for `cancelled`, 125 for `setup` (126/127 when the exec itself failed).
+    /// 130 for `cancelled`, 125 for `setup` (126/127 when the exec itself failed), and for a
+    /// `limit` the workload's non-zero status, else [`LIMIT_AFTER_EXIT`].
     pub fn exit_status(&self) -> i32 {
         let by_signal = self.signal.map(|s| 128 + s).or(self.exit_code);
         match self.kind {
             FailureKind::ProcessExit => self.exit_code.unwrap_or(1),
-            FailureKind::Signal | FailureKind::Limit => by_signal.unwrap_or(1),
+            FailureKind::Signal => by_signal.unwrap_or(1),
+            // A limit found only after a clean exit (a stage over its cap at the seal) must
+            // not read as success.
+            FailureKind::Limit => by_signal
+                .filter(|&code| code != 0)
+                .unwrap_or(LIMIT_AFTER_EXIT),
             FailureKind::Oom => by_signal.unwrap_or(128 + 9),
             FailureKind::Timeout => 124,
             FailureKind::Cancelled => 130,
@@ -154,6 +160,10 @@ impl RunFailure {
         }
     }
 }
+
+/// The exit status of a run whose workload exited 0 but which still failed a limit (a
+/// stage found over `stage_size` when it was sealed).
+pub const LIMIT_AFTER_EXIT: i32 = 123;
 
 /// `run.output`: what was captured of the workload's stdout and stderr. A stream that was
 /// not captured (passed through to the terminal) is absent, so the default `{}` means
@@ -224,6 +234,16 @@ mod tests {
         };
         assert_eq!(killed.exit_status(), 143);
         assert_eq!(failure(FailureKind::Timeout).exit_status(), 124);
+        let over_cap_after_success = RunFailure {
+            exit_code: Some(0),
+            ..failure(FailureKind::Limit)
+        };
+        assert_eq!(over_cap_after_success.exit_status(), LIMIT_AFTER_EXIT);
+        let over_cap_after_failure = RunFailure {
+            exit_code: Some(2),
+            ..failure(FailureKind::Limit)
+        };
+        assert_eq!(over_cap_after_failure.exit_status(), 2);
         assert_eq!(failure(FailureKind::Cancelled).exit_status(), 130);
         assert_eq!(failure(FailureKind::Setup).exit_status(), 125);
         assert_eq!(failure(FailureKind::Oom).exit_status(), 137);

@@ -313,14 +313,16 @@ fn a_stage_past_stage_size_ends_as_limit_whether_the_poll_or_the_seal_sees_it() 
         b["resources"]["limitations"].to_string().contains("poll"),
         "the poll's overshoot is a stated limitation"
     );
-    // Gone before a poll: the check at seal fails the run.
-    run_q(&s)
+    // Gone before a poll: the check at seal fails the run, and the exit status says so
+    // although the command itself exited 0 (`run … && apply` must not go on).
+    let out = run_q(&s)
         .args(["--stage-size", "1MiB", "--", "dd"])
         .args(["if=/dev/zero", "of=big2", "bs=1M", "count=10"])
         .output()
         .unwrap();
     let b = last_bundle(&s);
     assert_eq!(b["run"]["failure"]["limit"], "stage_size_bytes", "{b}");
+    assert_eq!(out.status.code(), Some(123), "{out:?}");
     // Under the cap: no failure.
     let out = run_q(&s)
         .args(["--stage-size", "1MiB", "--", "sh", "-c", "echo hi > small"])
