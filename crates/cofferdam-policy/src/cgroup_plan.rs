@@ -11,8 +11,8 @@
 //! get one (`systemd-run --user --scope -p Delegate=yes cofferdam …`).
 
 use crate::policy::ResourceRequest;
-use cofferdam_record::CgroupFacts;
 use cofferdam_record::bundle::ResourceDimension;
+use cofferdam_record::{CgroupFacts, EnforcementTier};
 
 /// A cgroup version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +74,23 @@ pub fn controller_source(facts: &CgroupFacts, is_root: bool, ctrl: &str) -> Opti
     } else {
         None
     }
+}
+
+/// Why cofferdam's default pids limit ([`crate::policy::DEFAULT_PIDS`]) is left out of a
+/// run: no cgroup enforces it and [`default_pids_by_rlimit`] is false.
+pub const DEFAULT_PIDS_SKIPPED: &str = "cofferdam's default pids limit is not applied: no \
+     cgroup pids controller is usable and this tier runs without its own user namespace, \
+     where RLIMIT_NPROC would count every process of your user on the host (a user who \
+     already runs that many could not start the run's processes); give `--pids N` to apply \
+     RLIMIT_NPROC anyway";
+
+/// Whether `RLIMIT_NPROC` may carry cofferdam's *default* pids limit on `tier` when no
+/// cgroup does: only on the sealed tier, where the init sets it inside the run's own user
+/// namespace and the kernel counts the tasks of that namespace only (per-namespace
+/// `ucounts`), not the user's other processes. A pids limit asked for explicitly is
+/// applied on every tier (the scope report says what it counts).
+pub fn default_pids_by_rlimit(tier: EnforcementTier) -> bool {
+    tier == EnforcementTier::MountnsPivotRootLandlockSeccomp
 }
 
 /// The CFS period cofferdam uses, microseconds.
@@ -183,6 +200,15 @@ mod tests {
             io_bps: Some(ByteSize(1 << 20)),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn only_the_sealed_tier_carries_the_default_pids_by_rlimit() {
+        assert!(default_pids_by_rlimit(
+            EnforcementTier::MountnsPivotRootLandlockSeccomp
+        ));
+        assert!(!default_pids_by_rlimit(EnforcementTier::LandlockSeccomp));
+        assert!(!default_pids_by_rlimit(EnforcementTier::None));
     }
 
     #[test]

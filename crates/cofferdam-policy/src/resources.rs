@@ -37,6 +37,18 @@ fn rlimit(controls: &[ControlObservation], name: &str) -> Option<u64> {
         .find_map(|o| o.details.get("soft").and_then(Value::as_u64))
 }
 
+/// Why the rlimit `name` is not enforced (its non-enforced observation's reason).
+fn rlimit_reason(controls: &[ControlObservation], name: &str) -> Option<String> {
+    controls
+        .iter()
+        .find(|o| {
+            o.mechanism == ControlMechanism::Rlimit
+                && o.status != ControlStatus::Enforced
+                && detail_str(o, "resource") == Some(name)
+        })
+        .and_then(|o| o.reason.clone())
+}
+
 /// The enforced cgroup observation for `dim`.
 fn cgroup(controls: &[ControlObservation], dim: ResourceDimension) -> Option<&ControlObservation> {
     controls
@@ -124,21 +136,27 @@ pub fn summarize(policy: &Policy, controls: &[ControlObservation]) -> ResourceSu
     }
     // pids
     if let Some(want) = requested.pids {
+        let default = if r.is_default(ResourceDimension::Pids) {
+            " (cofferdam's default for every run; `--pids N` changes it, `--pids none` removes it)"
+        } else {
+            ""
+        };
         if let Some(o) = cgroup(controls, ResourceDimension::Pids) {
             effective.pids = Some(want);
-            mechanisms.push(format!("pids: {} (the whole run)", cgroup_name(o)));
+            mechanisms.push(format!("pids: {} (the whole run){default}", cgroup_name(o)));
         } else if let Some(v) = rlimit(controls, "RLIMIT_NPROC") {
             effective.pids = Some(v);
-            mechanisms.push("pids: RLIMIT_NPROC".into());
+            mechanisms.push(format!("pids: RLIMIT_NPROC{default}"));
             limitations.push(format!(
                 "pids is limited by RLIMIT_NPROC, which counts every task of the user in the \
                  run's user namespace{}",
                 no_cgroup(ResourceDimension::Pids)
             ));
         } else {
+            let why = rlimit_reason(controls, "RLIMIT_NPROC")
+                .unwrap_or_else(|| "RLIMIT_NPROC does not bind the host's root user".to_owned());
             limitations.push(format!(
-                "pids was requested but nothing enforces it here (RLIMIT_NPROC does not bind \
-                 the host's root user){}",
+                "pids {want}{default} is not enforced here ({why}){}",
                 no_cgroup(ResourceDimension::Pids)
             ));
         }
@@ -263,7 +281,7 @@ mod tests {
         };
         let flags = crate::policy::RunFlags {
             memory: Some("64MiB".into()),
-            pids: Some(64),
+            pids: Some("64".into()),
             cpus: Some(1.5),
             timeout: Some("1s".into()),
             cpu_time: Some("2s".into()),
@@ -383,6 +401,41 @@ mod tests {
             let r = summarize(&all_requested(), &weaker);
             assert_eq!(effective_keys(&r).len(), 8, "{:?}", weaker[i]);
         }
+    }
+
+    #[test]
+    fn the_default_pids_limit_is_named_as_default_and_its_gap_explained() {
+        let p = crate::policy::resolve_policy(
+            None,
+            &crate::policy::RunFlags::default(),
+            &crate::policy::Places {
+                cwd: "/w".into(),
+                home: "/h".into(),
+            },
+        )
+        .unwrap();
+        let cg = everything().remove(1);
+        let r = summarize(&p, &[cg]);
+        assert_eq!(r.requested.pids, Some(crate::policy::DEFAULT_PIDS));
+        assert_eq!(r.effective.pids, Some(crate::policy::DEFAULT_PIDS));
+        assert!(
+            r.mechanisms[0].contains("pids.max") && r.mechanisms[0].contains("default"),
+            "{:?}",
+            r.mechanisms
+        );
+        let mut skipped = obs(
+            ControlMechanism::Rlimit,
+            ControlStatus::Unavailable,
+            &[("resource", json!("RLIMIT_NPROC"))],
+        );
+        skipped.reason = Some("not applied on this tier".into());
+        let r = summarize(&p, &[skipped]);
+        assert_eq!(r.effective.pids, None);
+        assert!(
+            r.limitations[0].contains("default") && r.limitations[0].contains("this tier"),
+            "{:?}",
+            r.limitations
+        );
     }
 
     #[test]

@@ -5,11 +5,13 @@
 //! Per-tier statements live in small functions here, one per report block, so the human
 //! rendering, `--json` and the `session_start` trace event all carry the same words.
 
+use crate::cgroup_plan::DEFAULT_PIDS_SKIPPED;
 use crate::manifest::MountMode;
 use crate::policy::{DEFAULT_PROJECTED_ENV, INJECTED_ENV, PROXY_ENV, Policy};
 use crate::secrets::secret_paths;
 use crate::tier::decide_containment;
 use cofferdam_net::NetworkMode;
+use cofferdam_record::bundle::ResourceDimension;
 use cofferdam_record::scope::{
     CgroupScopeReport, FilesystemBoundaryReport, HostPathReport, IoMaxReport, ManifestFileReport,
     ProcessViewReport, ResourceLimitReport, RouteReport, RuntimeDirReport, ScopeReport,
@@ -347,6 +349,7 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
                 requested,
                 mechanism,
                 limitation: limitation.map(str::to_owned),
+                default: false,
             });
         };
     if let Some(m) = r.memory {
@@ -361,19 +364,27 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
         }
     }
     if let Some(n) = r.pids {
-        match cg("pids", "pids.max", "pids.max") {
-            Some(mech) => row("pids", n as f64, Some(mech), None),
-            None => row(
-                "pids",
-                n as f64,
-                Some("RLIMIT_NPROC".into()),
-                Some(if sealed {
-                    "counted per user in the run's user namespace"
-                } else {
-                    "counts every process of your user on the host, not only the run's"
-                }),
+        let mechanism = cg("pids", "pids.max", "pids.max");
+        let default = r.is_default(ResourceDimension::Pids);
+        let (mechanism, limitation) = match mechanism {
+            Some(m) => (Some(m), None),
+            None if f.is_root => (
+                None,
+                Some(
+                    "RLIMIT_NPROC does not bind the host's root user and no cgroup pids controller is usable",
+                ),
             ),
-        }
+            None if sealed => (
+                Some("RLIMIT_NPROC".into()),
+                Some("counted per user in the run's user namespace"),
+            ),
+            None if default => (None, Some(DEFAULT_PIDS_SKIPPED)),
+            None => (
+                Some("RLIMIT_NPROC".into()),
+                Some("counts every process of your user on the host, not only the run's"),
+            ),
+        };
+        row("pids", n as f64, mechanism, limitation);
     }
     if let Some(c) = r.cpus {
         match cg("cpu", "cpu.max", "cpu.cfs_quota_us") {
@@ -453,6 +464,9 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
                 "polled every 250 ms: a burst between polls can overshoot before the kill (the check at seal fails the run as well)",
             ),
         );
+    }
+    for row in &mut rows {
+        row.default = row.name == "pids" && r.is_default(ResourceDimension::Pids);
     }
     rows
 }
@@ -708,7 +722,8 @@ mod tests {
                 .contains(&"/home/u/.local/share/cofferdam".to_owned())
         );
         assert!(!r.records_dir.visible);
-        assert_eq!(r.cgroup_scope.status, "not-required");
+        // The default pids limit needs the pids controller, which this host lacks.
+        assert_eq!(r.cgroup_scope.status, "unavailable");
         assert_eq!(r.io_max.status, "not-requested");
         assert!(
             r.trust_store.is_empty(),
@@ -748,6 +763,60 @@ mod tests {
         assert!(!r.process_view.signals_to_host, "ABI 7 scopes signals");
         let v = serde_json::to_value(report(&policy(RunFlags::default()), &no_userns())).unwrap();
         assert!(v["shortfall_reason"].is_null());
+    }
+
+    #[test]
+    fn the_default_pids_row_says_where_it_holds_and_where_it_is_left_out() {
+        let pids = |flags: RunFlags, f: &HostFacts| {
+            let r = report(&policy(flags), f);
+            let row = r.resources.iter().find(|l| l.name == "pids").cloned();
+            (row, r.cgroup_scope.status)
+        };
+        // Sealed, no cgroup: RLIMIT_NPROC in the run's own user namespace.
+        let (row, _) = pids(RunFlags::default(), &HostFacts::capable_example());
+        let row = row.unwrap();
+        assert_eq!(row.requested, crate::policy::DEFAULT_PIDS as f64);
+        assert!(row.default);
+        assert_eq!(row.mechanism.as_deref(), Some("RLIMIT_NPROC"));
+        let v = serde_json::to_value(&row).unwrap();
+        assert_eq!(v["default"], true);
+        // A copy tier without a cgroup: the default is left out, and it says why.
+        let (row, status) = pids(RunFlags::default(), &no_userns());
+        let row = row.unwrap();
+        assert_eq!(row.mechanism, None);
+        assert!(row.limitation.unwrap().contains("not applied"));
+        assert_eq!(status, "unavailable");
+        // Asked for there: applied, and what it counts is said.
+        let asked = || RunFlags {
+            pids: Some("64".into()),
+            ..RunFlags::default()
+        };
+        let (row, _) = pids(asked(), &no_userns());
+        let row = row.unwrap();
+        assert!(!row.default);
+        assert_eq!(row.mechanism.as_deref(), Some("RLIMIT_NPROC"));
+        let v = serde_json::to_value(&row).unwrap();
+        assert!(v.get("default").is_none(), "absent when not a default");
+        // The host's root without a cgroup: nothing binds it.
+        let mut f = HostFacts::capable_example();
+        f.is_root = true;
+        f.cgroup.v1_controllers.clear();
+        let (row, _) = pids(asked(), &f);
+        assert_eq!(row.unwrap().mechanism, None);
+        // Root with cgroup v1 pids (this host).
+        let mut f = HostFacts::capable_example();
+        f.is_root = true;
+        let (row, status) = pids(RunFlags::default(), &f);
+        assert_eq!(row.unwrap().mechanism.as_deref(), Some("cgroup1 pids.max"));
+        assert_eq!(status, "v1");
+        // Removed: no row, no cgroup needed.
+        let none = RunFlags {
+            pids: Some("none".into()),
+            ..RunFlags::default()
+        };
+        let (row, status) = pids(none, &HostFacts::capable_example());
+        assert!(row.is_none());
+        assert_eq!(status, "not-required");
     }
 
     #[test]
@@ -809,7 +878,11 @@ mod tests {
         assert_eq!(r.cgroup_scope.status, "unavailable");
         assert_eq!(r.resources[0].mechanism.as_deref(), Some("RLIMIT_DATA"));
         assert!(r.resources[0].limitation.is_some());
-        assert_eq!(r.resources[1].mechanism, None);
+        assert_eq!(r.resources[1].name, "pids");
+        assert_eq!(r.resources[1].mechanism.as_deref(), Some("RLIMIT_NPROC"));
+        assert!(r.resources[1].default);
+        assert!(!r.resources[0].default);
+        assert_eq!(r.resources[2].mechanism, None);
         assert_eq!(r.io_max.status, "unavailable");
 
         let mut f = HostFacts::capable_example();
@@ -823,7 +896,11 @@ mod tests {
             r.resources[0].mechanism.as_deref(),
             Some("cgroup2 memory.max")
         );
-        assert_eq!(r.resources[1].mechanism.as_deref(), Some("cgroup2 cpu.max"));
+        assert_eq!(
+            r.resources[1].mechanism.as_deref(),
+            Some("cgroup2 pids.max")
+        );
+        assert_eq!(r.resources[2].mechanism.as_deref(), Some("cgroup2 cpu.max"));
         assert_eq!(r.io_max.status, "unavailable", "io.max is not implemented");
 
         let mut f = HostFacts::capable_example();

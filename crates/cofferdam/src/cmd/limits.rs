@@ -6,7 +6,7 @@
 //! after the init has been reaped.
 
 use cofferdam_policy::Policy;
-use cofferdam_policy::cgroup_plan::plan_cgroup;
+use cofferdam_policy::cgroup_plan::{DEFAULT_PIDS_SKIPPED, default_pids_by_rlimit, plan_cgroup};
 use cofferdam_policy::outcome::Ending;
 use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_policy::verdict::{Cause, Evidence, judge, limits_hit};
@@ -39,6 +39,20 @@ fn watch_observation(resource: &str, status: ControlStatus, value: u64) -> Contr
     );
     o.details.insert("resource".into(), json!(resource));
     o.details.insert("value".into(), json!(value));
+    o
+}
+
+/// The observation of cofferdam's default pids limit left out of a run (see
+/// `cofferdam_policy::cgroup_plan::default_pids_by_rlimit`).
+fn default_pids_skipped() -> ControlObservation {
+    let mut o = ControlObservation::new(
+        ControlMechanism::Rlimit,
+        ControlDimension::Resources,
+        ControlStatus::Unavailable,
+    );
+    o.reason = Some(DEFAULT_PIDS_SKIPPED.into());
+    o.details.insert("resource".into(), json!("RLIMIT_NPROC"));
+    o.details.insert("default".into(), json!(true));
     o
 }
 
@@ -85,19 +99,30 @@ pub fn prepare(
     if by_cgroup(ResourceDimension::MemoryBytes) {
         plan.rlimits.data = None;
     }
-    if by_cgroup(ResourceDimension::Pids) {
+    let pids_by_cgroup = by_cgroup(ResourceDimension::Pids);
+    if pids_by_cgroup {
         plan.rlimits.nproc = None;
+    }
+    let cpus_by_cgroup = by_cgroup(ResourceDimension::Cpus);
+    if !pids_by_cgroup
+        && r.is_default(ResourceDimension::Pids)
+        && !default_pids_by_rlimit(plan.tier)
+    {
+        plan.rlimits.nproc = None;
+        controls.push(default_pids_skipped());
     }
     let mut warnings = Vec::new();
     for o in &controls {
-        if o.status == ControlStatus::Failed {
+        // A default the host cannot carry is recorded, not warned about on every run.
+        let defaulted = dimension_of(o).is_some_and(|d| r.is_default(d));
+        if o.status == ControlStatus::Failed && !defaulted {
             warnings.push(format!(
                 "a cgroup limit could not be installed: {}",
                 o.reason.as_deref().unwrap_or("unknown")
             ));
         }
     }
-    if !by_cgroup(ResourceDimension::Cpus) && r.cpus.is_some() {
+    if !cpus_by_cgroup && r.cpus.is_some() {
         warnings.push("`cpus` is not enforced on this host (no usable cgroup cpu controller); the run goes on without it".into());
     }
     if r.io_bps.is_some() {
