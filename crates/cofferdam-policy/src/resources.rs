@@ -260,6 +260,13 @@ pub fn summarize(policy: &Policy, controls: &[ControlObservation]) -> ResourceSu
     if rlimit(controls, "RLIMIT_CORE").is_some() {
         mechanisms.push("core dumps: RLIMIT_CORE=0".into());
     }
+    if rlimit(controls, "RLIMIT_RTPRIO") == Some(0) && rlimit(controls, "RLIMIT_NICE") == Some(0) {
+        mechanisms.push(
+            "priority: RLIMIT_RTPRIO=0, RLIMIT_NICE=0 (no real-time scheduling, no raised \
+             priority)"
+                .into(),
+        );
+    }
     ResourceSummary {
         requested,
         effective,
@@ -436,6 +443,30 @@ mod tests {
             "{:?}",
             r.limitations
         );
+    }
+
+    #[test]
+    fn the_priority_line_needs_both_rlimits_at_zero() {
+        let rl = |name: &str, soft: u64| {
+            obs(
+                ControlMechanism::Rlimit,
+                ControlStatus::Enforced,
+                &[("resource", json!(name)), ("soft", json!(soft))],
+            )
+        };
+        let p = all_requested();
+        let line = |c: &[ControlObservation]| {
+            summarize(&p, c)
+                .mechanisms
+                .iter()
+                .any(|m| m.starts_with("priority:"))
+        };
+        assert!(line(&[rl("RLIMIT_RTPRIO", 0), rl("RLIMIT_NICE", 0)]));
+        assert!(!line(&[rl("RLIMIT_RTPRIO", 0)]));
+        assert!(!line(&[rl("RLIMIT_RTPRIO", 0), rl("RLIMIT_NICE", 5)]));
+        let mut failed = rl("RLIMIT_NICE", 0);
+        failed.status = ControlStatus::Failed;
+        assert!(!line(&[rl("RLIMIT_RTPRIO", 0), failed]));
     }
 
     #[test]

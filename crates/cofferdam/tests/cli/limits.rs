@@ -478,12 +478,12 @@ fn cpu_time_ends_as_limit_by_sigxcpu() {
     assert_eq!(b["resources"]["effective"]["cpu_time_ms"], 1000);
 }
 
-/// The run's `RLIMIT_NPROC` observation, if any.
-fn nproc_observation(b: &Value) -> Option<Value> {
+/// The run's observation of rlimit `name` (`RLIMIT_NPROC`), if any.
+fn rlimit_observation(b: &Value, name: &str) -> Option<Value> {
     b["executor_observations"]["controls"]
         .as_array()?
         .iter()
-        .find(|o| o["mechanism"] == "rlimit" && o["details"]["resource"] == "RLIMIT_NPROC")
+        .find(|o| o["mechanism"] == "rlimit" && o["details"]["resource"] == name)
         .cloned()
 }
 
@@ -502,7 +502,7 @@ fn without_flags_the_default_pids_limit_holds_is_marked_default_and_none_removes
     let r = &b["resources"];
     assert_eq!(r["requested"]["pids"], 4096, "{r}");
     let mechanisms = r["mechanisms"].to_string();
-    let nproc = nproc_observation(&b);
+    let nproc = rlimit_observation(&b, "RLIMIT_NPROC");
     if v1_as_root("pids") {
         assert_eq!(r["effective"]["pids"], 4096, "{r}");
         assert!(mechanisms.contains("cgroup v1 pids.max"), "{r}");
@@ -530,7 +530,7 @@ fn without_flags_the_default_pids_limit_holds_is_marked_default_and_none_removes
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let b = last_bundle(&s);
     assert!(b["resources"]["requested"]["pids"].is_null(), "{b}");
-    assert!(nproc_observation(&b).is_none());
+    assert!(rlimit_observation(&b, "RLIMIT_NPROC").is_none());
     assert!(!b["resources"]["mechanisms"].to_string().contains("pids"));
 
     // Shown before the run, and marked.
@@ -641,7 +641,52 @@ fn on_a_copy_tier_without_a_cgroup_the_default_pids_limit_is_left_out_and_said()
     }
     assert!(r["effective"]["pids"].is_null(), "{r}");
     assert!(r["limitations"].to_string().contains("not applied"), "{r}");
-    let o = nproc_observation(&b).unwrap();
+    let o = rlimit_observation(&b, "RLIMIT_NPROC").unwrap();
     assert_eq!(o["status"], "unavailable", "{o}");
     assert_eq!(o["details"]["default"], true, "{o}");
+}
+
+#[test]
+fn real_time_scheduling_and_raised_priority_are_refused_and_recorded() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let script = "import os\n\
+        try:\n    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))\n    print('fifo=ok')\n\
+        except OSError as e:\n    print('fifo=errno%d' % e.errno)\n\
+        try:\n    os.setpriority(os.PRIO_PROCESS, 0, -20)\n    print('raise=ok')\n\
+        except OSError as e:\n    print('raise=errno%d' % e.errno)\n\
+        print('policy=%d' % os.sched_getscheduler(0))\n";
+    let out = run_q(&s)
+        .args(["--", "python3", "-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("fifo=errno{}", libc::EPERM)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("raise=errno{}", libc::EACCES)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("policy={}", libc::SCHED_OTHER)),
+        "{text}"
+    );
+    let b = last_bundle(&s);
+    for name in ["RLIMIT_RTPRIO", "RLIMIT_NICE"] {
+        let o = rlimit_observation(&b, name).unwrap_or_else(|| panic!("no {name} observation"));
+        assert_eq!(o["status"], "enforced", "{o}");
+        assert_eq!(o["details"]["hard"], 0, "{o}");
+    }
+    assert!(
+        b["resources"]["mechanisms"]
+            .to_string()
+            .contains("RLIMIT_RTPRIO=0, RLIMIT_NICE=0"),
+        "{}",
+        b["resources"]
+    );
 }
