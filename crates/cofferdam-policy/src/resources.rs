@@ -37,6 +37,19 @@ fn rlimit(controls: &[ControlObservation], name: &str) -> Option<u64> {
         .find_map(|o| o.details.get("soft").and_then(Value::as_u64))
 }
 
+/// The devices of the enforced io cgroup observation (`details.devices`), for the
+/// mechanism line.
+fn io_devices(controls: &[ControlObservation]) -> String {
+    cgroup(controls, ResourceDimension::IoBytesPerSec)
+        .and_then(|o| o.details.get("devices"))
+        .and_then(Value::as_array)
+        .map(|d| {
+            let names: Vec<&str> = d.iter().filter_map(Value::as_str).collect();
+            format!("devices {}", names.join(", "))
+        })
+        .unwrap_or_else(|| "the run's disks".into())
+}
+
 /// Why the rlimit `name` is not enforced (its non-enforced observation's reason).
 fn rlimit_reason(controls: &[ControlObservation], name: &str) -> Option<String> {
     controls
@@ -222,11 +235,35 @@ pub fn summarize(policy: &Policy, controls: &[ControlObservation]) -> ResourceSu
             )),
         }
     }
-    if requested.io_bytes_per_sec.is_some() {
-        limitations.push(format!(
-            "io_bps was requested but is not enforced{}",
-            no_cgroup(ResourceDimension::IoBytesPerSec)
-        ));
+    if let Some(want) = requested.io_bytes_per_sec {
+        let dim = ResourceDimension::IoBytesPerSec;
+        match cgroup(controls, dim) {
+            Some(o) => {
+                effective.io_bytes_per_sec = Some(want);
+                let devices = io_devices(controls);
+                let name = if o.details.get("version").and_then(Value::as_u64) == Some(1) {
+                    "cgroup v1 blkio.throttle.{read,write}_bps_device".to_owned()
+                } else {
+                    cgroup_name(o)
+                };
+                mechanisms.push(format!("io_bps: {name} ({devices})"));
+                if o.details.get("version").and_then(Value::as_u64) == Some(1) {
+                    limitations.push(
+                        "io_bps on cgroup v1 throttles reads and direct (O_DIRECT) writes: \
+                         buffered writes reach the disk by the kernel's writeback, which v1 \
+                         does not charge to the run's cgroup"
+                            .into(),
+                    );
+                }
+                if let Some(gap) = cgroup_reason(controls, dim) {
+                    limitations.push(format!("io_bps: {gap}"));
+                }
+            }
+            None => limitations.push(format!(
+                "io_bps was requested but is not enforced{}",
+                no_cgroup(dim)
+            )),
+        }
     }
     if let Some(want) = requested.tmp_size_bytes {
         let tmpfs = controls.iter().any(|o| {
@@ -442,6 +479,46 @@ mod tests {
             r.limitations[0].contains("default") && r.limitations[0].contains("this tier"),
             "{:?}",
             r.limitations
+        );
+    }
+
+    #[test]
+    fn io_bps_is_effective_only_under_an_enforced_cgroup_and_v1_says_what_it_misses() {
+        let p = all_requested();
+        let io = |version: u64, status| {
+            obs(
+                ControlMechanism::Cgroup,
+                status,
+                &[
+                    ("dimension", json!("io_bytes_per_sec")),
+                    ("version", json!(version)),
+                    ("file", json!("blkio.throttle.read_bps_device")),
+                    ("devices", json!(["254:0"])),
+                ],
+            )
+        };
+        let r = summarize(&p, &[io(1, ControlStatus::Enforced)]);
+        assert_eq!(r.effective.io_bytes_per_sec, Some(1 << 20));
+        assert!(
+            r.mechanisms
+                .iter()
+                .any(|m| m.starts_with("io_bps: cgroup v1") && m.contains("254:0")),
+            "{:?}",
+            r.mechanisms
+        );
+        assert!(r.limitations.iter().any(|l| l.contains("buffered writes")));
+        let r = summarize(&p, &[io(2, ControlStatus::Enforced)]);
+        assert!(!r.limitations.iter().any(|l| l.contains("buffered writes")));
+        let mut gap = io(1, ControlStatus::Unavailable);
+        gap.reason = Some("not throttled, no block device: the stage".into());
+        let r = summarize(&p, &[io(1, ControlStatus::Enforced), gap.clone()]);
+        assert!(r.limitations.iter().any(|l| l.contains("the stage")));
+        let r = summarize(&p, &[gap, io(1, ControlStatus::Failed)]);
+        assert_eq!(r.effective.io_bytes_per_sec, None);
+        assert!(
+            r.limitations
+                .iter()
+                .any(|l| l.starts_with("io_bps was requested"))
         );
     }
 

@@ -122,7 +122,7 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
         runtime_writes: Vec::new(),
         manifest_files: manifest_files(p),
         resources: resource_rows(p, f, tier),
-        io_max: io_max(p),
+        io_max: io_max(p, f),
         cgroup_scope: cgroup_scope(p, f),
         filesystem_boundary: FilesystemBoundaryReport {
             not_protected: not_protected(p, tier, abi),
@@ -233,7 +233,7 @@ fn needed_controllers(p: &Policy) -> Vec<&'static str> {
         (r.memory.is_some(), "memory"),
         (r.pids.is_some(), "pids"),
         (r.cpus.is_some(), "cpu"),
-        // Not `io`: this build never plans io.max; `io_max` says so.
+        (r.io_bps.is_some(), "io"),
     ]
     .into_iter()
     .filter_map(|(wanted, c)| wanted.then_some(c))
@@ -313,7 +313,7 @@ fn cgroup_scope(p: &Policy, f: &HostFacts) -> CgroupScopeReport {
     }
 }
 
-fn io_max(p: &Policy) -> IoMaxReport {
+fn io_max(p: &Policy, f: &HostFacts) -> IoMaxReport {
     let Some(bps) = p.resources.io_bps else {
         return IoMaxReport {
             requested_bytes_per_sec: None,
@@ -321,14 +321,41 @@ fn io_max(p: &Policy) -> IoMaxReport {
             reason: None,
         };
     };
+    let (status, reason) = match controller_source(f, "io") {
+        Some(v) => (
+            "available",
+            format!(
+                "{} for the disks behind the workdir and the stage, resolved at launch; a \
+                 filesystem without a block device (overlay, tmpfs, network, FUSE, btrfs) is \
+                 not throttled and the run's bundle says so{}",
+                match v {
+                    CgroupSource::V2 => "cgroup2 io.max",
+                    CgroupSource::V1 => "cgroup1 blkio.throttle.{read,write}_bps_device",
+                },
+                if v == CgroupSource::V1 {
+                    "; v1 does not throttle buffered writes (writeback)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        None => (
+            "unavailable",
+            format!(
+                "no delegated cgroup v2 subtree with the io controller{}: disk bandwidth is \
+                 not limited",
+                if !f.is_root && f.cgroup.v1_controllers.iter().any(|c| c == "blkio") {
+                    " (the cgroup v1 blkio controller needs root)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    };
     IoMaxReport {
         requested_bytes_per_sec: Some(bps.0),
-        status: "unavailable".into(),
-        reason: Some(
-            "io.max needs the block device behind the workdir, which this build does not \
-             resolve (with or without a delegated io controller): disk bandwidth is not limited"
-                .into(),
-        ),
+        status: status.into(),
+        reason: Some(reason),
     }
 }
 
@@ -429,14 +456,22 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
         row("open_files", n as f64, Some("RLIMIT_NOFILE".into()), None);
     }
     if let Some(b) = r.io_bps {
-        row(
-            "io_bps",
-            b.0 as f64,
-            None,
-            Some(
-                "not enforced: io.max needs the workdir's block device, which this build does not resolve",
+        match cg("io", "io.max", "blkio.throttle.*_bps_device") {
+            Some(mech) => row(
+                "io_bps",
+                b.0 as f64,
+                Some(mech),
+                Some(
+                    "on the disks behind the workdir and the stage; none for overlay, tmpfs or network filesystems",
+                ),
             ),
-        );
+            None => row(
+                "io_bps",
+                b.0 as f64,
+                None,
+                Some("no cgroup with the io controller (v2 delegated, or v1 blkio as root)"),
+            ),
+        }
     }
     if let Some(s) = r.tmp_size {
         if sealed {
@@ -901,14 +936,31 @@ mod tests {
             Some("cgroup2 pids.max")
         );
         assert_eq!(r.resources[2].mechanism.as_deref(), Some("cgroup2 cpu.max"));
-        assert_eq!(r.io_max.status, "unavailable", "io.max is not implemented");
+        assert_eq!(r.io_max.status, "available");
+        assert!(r.io_max.reason.as_deref().unwrap().contains("io.max"));
+        assert_eq!(r.resources[3].mechanism.as_deref(), Some("cgroup2 io.max"));
 
         let mut f = HostFacts::capable_example();
         f.is_root = true;
         let r = report(&p, &f);
         assert_eq!(r.cgroup_scope.status, "v1");
+        assert!(
+            r.cgroup_scope.reason.as_deref().unwrap().contains("io"),
+            "no blkio hierarchy: {:?}",
+            r.cgroup_scope
+        );
+        assert_eq!(r.io_max.status, "unavailable");
+        f.cgroup.v1_controllers.push("blkio".into());
+        let r = report(&p, &f);
         assert_eq!(r.cgroup_scope.reason, None, "{:?}", r.cgroup_scope);
-        assert_eq!(r.io_max.status, "unavailable", "io has no v1 fallback");
+        assert_eq!(r.io_max.status, "available", "v1 blkio as root");
+        assert!(
+            r.io_max
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("buffered writes")
+        );
 
         // Root on this host: cgroup2 writable but only with hugetlb, v1 has memory.
         let mut f = HostFacts::capable_example();

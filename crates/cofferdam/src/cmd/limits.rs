@@ -6,7 +6,9 @@
 //! after the init has been reaped.
 
 use cofferdam_policy::Policy;
-use cofferdam_policy::cgroup_plan::{DEFAULT_PIDS_SKIPPED, default_pids_by_rlimit, plan_cgroup};
+use cofferdam_policy::cgroup_plan::{
+    DEFAULT_PIDS_SKIPPED, IoDevices, default_pids_by_rlimit, plan_cgroup,
+};
 use cofferdam_policy::outcome::Ending;
 use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_policy::verdict::{Cause, Evidence, judge, limits_hit};
@@ -69,7 +71,16 @@ pub fn prepare(
     poll_stage: bool,
 ) -> Limits {
     let r = &policy.resources;
-    let cplan = plan_cgroup(r, &facts.cgroup, facts.is_root);
+    // The disks behind what the workload reads (the workdir, the overlay's lower layer) and
+    // writes (the stage), only when disk bandwidth is limited.
+    let io = match r.io_bps {
+        Some(_) => cofferdam_sandbox::blockdev::resolve_all(&[
+            ("workdir", &policy.workdir),
+            ("stage", upper),
+        ]),
+        None => IoDevices::default(),
+    };
+    let cplan = plan_cgroup(r, &facts.cgroup, facts.is_root, &io);
     let mut controls = Vec::new();
     for (dim, reason) in &cplan.not_planned {
         let mut o = ControlObservation::new(
@@ -104,6 +115,7 @@ pub fn prepare(
         plan.rlimits.nproc = None;
     }
     let cpus_by_cgroup = by_cgroup(ResourceDimension::Cpus);
+    let io_by_cgroup = by_cgroup(ResourceDimension::IoBytesPerSec);
     if !pids_by_cgroup
         && r.is_default(ResourceDimension::Pids)
         && !default_pids_by_rlimit(plan.tier)
@@ -125,8 +137,15 @@ pub fn prepare(
     if !cpus_by_cgroup && r.cpus.is_some() {
         warnings.push("`cpus` is not enforced on this host (no usable cgroup cpu controller); the run goes on without it".into());
     }
-    if r.io_bps.is_some() {
-        warnings.push("`io_bps` is not enforced by this build; the run goes on without it".into());
+    if r.io_bps.is_some() && !io_by_cgroup {
+        let why = cplan
+            .not_planned
+            .iter()
+            .find(|(d, _)| *d == ResourceDimension::IoBytesPerSec)
+            .map_or("the cgroup could not be installed", |(_, w)| w.as_str());
+        warnings.push(format!(
+            "`io_bps` is not enforced here ({why}); the run goes on without it"
+        ));
     }
     let mut watch = WatchSpec {
         timeout: r.timeout.map(|t| t.0),

@@ -690,3 +690,81 @@ fn real_time_scheduling_and_raised_priority_are_refused_and_recorded() {
         b["resources"]
     );
 }
+
+/// The whole disk behind `path` as `MAJ:MIN`, when it is a block device that is not a
+/// partition (the test does not follow partitions to their disk; the unit tests do).
+fn whole_disk_of(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).unwrap().dev();
+    let name = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let sys = Path::new("/sys/dev/block").join(&name);
+    (sys.exists() && !sys.join("partition").exists()).then_some(name)
+}
+
+#[test]
+fn io_bps_throttles_the_disks_behind_the_run_or_says_why_not() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    // O_DIRECT: v1 throttles direct writes (buffered ones go by writeback). No timing is
+    // asserted; only that the limit is installed and recorded, or its absence explained.
+    let out = run_q(&s)
+        .args(["--io-bps", "8MiB", "--", "dd", "if=/dev/zero", "of=f"])
+        .args(["bs=1M", "count=4", "oflag=direct"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let b = last_bundle(&s);
+    let r = &b["resources"];
+    assert_eq!(r["requested"]["io_bytes_per_sec"], 8 << 20, "{r}");
+    let cg = b["executor_observations"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| {
+            o["mechanism"] == "cgroup"
+                && o["details"]["dimension"] == "io_bytes_per_sec"
+                && o["status"] == "enforced"
+        })
+        .cloned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if v1_as_root("blkio") && whole_disk_of(s.work.path()).is_some() {
+        let cg = cg
+            .clone()
+            .unwrap_or_else(|| panic!("no enforced io cgroup: {b}"));
+        assert_eq!(cg["details"]["version"], 1, "{cg}");
+        assert_eq!(cg["details"]["controller"], "blkio", "{cg}");
+        let disk = whole_disk_of(s.work.path()).unwrap();
+        assert!(
+            cg["details"]["devices"].to_string().contains(&disk),
+            "{disk}: {cg}"
+        );
+        assert_eq!(
+            cg["details"]["value"],
+            format!("{disk} {}", 8 << 20),
+            "{cg}"
+        );
+        assert_eq!(r["effective"]["io_bytes_per_sec"], 8 << 20, "{r}");
+        assert!(r["mechanisms"].to_string().contains("io_bps: cgroup v1"));
+        assert!(r["limitations"].to_string().contains("buffered writes"));
+        assert!(!stderr.contains("io_bps"), "{stderr}");
+    } else if cg.is_none() {
+        // Not as root here (blkio needs root), no delegated io, or no block device.
+        assert!(r["effective"]["io_bytes_per_sec"].is_null(), "{r}");
+        assert!(r["limitations"].to_string().contains("io_bps"), "{r}");
+        assert!(stderr.contains("`io_bps` is not enforced here"), "{stderr}");
+    }
+    let scope = json_of(
+        &s.cmd()
+            .args(["scope", "--json", "--io-bps", "8MiB"])
+            .output()
+            .unwrap(),
+    );
+    // Before launch: `available` wherever a controller is (the disks are resolved at
+    // launch); never `unavailable` for a run that then enforced it.
+    let status = scope["io_max"]["status"].as_str().unwrap().to_owned();
+    if v1_as_root("blkio") || cg.is_some() {
+        assert_eq!(status, "available", "{}", scope["io_max"]);
+    }
+}
