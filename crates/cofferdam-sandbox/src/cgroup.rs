@@ -340,23 +340,7 @@ impl RunCgroup {
         dirs.sort();
         dirs.dedup();
         for d in dirs {
-            let mut last = None;
-            // A dying task can keep the cgroup busy for a moment after its parent reaped it.
-            for _ in 0..50 {
-                match std::fs::remove_dir(&d) {
-                    Ok(()) => {
-                        last = None;
-                        break;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        last = None;
-                        break;
-                    }
-                    Err(e) => last = Some(e),
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            if let Some(e) = last {
+            if let Err(e) = remove_dir(&d) {
                 errors.push(format!(
                     "cannot remove the run's cgroup {}: {e}",
                     d.display()
@@ -365,6 +349,22 @@ impl RunCgroup {
         }
         errors
     }
+}
+
+/// Remove one empty cgroup directory (already gone is fine), retrying for up to a second:
+/// a dying task keeps it busy for a moment after its parent reaped it, or after the
+/// supervisor whose parent-death signal killed it was itself reaped.
+pub fn remove_dir(dir: &Path) -> std::io::Result<()> {
+    let mut last = None;
+    for _ in 0..50 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    last.map_or(Ok(()), Err)
 }
 
 /// The value of `key` in a flat keyed file (`key value` lines).
