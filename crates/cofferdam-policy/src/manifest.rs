@@ -136,9 +136,10 @@ pub struct ExecSection {
 pub struct ResourcesSection {
     /// Memory ceiling.
     pub memory: Option<ByteSize>,
-    /// Process and thread count ceiling.
-    #[serde(default, deserialize_with = "de_positive")]
-    pub pids: Option<u64>,
+    /// Process and thread count ceiling: a number, or `"none"` to remove cofferdam's
+    /// default.
+    #[serde(default, deserialize_with = "de_ceiling")]
+    pub pids: Option<Ceiling>,
     /// CPU share, in CPUs.
     #[serde(default, deserialize_with = "de_cpus")]
     pub cpus: Option<f64>,
@@ -332,6 +333,65 @@ fn de_positive<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error>
     }
 }
 
+/// A count limit that may also be removed: `N` (above zero) or `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ceiling {
+    /// At most this many.
+    Max(u64),
+    /// No limit, not even cofferdam's default.
+    Unlimited,
+}
+
+/// The word that removes a limit, in flags and in the manifest.
+pub const NO_LIMIT: &str = "none";
+
+impl Ceiling {
+    /// Parse `N` or `none`; the error says what to write instead.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let t = text.trim();
+        if t.eq_ignore_ascii_case(NO_LIMIT) {
+            return Ok(Self::Unlimited);
+        }
+        match t.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Self::Max(n)),
+            Ok(_) => Err(format!(
+                "0 would forbid every process; write `{NO_LIMIT}` to remove the limit"
+            )),
+            Err(_) => Err(format!(
+                "expected a whole number above zero or `{NO_LIMIT}` (no limit)"
+            )),
+        }
+    }
+
+    /// The limit as an option: `None` is unlimited.
+    pub fn limit(self) -> Option<u64> {
+        match self {
+            Self::Max(n) => Some(n),
+            Self::Unlimited => None,
+        }
+    }
+}
+
+fn de_ceiling<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Ceiling>, D::Error> {
+    struct V;
+    impl de::Visitor<'_> for V {
+        type Value = Ceiling;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "a whole number above zero or \"{NO_LIMIT}\"")
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Ceiling, E> {
+            Ceiling::parse(&v.to_string()).map_err(E::custom)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Ceiling, E> {
+            Ceiling::parse(&v.to_string()).map_err(E::custom)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Ceiling, E> {
+            Ceiling::parse(v).map_err(E::custom)
+        }
+    }
+    d.deserialize_any(V).map(Some)
+}
+
 /// A CPU share: finite, above zero, at most 4096.
 pub fn valid_cpus(v: f64) -> bool {
     v.is_finite() && v > 0.0 && v <= 4096.0
@@ -413,7 +473,10 @@ allow = ["python3", "git"]
         assert_eq!(m.network.allow.len(), 3);
         assert_eq!(m.resources.memory, Some(ByteSize(4 << 30)));
         assert_eq!(m.resources.cpus, Some(1.5));
+        assert_eq!(m.resources.pids, Some(Ceiling::Max(512)));
         assert_eq!(m.resources.timeout.unwrap().as_millis_u64(), 1_800_000);
+        let m = parse_manifest("m.toml", "[resources]\npids = \"none\"\n").unwrap();
+        assert_eq!(m.resources.pids, Some(Ceiling::Unlimited));
     }
 
     #[test]
@@ -437,6 +500,9 @@ allow = ["python3", "git"]
     #[test]
     fn wrong_type_names_line_and_key() {
         let e = err("[resources]\npids = \"many\"\n");
+        assert_eq!((e.line, e.key.as_str()), (2, "resources.pids"), "{e}");
+        assert!(e.message.contains("none"), "{e}");
+        let e = err("[resources]\npids = 1.5\n");
         assert_eq!((e.line, e.key.as_str()), (2, "resources.pids"), "{e}");
         let e = err("[filesystem]\nread_only = \".git\"\n");
         assert_eq!((e.line, e.key.as_str()), (2, "filesystem.read_only"), "{e}");

@@ -365,6 +365,7 @@ mod tests {
         assert_eq!(r.effective.memory_bytes, None, "no observation, no claim");
         assert_eq!(r.effective.timeout_ms, None);
         assert_eq!(r.requested.timeout_ms, Some(3_600_000));
-        assert_eq!(r.limitations.len(), 3, "{:?}", r.limitations);
+        // memory, timeout, open_files, and the default pids (no observation either).
+        assert_eq!(r.limitations.len(), 4, "{:?}", r.limitations);
     }
 }

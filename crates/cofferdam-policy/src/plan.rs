@@ -223,6 +223,10 @@ pub struct RlimitPlan {
     pub nofile: Option<u64>,
     /// `RLIMIT_CORE` = 0.
     pub core_zero: bool,
+    /// `RLIMIT_RTPRIO` = 0 and `RLIMIT_NICE` = 0: no real-time scheduling policy and no
+    /// priority above the inherited one, even for a process that regains `CAP_SYS_NICE`
+    /// in its own namespace (the kernel checks the capability in the initial one anyway).
+    pub priority_zero: bool,
 }
 
 /// The job paths the plan refers to.
@@ -408,6 +412,7 @@ pub fn build_plan(
             fsize: r.max_file_size.map(|s| s.0),
             nofile: r.open_files,
             core_zero: true,
+            priority_zero: true,
         },
         hostname: "cofferdam".into(),
         terminal: None,
@@ -557,6 +562,7 @@ mod tests {
         assert_eq!(plan.fs.read_only, vec![PathBuf::from("/home/u/proj/.git")]);
         assert_eq!(plan.rlimits.data, Some(1 << 30));
         assert!(plan.rlimits.core_zero);
+        assert!(plan.rlimits.priority_zero);
         assert_eq!(plan.landlock.abi, 7);
         assert!(
             plan.landlock

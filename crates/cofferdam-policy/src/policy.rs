@@ -7,14 +7,34 @@
 //! folder or the current directory, `.` and `..` folded) without touching the filesystem;
 //! the caller canonicalizes the workdir before handing it in.
 
-use crate::manifest::{Manifest, MountMode, is_env_name, is_relative_subpath, valid_cpus};
+use crate::manifest::{Ceiling, Manifest, MountMode, is_env_name, is_relative_subpath, valid_cpus};
 use crate::units::{ByteSize, Span, parse_duration, parse_size};
 use cofferdam_net::{AllowEntry, NetworkMode};
 use cofferdam_record::ContainmentClass;
+use cofferdam_record::bundle::ResourceDimension;
 use std::path::{Component, Path, PathBuf};
 
 /// The default floor when neither the manifest nor a flag declares one.
 pub const DEFAULT_FLOOR: ContainmentClass = ContainmentClass::Scoped;
+
+/// The process and thread ceiling of a run that declares none (`--pids none` removes it).
+///
+/// Why this limit and this value: a fork bomb, or a runaway build spawning without end, takes
+/// the whole machine down (the host's pid space and memory are shared); 4096 tasks leave room
+/// for large parallel builds (`make -j`, cargo, test runners with many threads: threads count
+/// too) while stopping a runaway long before the host's `pid_max`. It is enforced by a cgroup
+/// `pids.max` for the whole run, else by `RLIMIT_NPROC` in the run's own user namespace
+/// (sealed tier), where the kernel counts only the run's tasks. Without either (a copy tier
+/// without a cgroup) it is not applied: `RLIMIT_NPROC` there would count every process of the
+/// user on the host and could fail a user who already runs many; the bundle says so.
+///
+/// Why the other limits have no default: memory, CPU, CPU time and the wall clock depend on
+/// the workload (a build may need 8 GiB and an hour; a default small enough to protect a
+/// laptop would fail real work silently); file size, open files, `/tmp` (a tmpfs, by default
+/// at most half of RAM) and the stage keep the host's own limits; I/O bandwidth needs a
+/// block device. Core dumps are always off (`RLIMIT_CORE` = 0, not a resource row), and so
+/// are real-time scheduling and raised priority (`RLIMIT_RTPRIO` = `RLIMIT_NICE` = 0).
+pub const DEFAULT_PIDS: u64 = 4096;
 
 /// Host variables projected into every run (DESIGN.md §8).
 pub const DEFAULT_PROJECTED_ENV: &[&str] = &[
@@ -62,8 +82,8 @@ pub struct RunFlags {
     pub allow_net: Vec<String>,
     /// `--memory SIZE`.
     pub memory: Option<String>,
-    /// `--pids N`.
-    pub pids: Option<u64>,
+    /// `--pids N|none`.
+    pub pids: Option<String>,
     /// `--cpus FLOAT`.
     pub cpus: Option<f64>,
     /// `--timeout DURATION`.
@@ -115,9 +135,13 @@ pub struct Mount {
     pub written: String,
 }
 
-/// Requested resource limits; `None` is "no limit requested".
+/// Requested resource limits; `None` is "no limit requested". [`Default`] is no limit at
+/// all; [`resolve_policy`] adds cofferdam's defaults ([`DEFAULT_PIDS`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResourceRequest {
+    /// The dimensions whose value is cofferdam's default, not asked for by a flag or the
+    /// manifest.
+    pub defaults: Vec<ResourceDimension>,
     /// Bytes.
     pub memory: Option<ByteSize>,
     /// Processes and threads.
@@ -138,6 +162,13 @@ pub struct ResourceRequest {
     pub tmp_size: Option<ByteSize>,
     /// Bytes.
     pub stage_size: Option<ByteSize>,
+}
+
+impl ResourceRequest {
+    /// Whether `dimension` carries cofferdam's default rather than a requested value.
+    pub fn is_default(&self, dimension: ResourceDimension) -> bool {
+        self.defaults.contains(&dimension)
+    }
 }
 
 /// The network part of the policy.
@@ -358,9 +389,22 @@ fn resolve_resources(m: &Manifest, f: &RunFlags) -> Result<ResourceRequest, Flag
         Some(c) => Some(c),
         None => r.cpus,
     };
+    let pids = match &f.pids {
+        Some(t) => Some(Ceiling::parse(t).map_err(|e| flag_err("--pids", t, e))?),
+        None => r.pids,
+    };
+    let mut defaults = Vec::new();
+    let pids = match pids {
+        Some(c) => c.limit(),
+        None => {
+            defaults.push(ResourceDimension::Pids);
+            Some(DEFAULT_PIDS)
+        }
+    };
     Ok(ResourceRequest {
+        defaults,
         memory: size("--memory", &f.memory, r.memory)?,
-        pids: positive("--pids", f.pids, r.pids)?,
+        pids,
         cpus,
         timeout: span("--timeout", &f.timeout, r.timeout)?,
         cpu_time: span("--cpu-time", &f.cpu_time, r.cpu_time)?,
@@ -461,7 +505,7 @@ pub fn normalize(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::parse_manifest;
+    use crate::manifest::{NO_LIMIT, parse_manifest};
 
     fn places() -> Places {
         Places {
@@ -484,7 +528,46 @@ mod tests {
         assert_eq!(p.workdir, PathBuf::from("/work/proj"));
         assert!(p.workdir_exec);
         assert_eq!(p.network.mode, NetworkMode::None);
-        assert_eq!(p.resources, ResourceRequest::default());
+        assert_eq!(
+            p.resources,
+            ResourceRequest {
+                defaults: vec![ResourceDimension::Pids],
+                pids: Some(DEFAULT_PIDS),
+                ..ResourceRequest::default()
+            }
+        );
+    }
+
+    #[test]
+    fn the_pids_default_can_be_changed_or_removed_by_flag_or_manifest() {
+        let pids = |m: Option<&str>, flag: Option<&str>| {
+            let l = m.map(|t| loaded(&format!("[resources]\npids = {t}")));
+            let flags = RunFlags {
+                pids: flag.map(String::from),
+                ..RunFlags::default()
+            };
+            let p = resolve_policy(l.as_ref(), &flags, &places()).unwrap();
+            let default = p.resources.is_default(ResourceDimension::Pids);
+            (p.resources.pids, default)
+        };
+        assert_eq!(pids(None, None), (Some(DEFAULT_PIDS), true));
+        assert_eq!(pids(None, Some("64")), (Some(64), false));
+        assert_eq!(pids(None, Some("100000")), (Some(100_000), false));
+        assert_eq!(pids(None, Some("none")), (None, false));
+        assert_eq!(pids(None, Some("NONE")), (None, false));
+        assert_eq!(pids(Some("512"), None), (Some(512), false));
+        assert_eq!(pids(Some("\"none\""), None), (None, false));
+        assert_eq!(pids(Some("\"none\""), Some("32")), (Some(32), false));
+        assert_eq!(pids(Some("512"), Some("none")), (None, false));
+        for bad in ["0", "-1", "many", "", "1.5", "unlimited"] {
+            let flags = RunFlags {
+                pids: Some(bad.into()),
+                ..RunFlags::default()
+            };
+            let e = resolve_policy(None, &flags, &places()).unwrap_err();
+            assert_eq!(e.flag, "--pids", "{e}");
+            assert!(e.message.contains(NO_LIMIT), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -588,7 +671,7 @@ mod tests {
             ),
             (
                 RunFlags {
-                    pids: Some(0),
+                    pids: Some("0".into()),
                     ..Default::default()
                 },
                 "--pids",

@@ -37,6 +37,31 @@ fn rlimit(controls: &[ControlObservation], name: &str) -> Option<u64> {
         .find_map(|o| o.details.get("soft").and_then(Value::as_u64))
 }
 
+/// The devices of the enforced io cgroup observation (`details.devices`), for the
+/// mechanism line.
+fn io_devices(controls: &[ControlObservation]) -> String {
+    cgroup(controls, ResourceDimension::IoBytesPerSec)
+        .and_then(|o| o.details.get("devices"))
+        .and_then(Value::as_array)
+        .map(|d| {
+            let names: Vec<&str> = d.iter().filter_map(Value::as_str).collect();
+            format!("devices {}", names.join(", "))
+        })
+        .unwrap_or_else(|| "the run's disks".into())
+}
+
+/// Why the rlimit `name` is not enforced (its non-enforced observation's reason).
+fn rlimit_reason(controls: &[ControlObservation], name: &str) -> Option<String> {
+    controls
+        .iter()
+        .find(|o| {
+            o.mechanism == ControlMechanism::Rlimit
+                && o.status != ControlStatus::Enforced
+                && detail_str(o, "resource") == Some(name)
+        })
+        .and_then(|o| o.reason.clone())
+}
+
 /// The enforced cgroup observation for `dim`.
 fn cgroup(controls: &[ControlObservation], dim: ResourceDimension) -> Option<&ControlObservation> {
     controls
@@ -124,21 +149,27 @@ pub fn summarize(policy: &Policy, controls: &[ControlObservation]) -> ResourceSu
     }
     // pids
     if let Some(want) = requested.pids {
+        let default = if r.is_default(ResourceDimension::Pids) {
+            " (cofferdam's default for every run; `--pids N` changes it, `--pids none` removes it)"
+        } else {
+            ""
+        };
         if let Some(o) = cgroup(controls, ResourceDimension::Pids) {
             effective.pids = Some(want);
-            mechanisms.push(format!("pids: {} (the whole run)", cgroup_name(o)));
+            mechanisms.push(format!("pids: {} (the whole run){default}", cgroup_name(o)));
         } else if let Some(v) = rlimit(controls, "RLIMIT_NPROC") {
             effective.pids = Some(v);
-            mechanisms.push("pids: RLIMIT_NPROC".into());
+            mechanisms.push(format!("pids: RLIMIT_NPROC{default}"));
             limitations.push(format!(
                 "pids is limited by RLIMIT_NPROC, which counts every task of the user in the \
                  run's user namespace{}",
                 no_cgroup(ResourceDimension::Pids)
             ));
         } else {
+            let why = rlimit_reason(controls, "RLIMIT_NPROC")
+                .unwrap_or_else(|| "RLIMIT_NPROC does not bind the host's root user".to_owned());
             limitations.push(format!(
-                "pids was requested but nothing enforces it here (RLIMIT_NPROC does not bind \
-                 the host's root user){}",
+                "pids {want}{default} is not enforced here ({why}){}",
                 no_cgroup(ResourceDimension::Pids)
             ));
         }
@@ -204,11 +235,35 @@ pub fn summarize(policy: &Policy, controls: &[ControlObservation]) -> ResourceSu
             )),
         }
     }
-    if requested.io_bytes_per_sec.is_some() {
-        limitations.push(format!(
-            "io_bps was requested but is not enforced{}",
-            no_cgroup(ResourceDimension::IoBytesPerSec)
-        ));
+    if let Some(want) = requested.io_bytes_per_sec {
+        let dim = ResourceDimension::IoBytesPerSec;
+        match cgroup(controls, dim) {
+            Some(o) => {
+                effective.io_bytes_per_sec = Some(want);
+                let devices = io_devices(controls);
+                let name = if o.details.get("version").and_then(Value::as_u64) == Some(1) {
+                    "cgroup v1 blkio.throttle.{read,write}_bps_device".to_owned()
+                } else {
+                    cgroup_name(o)
+                };
+                mechanisms.push(format!("io_bps: {name} ({devices})"));
+                if o.details.get("version").and_then(Value::as_u64) == Some(1) {
+                    limitations.push(
+                        "io_bps on cgroup v1 throttles reads and direct (O_DIRECT) writes: \
+                         buffered writes reach the disk by the kernel's writeback, which v1 \
+                         does not charge to the run's cgroup"
+                            .into(),
+                    );
+                }
+                if let Some(gap) = cgroup_reason(controls, dim) {
+                    limitations.push(format!("io_bps: {gap}"));
+                }
+            }
+            None => limitations.push(format!(
+                "io_bps was requested but is not enforced{}",
+                no_cgroup(dim)
+            )),
+        }
     }
     if let Some(want) = requested.tmp_size_bytes {
         let tmpfs = controls.iter().any(|o| {
@@ -242,6 +297,13 @@ pub fn summarize(policy: &Policy, controls: &[ControlObservation]) -> ResourceSu
     if rlimit(controls, "RLIMIT_CORE").is_some() {
         mechanisms.push("core dumps: RLIMIT_CORE=0".into());
     }
+    if rlimit(controls, "RLIMIT_RTPRIO") == Some(0) && rlimit(controls, "RLIMIT_NICE") == Some(0) {
+        mechanisms.push(
+            "priority: RLIMIT_RTPRIO=0, RLIMIT_NICE=0 (no real-time scheduling, no raised \
+             priority)"
+                .into(),
+        );
+    }
     ResourceSummary {
         requested,
         effective,
@@ -263,7 +325,7 @@ mod tests {
         };
         let flags = crate::policy::RunFlags {
             memory: Some("64MiB".into()),
-            pids: Some(64),
+            pids: Some("64".into()),
             cpus: Some(1.5),
             timeout: Some("1s".into()),
             cpu_time: Some("2s".into()),
@@ -383,6 +445,105 @@ mod tests {
             let r = summarize(&all_requested(), &weaker);
             assert_eq!(effective_keys(&r).len(), 8, "{:?}", weaker[i]);
         }
+    }
+
+    #[test]
+    fn the_default_pids_limit_is_named_as_default_and_its_gap_explained() {
+        let p = crate::policy::resolve_policy(
+            None,
+            &crate::policy::RunFlags::default(),
+            &crate::policy::Places {
+                cwd: "/w".into(),
+                home: "/h".into(),
+            },
+        )
+        .unwrap();
+        let cg = everything().remove(1);
+        let r = summarize(&p, &[cg]);
+        assert_eq!(r.requested.pids, Some(crate::policy::DEFAULT_PIDS));
+        assert_eq!(r.effective.pids, Some(crate::policy::DEFAULT_PIDS));
+        assert!(
+            r.mechanisms[0].contains("pids.max") && r.mechanisms[0].contains("default"),
+            "{:?}",
+            r.mechanisms
+        );
+        let mut skipped = obs(
+            ControlMechanism::Rlimit,
+            ControlStatus::Unavailable,
+            &[("resource", json!("RLIMIT_NPROC"))],
+        );
+        skipped.reason = Some("not applied on this tier".into());
+        let r = summarize(&p, &[skipped]);
+        assert_eq!(r.effective.pids, None);
+        assert!(
+            r.limitations[0].contains("default") && r.limitations[0].contains("this tier"),
+            "{:?}",
+            r.limitations
+        );
+    }
+
+    #[test]
+    fn io_bps_is_effective_only_under_an_enforced_cgroup_and_v1_says_what_it_misses() {
+        let p = all_requested();
+        let io = |version: u64, status| {
+            obs(
+                ControlMechanism::Cgroup,
+                status,
+                &[
+                    ("dimension", json!("io_bytes_per_sec")),
+                    ("version", json!(version)),
+                    ("file", json!("blkio.throttle.read_bps_device")),
+                    ("devices", json!(["254:0"])),
+                ],
+            )
+        };
+        let r = summarize(&p, &[io(1, ControlStatus::Enforced)]);
+        assert_eq!(r.effective.io_bytes_per_sec, Some(1 << 20));
+        assert!(
+            r.mechanisms
+                .iter()
+                .any(|m| m.starts_with("io_bps: cgroup v1") && m.contains("254:0")),
+            "{:?}",
+            r.mechanisms
+        );
+        assert!(r.limitations.iter().any(|l| l.contains("buffered writes")));
+        let r = summarize(&p, &[io(2, ControlStatus::Enforced)]);
+        assert!(!r.limitations.iter().any(|l| l.contains("buffered writes")));
+        let mut gap = io(1, ControlStatus::Unavailable);
+        gap.reason = Some("not throttled, no block device: the stage".into());
+        let r = summarize(&p, &[io(1, ControlStatus::Enforced), gap.clone()]);
+        assert!(r.limitations.iter().any(|l| l.contains("the stage")));
+        let r = summarize(&p, &[gap, io(1, ControlStatus::Failed)]);
+        assert_eq!(r.effective.io_bytes_per_sec, None);
+        assert!(
+            r.limitations
+                .iter()
+                .any(|l| l.starts_with("io_bps was requested"))
+        );
+    }
+
+    #[test]
+    fn the_priority_line_needs_both_rlimits_at_zero() {
+        let rl = |name: &str, soft: u64| {
+            obs(
+                ControlMechanism::Rlimit,
+                ControlStatus::Enforced,
+                &[("resource", json!(name)), ("soft", json!(soft))],
+            )
+        };
+        let p = all_requested();
+        let line = |c: &[ControlObservation]| {
+            summarize(&p, c)
+                .mechanisms
+                .iter()
+                .any(|m| m.starts_with("priority:"))
+        };
+        assert!(line(&[rl("RLIMIT_RTPRIO", 0), rl("RLIMIT_NICE", 0)]));
+        assert!(!line(&[rl("RLIMIT_RTPRIO", 0)]));
+        assert!(!line(&[rl("RLIMIT_RTPRIO", 0), rl("RLIMIT_NICE", 5)]));
+        let mut failed = rl("RLIMIT_NICE", 0);
+        failed.status = ControlStatus::Failed;
+        assert!(!line(&[rl("RLIMIT_RTPRIO", 0), failed]));
     }
 
     #[test]

@@ -5,11 +5,13 @@
 //! Per-tier statements live in small functions here, one per report block, so the human
 //! rendering, `--json` and the `session_start` trace event all carry the same words.
 
+use crate::cgroup_plan::DEFAULT_PIDS_SKIPPED;
 use crate::manifest::MountMode;
 use crate::policy::{DEFAULT_PROJECTED_ENV, INJECTED_ENV, PROXY_ENV, Policy};
 use crate::secrets::secret_paths;
 use crate::tier::decide_containment_capped;
 use cofferdam_net::NetworkMode;
+use cofferdam_record::bundle::ResourceDimension;
 use cofferdam_record::scope::{
     CgroupScopeReport, FilesystemBoundaryReport, HostPathReport, IoMaxReport, ManifestFileReport,
     ProcessViewReport, ResourceLimitReport, RouteReport, RuntimeDirReport, ScopeReport,
@@ -122,7 +124,7 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
         runtime_writes: Vec::new(),
         manifest_files: manifest_files(p),
         resources: resource_rows(p, f, tier),
-        io_max: io_max(p),
+        io_max: io_max(p, f),
         cgroup_scope: cgroup_scope(p, f),
         filesystem_boundary: FilesystemBoundaryReport {
             not_protected: not_protected(p, tier, abi),
@@ -233,7 +235,7 @@ fn needed_controllers(p: &Policy) -> Vec<&'static str> {
         (r.memory.is_some(), "memory"),
         (r.pids.is_some(), "pids"),
         (r.cpus.is_some(), "cpu"),
-        // Not `io`: this build never plans io.max; `io_max` says so.
+        (r.io_bps.is_some(), "io"),
     ]
     .into_iter()
     .filter_map(|(wanted, c)| wanted.then_some(c))
@@ -313,7 +315,7 @@ fn cgroup_scope(p: &Policy, f: &HostFacts) -> CgroupScopeReport {
     }
 }
 
-fn io_max(p: &Policy) -> IoMaxReport {
+fn io_max(p: &Policy, f: &HostFacts) -> IoMaxReport {
     let Some(bps) = p.resources.io_bps else {
         return IoMaxReport {
             requested_bytes_per_sec: None,
@@ -321,14 +323,41 @@ fn io_max(p: &Policy) -> IoMaxReport {
             reason: None,
         };
     };
+    let (status, reason) = match controller_source(f, "io") {
+        Some(v) => (
+            "available",
+            format!(
+                "{} for the disks behind the workdir and the stage, resolved at launch; a \
+                 filesystem without a block device (overlay, tmpfs, network, FUSE, btrfs) is \
+                 not throttled and the run's bundle says so{}",
+                match v {
+                    CgroupSource::V2 => "cgroup2 io.max",
+                    CgroupSource::V1 => "cgroup1 blkio.throttle.{read,write}_bps_device",
+                },
+                if v == CgroupSource::V1 {
+                    "; v1 does not throttle buffered writes (writeback)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        None => (
+            "unavailable",
+            format!(
+                "no delegated cgroup v2 subtree with the io controller{}: disk bandwidth is \
+                 not limited",
+                if !f.is_root && f.cgroup.v1_controllers.iter().any(|c| c == "blkio") {
+                    " (the cgroup v1 blkio controller needs root)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    };
     IoMaxReport {
         requested_bytes_per_sec: Some(bps.0),
-        status: "unavailable".into(),
-        reason: Some(
-            "io.max needs the block device behind the workdir, which this build does not \
-             resolve (with or without a delegated io controller): disk bandwidth is not limited"
-                .into(),
-        ),
+        status: status.into(),
+        reason: Some(reason),
     }
 }
 
@@ -349,6 +378,7 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
                 requested,
                 mechanism,
                 limitation: limitation.map(str::to_owned),
+                default: false,
             });
         };
     if let Some(m) = r.memory {
@@ -363,19 +393,27 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
         }
     }
     if let Some(n) = r.pids {
-        match cg("pids", "pids.max", "pids.max") {
-            Some(mech) => row("pids", n as f64, Some(mech), None),
-            None => row(
-                "pids",
-                n as f64,
-                Some("RLIMIT_NPROC".into()),
-                Some(if sealed {
-                    "counted per user in the run's user namespace"
-                } else {
-                    "counts every process of your user on the host, not only the run's"
-                }),
+        let mechanism = cg("pids", "pids.max", "pids.max");
+        let default = r.is_default(ResourceDimension::Pids);
+        let (mechanism, limitation) = match mechanism {
+            Some(m) => (Some(m), None),
+            None if f.is_root => (
+                None,
+                Some(
+                    "RLIMIT_NPROC does not bind the host's root user and no cgroup pids controller is usable",
+                ),
             ),
-        }
+            None if sealed => (
+                Some("RLIMIT_NPROC".into()),
+                Some("counted per user in the run's user namespace"),
+            ),
+            None if default => (None, Some(DEFAULT_PIDS_SKIPPED)),
+            None => (
+                Some("RLIMIT_NPROC".into()),
+                Some("counts every process of your user on the host, not only the run's"),
+            ),
+        };
+        row("pids", n as f64, mechanism, limitation);
     }
     if let Some(c) = r.cpus {
         match cg("cpu", "cpu.max", "cpu.cfs_quota_us") {
@@ -420,14 +458,22 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
         row("open_files", n as f64, Some("RLIMIT_NOFILE".into()), None);
     }
     if let Some(b) = r.io_bps {
-        row(
-            "io_bps",
-            b.0 as f64,
-            None,
-            Some(
-                "not enforced: io.max needs the workdir's block device, which this build does not resolve",
+        match cg("io", "io.max", "blkio.throttle.*_bps_device") {
+            Some(mech) => row(
+                "io_bps",
+                b.0 as f64,
+                Some(mech),
+                Some(
+                    "on the disks behind the workdir and the stage; none for overlay, tmpfs or network filesystems",
+                ),
             ),
-        );
+            None => row(
+                "io_bps",
+                b.0 as f64,
+                None,
+                Some("no cgroup with the io controller (v2 delegated, or v1 blkio as root)"),
+            ),
+        }
     }
     if let Some(s) = r.tmp_size {
         if sealed {
@@ -467,6 +513,9 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
                 ),
             );
         }
+    }
+    for row in &mut rows {
+        row.default = row.name == "pids" && r.is_default(ResourceDimension::Pids);
     }
     rows
 }
@@ -742,7 +791,8 @@ mod tests {
                 .contains(&"/home/u/.local/share/cofferdam".to_owned())
         );
         assert!(!r.records_dir.visible);
-        assert_eq!(r.cgroup_scope.status, "not-required");
+        // The default pids limit needs the pids controller, which this host lacks.
+        assert_eq!(r.cgroup_scope.status, "unavailable");
         assert_eq!(r.io_max.status, "not-requested");
         assert!(
             r.trust_store.is_empty(),
@@ -782,6 +832,60 @@ mod tests {
         assert!(!r.process_view.signals_to_host, "ABI 7 scopes signals");
         let v = serde_json::to_value(report(&policy(RunFlags::default()), &no_userns())).unwrap();
         assert!(v["shortfall_reason"].is_null());
+    }
+
+    #[test]
+    fn the_default_pids_row_says_where_it_holds_and_where_it_is_left_out() {
+        let pids = |flags: RunFlags, f: &HostFacts| {
+            let r = report(&policy(flags), f);
+            let row = r.resources.iter().find(|l| l.name == "pids").cloned();
+            (row, r.cgroup_scope.status)
+        };
+        // Sealed, no cgroup: RLIMIT_NPROC in the run's own user namespace.
+        let (row, _) = pids(RunFlags::default(), &HostFacts::capable_example());
+        let row = row.unwrap();
+        assert_eq!(row.requested, crate::policy::DEFAULT_PIDS as f64);
+        assert!(row.default);
+        assert_eq!(row.mechanism.as_deref(), Some("RLIMIT_NPROC"));
+        let v = serde_json::to_value(&row).unwrap();
+        assert_eq!(v["default"], true);
+        // A copy tier without a cgroup: the default is left out, and it says why.
+        let (row, status) = pids(RunFlags::default(), &no_userns());
+        let row = row.unwrap();
+        assert_eq!(row.mechanism, None);
+        assert!(row.limitation.unwrap().contains("not applied"));
+        assert_eq!(status, "unavailable");
+        // Asked for there: applied, and what it counts is said.
+        let asked = || RunFlags {
+            pids: Some("64".into()),
+            ..RunFlags::default()
+        };
+        let (row, _) = pids(asked(), &no_userns());
+        let row = row.unwrap();
+        assert!(!row.default);
+        assert_eq!(row.mechanism.as_deref(), Some("RLIMIT_NPROC"));
+        let v = serde_json::to_value(&row).unwrap();
+        assert!(v.get("default").is_none(), "absent when not a default");
+        // The host's root without a cgroup: nothing binds it.
+        let mut f = HostFacts::capable_example();
+        f.is_root = true;
+        f.cgroup.v1_controllers.clear();
+        let (row, _) = pids(asked(), &f);
+        assert_eq!(row.unwrap().mechanism, None);
+        // Root with cgroup v1 pids (this host).
+        let mut f = HostFacts::capable_example();
+        f.is_root = true;
+        let (row, status) = pids(RunFlags::default(), &f);
+        assert_eq!(row.unwrap().mechanism.as_deref(), Some("cgroup1 pids.max"));
+        assert_eq!(status, "v1");
+        // Removed: no row, no cgroup needed.
+        let none = RunFlags {
+            pids: Some("none".into()),
+            ..RunFlags::default()
+        };
+        let (row, status) = pids(none, &HostFacts::capable_example());
+        assert!(row.is_none());
+        assert_eq!(status, "not-required");
     }
 
     #[test]
@@ -894,7 +998,11 @@ mod tests {
         assert_eq!(r.cgroup_scope.status, "unavailable");
         assert_eq!(r.resources[0].mechanism.as_deref(), Some("RLIMIT_DATA"));
         assert!(r.resources[0].limitation.is_some());
-        assert_eq!(r.resources[1].mechanism, None);
+        assert_eq!(r.resources[1].name, "pids");
+        assert_eq!(r.resources[1].mechanism.as_deref(), Some("RLIMIT_NPROC"));
+        assert!(r.resources[1].default);
+        assert!(!r.resources[0].default);
+        assert_eq!(r.resources[2].mechanism, None);
         assert_eq!(r.io_max.status, "unavailable");
 
         let mut f = HostFacts::capable_example();
@@ -908,15 +1016,36 @@ mod tests {
             r.resources[0].mechanism.as_deref(),
             Some("cgroup2 memory.max")
         );
-        assert_eq!(r.resources[1].mechanism.as_deref(), Some("cgroup2 cpu.max"));
-        assert_eq!(r.io_max.status, "unavailable", "io.max is not implemented");
+        assert_eq!(
+            r.resources[1].mechanism.as_deref(),
+            Some("cgroup2 pids.max")
+        );
+        assert_eq!(r.resources[2].mechanism.as_deref(), Some("cgroup2 cpu.max"));
+        assert_eq!(r.io_max.status, "available");
+        assert!(r.io_max.reason.as_deref().unwrap().contains("io.max"));
+        assert_eq!(r.resources[3].mechanism.as_deref(), Some("cgroup2 io.max"));
 
         let mut f = HostFacts::capable_example();
         f.is_root = true;
         let r = report(&p, &f);
         assert_eq!(r.cgroup_scope.status, "v1");
+        assert!(
+            r.cgroup_scope.reason.as_deref().unwrap().contains("io"),
+            "no blkio hierarchy: {:?}",
+            r.cgroup_scope
+        );
+        assert_eq!(r.io_max.status, "unavailable");
+        f.cgroup.v1_controllers.push("blkio".into());
+        let r = report(&p, &f);
         assert_eq!(r.cgroup_scope.reason, None, "{:?}", r.cgroup_scope);
-        assert_eq!(r.io_max.status, "unavailable", "io has no v1 fallback");
+        assert_eq!(r.io_max.status, "available", "v1 blkio as root");
+        assert!(
+            r.io_max
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("buffered writes")
+        );
 
         // Root on this host: cgroup2 writable but only with hugetlb, v1 has memory.
         let mut f = HostFacts::capable_example();

@@ -175,6 +175,10 @@ pub struct ResourceLimitReport {
     pub mechanism: Option<String>,
     /// Why it would not be enforced, or a qualification; `null` when enforced as asked.
     pub limitation: Option<String>,
+    /// `true` when the value is cofferdam's default (not asked for by a flag or the
+    /// manifest); absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub default: bool,
 }
 
 /// The I/O bandwidth ceiling.

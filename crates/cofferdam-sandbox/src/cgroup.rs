@@ -64,6 +64,15 @@ fn observation(
         o.details.insert("file".into(), json!(file));
         o.details.insert("value".into(), json!(value));
     }
+    if limit.dimension == ResourceDimension::IoBytesPerSec {
+        let mut devices: Vec<&str> = limit
+            .writes
+            .iter()
+            .filter_map(|(_, v)| v.split_whitespace().next())
+            .collect();
+        devices.dedup();
+        o.details.insert("devices".into(), json!(devices));
+    }
     if let Some(d) = dir {
         o.details
             .insert("path".into(), json!(d.display().to_string()));
@@ -258,10 +267,23 @@ fn only_pid(procs: &str, pid: u32) -> bool {
     pids.next() == Some(pid) && pids.next().is_none()
 }
 
-/// Whether the value read back is the one written (v1 rounds memory limits to pages).
+/// Whether the value read back is the one written (v1 rounds memory limits to pages; a
+/// per-device file such as `io.max` lists every device, one line each, with the fields not
+/// written shown at their defaults).
 fn same_value(back: &str, written: &str) -> bool {
     if back == written {
         return true;
+    }
+    let mut want = written.split_whitespace();
+    if let Some(dev) = want.next().filter(|d| d.contains(':')) {
+        let want: Vec<&str> = want.collect();
+        return back.lines().any(|line| {
+            let mut got = line.split_whitespace();
+            got.next() == Some(dev) && {
+                let got: Vec<&str> = got.collect();
+                want.iter().all(|w| got.contains(w))
+            }
+        });
     }
     match (back.parse::<u64>(), written.parse::<u64>()) {
         (Ok(b), Ok(w)) => b <= w && w - b < 4096 * 16,
@@ -318,23 +340,7 @@ impl RunCgroup {
         dirs.sort();
         dirs.dedup();
         for d in dirs {
-            let mut last = None;
-            // A dying task can keep the cgroup busy for a moment after its parent reaped it.
-            for _ in 0..50 {
-                match std::fs::remove_dir(&d) {
-                    Ok(()) => {
-                        last = None;
-                        break;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        last = None;
-                        break;
-                    }
-                    Err(e) => last = Some(e),
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            if let Some(e) = last {
+            if let Err(e) = remove_dir(&d) {
                 errors.push(format!(
                     "cannot remove the run's cgroup {}: {e}",
                     d.display()
@@ -343,6 +349,22 @@ impl RunCgroup {
         }
         errors
     }
+}
+
+/// Remove one empty cgroup directory (already gone is fine), retrying for up to a second:
+/// a dying task keeps it busy for a moment after its parent reaped it, or after the
+/// supervisor whose parent-death signal killed it was itself reaped.
+pub fn remove_dir(dir: &Path) -> std::io::Result<()> {
+    let mut last = None;
+    for _ in 0..50 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    last.map_or(Ok(()), Err)
 }
 
 /// The value of `key` in a flat keyed file (`key value` lines).
@@ -406,5 +428,11 @@ mod tests {
         assert!(same_value("67104768", "67108863"));
         assert!(!same_value("9223372036854771712", "67108864"));
         assert!(same_value("50000 100000", "50000 100000"));
+        let io_max = "8:0 rbps=1048576 wbps=1048576 riops=max wiops=max\n254:0 rbps=2 wbps=max riops=max wiops=max";
+        assert!(same_value(io_max, "8:0 rbps=1048576 wbps=1048576"));
+        assert!(!same_value(io_max, "254:0 rbps=2 wbps=2"));
+        assert!(!same_value(io_max, "7:0 rbps=1048576 wbps=1048576"));
+        assert!(same_value("254:0 1048576\n8:0 5", "254:0 1048576"));
+        assert!(!same_value("254:0 1048576", "254:0 1048577"));
     }
 }

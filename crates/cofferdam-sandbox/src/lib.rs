@@ -6,6 +6,7 @@
 //! observation. It may not decide policy: which tier to use, what to allow and what a result
 //! means are decided in `cofferdam-policy` from the values this crate returns.
 
+pub mod blockdev;
 pub mod caps;
 pub mod cgroup;
 pub mod egress;

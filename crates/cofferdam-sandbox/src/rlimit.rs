@@ -1,8 +1,8 @@
 //! Resource limits: turns an [`RlimitPlan`] into `setrlimit(2)` calls, one observation per
 //! limit set.
 //!
-//! Owns `RLIMIT_DATA`, `RLIMIT_NPROC`, `RLIMIT_CPU`, `RLIMIT_FSIZE`, `RLIMIT_NOFILE` and
-//! `RLIMIT_CORE` for the calling process (inherited by the workload across fork and exec),
+//! Owns `RLIMIT_DATA`, `RLIMIT_NPROC`, `RLIMIT_CPU`, `RLIMIT_FSIZE`, `RLIMIT_NOFILE`,
+//! `RLIMIT_CORE`, `RLIMIT_RTPRIO` and `RLIMIT_NICE` for the calling process (inherited by the workload across fork and exec),
 //! and the pure rule that never raises a hard limit. It may not choose the values (the plan
 //! does) nor touch cgroups.
 //!
@@ -44,6 +44,10 @@ pub enum Limit {
     Nofile,
     /// `RLIMIT_CORE`, bytes of core dump.
     Core,
+    /// `RLIMIT_RTPRIO`, highest real-time priority `sched_setscheduler` may set (0: none).
+    Rtprio,
+    /// `RLIMIT_NICE`, ceiling of the nice value as `20 - limit` (0: no raise at all).
+    Nice,
 }
 
 impl Limit {
@@ -56,6 +60,8 @@ impl Limit {
             Self::Fsize => "RLIMIT_FSIZE",
             Self::Nofile => "RLIMIT_NOFILE",
             Self::Core => "RLIMIT_CORE",
+            Self::Rtprio => "RLIMIT_RTPRIO",
+            Self::Nice => "RLIMIT_NICE",
         }
     }
 
@@ -66,6 +72,7 @@ impl Limit {
             Self::Nproc => "tasks",
             Self::Cpu => "seconds",
             Self::Nofile => "descriptors",
+            Self::Rtprio | Self::Nice => "priority",
         }
     }
 
@@ -77,6 +84,8 @@ impl Limit {
             Self::Fsize => Resource::Fsize,
             Self::Nofile => Resource::Nofile,
             Self::Core => Resource::Core,
+            Self::Rtprio => Resource::Rtprio,
+            Self::Nice => Resource::Nice,
         }
     }
 }
@@ -90,6 +99,8 @@ pub fn requests(plan: &RlimitPlan) -> Vec<(Limit, u64)> {
         (Limit::Fsize, plan.fsize),
         (Limit::Nofile, plan.nofile),
         (Limit::Core, plan.core_zero.then_some(0)),
+        (Limit::Rtprio, plan.priority_zero.then_some(0)),
+        (Limit::Nice, plan.priority_zero.then_some(0)),
     ]
     .into_iter()
     .filter_map(|(l, v)| v.map(|v| (l, v)))
@@ -155,7 +166,7 @@ fn limit_value(v: Option<u64>) -> Value {
 }
 
 /// Set every limit of `plan` (soft = hard but for [`hard_for`]), one observation each, in the order data,
-/// nproc, cpu, fsize, nofile, core; an empty plan gives no observation.
+/// nproc, cpu, fsize, nofile, core, rtprio, nice; an empty plan gives no observation.
 ///
 /// Each observation has mechanism `rlimit`, dimension `resources`, details `{"resource":
 /// "RLIMIT_…", "unit", "requested", "soft", "hard", "previous_soft", "previous_hard"}` and
@@ -250,6 +261,7 @@ mod tests {
             fsize: None,
             nofile: Some(64),
             core_zero: true,
+            priority_zero: true,
         };
         assert_eq!(
             requests(&plan),
@@ -257,7 +269,9 @@ mod tests {
                 (Limit::Data, 1 << 30),
                 (Limit::Cpu, 5),
                 (Limit::Nofile, 64),
-                (Limit::Core, 0)
+                (Limit::Core, 0),
+                (Limit::Rtprio, 0),
+                (Limit::Nice, 0),
             ]
         );
     }
@@ -301,5 +315,7 @@ mod tests {
     fn names_and_units() {
         assert_eq!(Limit::Nofile.name(), "RLIMIT_NOFILE");
         assert_eq!(Limit::Cpu.unit(), "seconds");
+        assert_eq!(Limit::Rtprio.name(), "RLIMIT_RTPRIO");
+        assert_eq!(Limit::Nice.unit(), "priority");
     }
 }

@@ -1137,6 +1137,7 @@ fn close_fds_closes_everything_not_kept() {
 fn only(plan: RlimitPlan) -> RlimitPlan {
     RlimitPlan {
         core_zero: false,
+        priority_zero: false,
         ..plan
     }
 }
@@ -1224,6 +1225,46 @@ fn rlimit_never_raises_the_hard_limit() {
     assert!(o.reason.as_deref().unwrap().contains("hard limit"));
     assert_eq!(o.details["requested"], 10_000);
     assert_eq!(o.details["soft"], 200);
+}
+
+#[test]
+fn rlimit_rtprio_and_nice_zero_refuse_real_time_scheduling_and_raised_priority() {
+    let out = in_child(|r| {
+        for o in rlimit::apply(&RlimitPlan {
+            priority_zero: true,
+            ..RlimitPlan::default()
+        }) {
+            r.obs(&o);
+        }
+        // Without CAP_SYS_NICE in the initial namespace (dropped, as in the sandbox), the
+        // kernel falls back to the two rlimits.
+        let _ = caps::drop_all();
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: sched_setscheduler on ourselves with a valid parameter block.
+        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+        r.put("fifo", &if rc == 0 { "ok".into() } else { err(errno()) });
+        // The inherited nice value (tests may run under `nice`); -20 is always a raise
+        // unless already there, one step down (a higher value) always a lowering.
+        let now = rustix::process::getpriority_process(None).unwrap();
+        // SAFETY: setpriority on ourselves.
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
+        r.put("raise", &if rc == 0 { "ok".into() } else { err(errno()) });
+        // SAFETY: as above.
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, (now + 1).min(19)) };
+        r.put("lower", &if rc == 0 { "ok".into() } else { err(errno()) });
+        0
+    });
+    out.assert_clean_exit();
+    assert_eq!(out.get("fifo"), err(libc::EPERM));
+    assert_eq!(out.get("raise"), err(libc::EACCES));
+    assert_eq!(out.get("lower"), "ok");
+    let obs = out.observations();
+    let names: Vec<_> = obs.iter().map(|o| o.details["resource"].clone()).collect();
+    assert_eq!(names, ["RLIMIT_RTPRIO", "RLIMIT_NICE"]);
+    for o in obs {
+        assert_eq!(o.status, ControlStatus::Enforced, "{o:#?}");
+        assert_eq!(o.details["hard"], 0);
+    }
 }
 
 #[test]

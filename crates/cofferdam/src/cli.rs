@@ -110,9 +110,9 @@ pub struct PolicyArgs {
     /// Memory ceiling, e.g. 4GiB.
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
-    /// Process and thread ceiling.
-    #[arg(long, value_name = "N")]
-    pub pids: Option<u64>,
+    /// Process and thread ceiling [default: 4096]; `none` removes it.
+    #[arg(long, value_name = "N|none")]
+    pub pids: Option<String>,
     /// CPU share, e.g. 1.5.
     #[arg(long, value_name = "FLOAT")]
     pub cpus: Option<f64>,

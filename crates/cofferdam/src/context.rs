@@ -79,7 +79,7 @@ pub fn policy(args: &PolicyArgs, env: &Env) -> Result<Policy, Failure> {
         network: args.network.clone(),
         allow_net: args.allow_net.clone(),
         memory: args.memory.clone(),
-        pids: args.pids,
+        pids: args.pids.clone(),
         cpus: args.cpus,
         timeout: args.timeout.clone(),
         cpu_time: args.cpu_time.clone(),

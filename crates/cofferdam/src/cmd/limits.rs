@@ -6,7 +6,9 @@
 //! after the init has been reaped.
 
 use cofferdam_policy::Policy;
-use cofferdam_policy::cgroup_plan::plan_cgroup;
+use cofferdam_policy::cgroup_plan::{
+    DEFAULT_PIDS_SKIPPED, IoDevices, default_pids_by_rlimit, plan_cgroup,
+};
 use cofferdam_policy::outcome::Ending;
 use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_policy::verdict::{Cause, Evidence, judge, limits_hit};
@@ -42,6 +44,20 @@ fn watch_observation(resource: &str, status: ControlStatus, value: u64) -> Contr
     o
 }
 
+/// The observation of cofferdam's default pids limit left out of a run (see
+/// `cofferdam_policy::cgroup_plan::default_pids_by_rlimit`).
+fn default_pids_skipped() -> ControlObservation {
+    let mut o = ControlObservation::new(
+        ControlMechanism::Rlimit,
+        ControlDimension::Resources,
+        ControlStatus::Unavailable,
+    );
+    o.reason = Some(DEFAULT_PIDS_SKIPPED.into());
+    o.details.insert("resource".into(), json!("RLIMIT_NPROC"));
+    o.details.insert("default".into(), json!(true));
+    o
+}
+
 /// Install the run's cgroup and arm the watch; adjusts `plan.rlimits` where a cgroup
 /// enforces the same limit for the whole run (so an allocation past the memory limit ends
 /// in the cgroup's OOM kill, which is recorded, rather than a failed `malloc`). With
@@ -55,7 +71,16 @@ pub fn prepare(
     poll_stage: bool,
 ) -> Limits {
     let r = &policy.resources;
-    let cplan = plan_cgroup(r, &facts.cgroup, facts.is_root);
+    // The disks behind what the workload reads (the workdir, the overlay's lower layer) and
+    // writes (the stage), only when disk bandwidth is limited.
+    let io = match r.io_bps {
+        Some(_) => cofferdam_sandbox::blockdev::resolve_all(&[
+            ("workdir", &policy.workdir),
+            ("stage", upper),
+        ]),
+        None => IoDevices::default(),
+    };
+    let cplan = plan_cgroup(r, &facts.cgroup, facts.is_root, &io);
     let mut controls = Vec::new();
     for (dim, reason) in &cplan.not_planned {
         let mut o = ControlObservation::new(
@@ -85,23 +110,42 @@ pub fn prepare(
     if by_cgroup(ResourceDimension::MemoryBytes) {
         plan.rlimits.data = None;
     }
-    if by_cgroup(ResourceDimension::Pids) {
+    let pids_by_cgroup = by_cgroup(ResourceDimension::Pids);
+    if pids_by_cgroup {
         plan.rlimits.nproc = None;
+    }
+    let cpus_by_cgroup = by_cgroup(ResourceDimension::Cpus);
+    let io_by_cgroup = by_cgroup(ResourceDimension::IoBytesPerSec);
+    if !pids_by_cgroup
+        && r.is_default(ResourceDimension::Pids)
+        && !default_pids_by_rlimit(plan.tier)
+    {
+        plan.rlimits.nproc = None;
+        controls.push(default_pids_skipped());
     }
     let mut warnings = Vec::new();
     for o in &controls {
-        if o.status == ControlStatus::Failed {
+        // A default the host cannot carry is recorded, not warned about on every run.
+        let defaulted = dimension_of(o).is_some_and(|d| r.is_default(d));
+        if o.status == ControlStatus::Failed && !defaulted {
             warnings.push(format!(
                 "a cgroup limit could not be installed: {}",
                 o.reason.as_deref().unwrap_or("unknown")
             ));
         }
     }
-    if !by_cgroup(ResourceDimension::Cpus) && r.cpus.is_some() {
+    if !cpus_by_cgroup && r.cpus.is_some() {
         warnings.push("`cpus` is not enforced on this host (no usable cgroup cpu controller); the run goes on without it".into());
     }
-    if r.io_bps.is_some() {
-        warnings.push("`io_bps` is not enforced by this build; the run goes on without it".into());
+    if r.io_bps.is_some() && !io_by_cgroup {
+        let why = cplan
+            .not_planned
+            .iter()
+            .find(|(d, _)| *d == ResourceDimension::IoBytesPerSec)
+            .map_or("the cgroup could not be installed", |(_, w)| w.as_str());
+        warnings.push(format!(
+            "`io_bps` is not enforced here ({why}); the run goes on without it"
+        ));
     }
     let mut watch = WatchSpec {
         timeout: r.timeout.map(|t| t.0),

@@ -104,7 +104,7 @@ pub(crate) fn seal_interrupted(
                 .file_name()
                 .is_some_and(|n| n.to_string_lossy() == format!("cofferdam-{}", job.id()))
         {
-            let _ = std::fs::remove_dir(path);
+            let _ = cofferdam_sandbox::cgroup::remove_dir(std::path::Path::new(path));
         }
     }
     let sealed =

@@ -187,10 +187,21 @@ pub fn render(r: &ScopeReport, s: Style) -> String {
             (None, Some(q)) => s.bad(&format!("nothing: not enforced ({q})")),
             (None, None) => s.bad("nothing: not enforced"),
         };
+        let default = if l.default {
+            format!(
+                " {}",
+                s.dim(&format!(
+                    "[cofferdam's default; --{} none removes it]",
+                    l.name
+                ))
+            )
+        } else {
+            String::new()
+        };
         row(
             &mut o,
             &l.name,
-            &format!("{} via {how}", quantity(&l.name, l.requested)),
+            &format!("{} via {how}{default}", quantity(&l.name, l.requested)),
         );
     }
     row(&mut o, "io.max", &r.io_max.status);

@@ -479,3 +479,294 @@ fn cpu_time_ends_as_limit_by_sigxcpu() {
     assert_eq!(b["run"]["failure"]["limit"], "cpu_time_ms");
     assert_eq!(b["resources"]["effective"]["cpu_time_ms"], 1000);
 }
+
+/// The run's observation of rlimit `name` (`RLIMIT_NPROC`), if any.
+fn rlimit_observation(b: &Value, name: &str) -> Option<Value> {
+    b["executor_observations"]["controls"]
+        .as_array()?
+        .iter()
+        .find(|o| o["mechanism"] == "rlimit" && o["details"]["resource"] == name)
+        .cloned()
+}
+
+#[test]
+fn without_flags_the_default_pids_limit_holds_is_marked_default_and_none_removes_it() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = run_q(&s)
+        .args(["--", "sh", "-c", "grep processes /proc/self/limits"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let b = last_bundle(&s);
+    let r = &b["resources"];
+    assert_eq!(r["requested"]["pids"], 4096, "{r}");
+    let mechanisms = r["mechanisms"].to_string();
+    let nproc = rlimit_observation(&b, "RLIMIT_NPROC");
+    if v1_as_root("pids") {
+        assert_eq!(r["effective"]["pids"], 4096, "{r}");
+        assert!(mechanisms.contains("cgroup v1 pids.max"), "{r}");
+        assert!(nproc.is_none(), "the cgroup replaces RLIMIT_NPROC");
+    } else if !is_root() {
+        // Sealed: RLIMIT_NPROC inside the run's own user namespace.
+        assert_eq!(r["effective"]["pids"], 4096, "{r}");
+        assert_eq!(nproc.unwrap()["status"], "enforced");
+        let limits = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(limits.contains("4096"), "{limits}");
+    } else {
+        // Root without a pids cgroup (pure v2 without delegation): not enforced, and said.
+        assert!(r["effective"]["pids"].is_null(), "{r}");
+        assert!(r["limitations"].to_string().contains("pids 4096"), "{r}");
+    }
+    if !r["effective"]["pids"].is_null() {
+        assert!(mechanisms.contains("cofferdam's default"), "{r}");
+    }
+
+    // `--pids none` removes it: nothing requested, nothing installed.
+    let out = run_q(&s)
+        .args(["--pids", "none", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let b = last_bundle(&s);
+    assert!(b["resources"]["requested"]["pids"].is_null(), "{b}");
+    assert!(rlimit_observation(&b, "RLIMIT_NPROC").is_none());
+    assert!(!b["resources"]["mechanisms"].to_string().contains("pids"));
+
+    // Shown before the run, and marked.
+    let out = s
+        .cmd()
+        .args(["run", "--explain-scope", "--", "true"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("4096") && text.contains("[cofferdam's default; --pids none removes it]"),
+        "{text}"
+    );
+    let out = s.cmd().args(["scope", "--json"]).output().unwrap();
+    let scope = json_of(&out);
+    let row = scope["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "pids")
+        .cloned()
+        .unwrap();
+    assert_eq!(row["default"], true, "{row}");
+
+    // Bad values name the flag and the way to remove the limit.
+    for bad in ["0", "lots", "-3"] {
+        let out = run_q(&s)
+            .arg(format!("--pids={bad}"))
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--pids") && err.contains("none"), "{err}");
+    }
+}
+
+#[test]
+fn a_pids_limit_counts_the_runs_tasks_not_the_users_other_processes() {
+    if !sealed_host() {
+        return;
+    }
+    // 80 processes of this user outside the run, more than its --pids 64: RLIMIT_NPROC set
+    // in the host's namespace would refuse the run's first fork; set inside the run's user
+    // namespace (or a pids cgroup, as root here) it counts the run's tasks only. The same
+    // holds for the default 4096 for a user who already runs thousands of processes.
+    let mut outside: Vec<Child> = (0..80)
+        .map(|_| {
+            std::process::Command::new("sleep")
+                .arg("3521")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let s = Sandbox::new();
+    let out = run_q(&s)
+        .args(["--pids", "64", "--", "sh", "-c"])
+        .arg("for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.2 & done; wait; echo started=10")
+        .output();
+    for c in &mut outside {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let out = out.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("started=10"));
+    let b = last_bundle(&s);
+    if !is_root() || v1_as_root("pids") {
+        assert_eq!(
+            b["resources"]["effective"]["pids"], 64,
+            "{}",
+            b["resources"]
+        );
+    }
+}
+
+#[test]
+fn on_a_copy_tier_without_a_cgroup_the_default_pids_limit_is_left_out_and_said() {
+    if !crate::tiers::scoped_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = crate::tiers::no_userns(&s)
+        .args([
+            "run",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "grep processes /proc/self/limits",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains(" 4096 "),
+        "RLIMIT_NPROC was set to the default: {out:?}"
+    );
+    let b = last_bundle(&s);
+    let r = &b["resources"];
+    assert_eq!(r["requested"]["pids"], 4096, "{r}");
+    if r["mechanisms"].to_string().contains("pids: cgroup") {
+        // The host's root in the simulation (uid 0 of a user namespace still owns the v1
+        // hierarchy's files): the cgroup holds it, as on the sealed tier.
+        assert_eq!(r["effective"]["pids"], 4096, "{r}");
+        assert!(is_root());
+        return;
+    }
+    assert!(r["effective"]["pids"].is_null(), "{r}");
+    assert!(r["limitations"].to_string().contains("not applied"), "{r}");
+    let o = rlimit_observation(&b, "RLIMIT_NPROC").unwrap();
+    assert_eq!(o["status"], "unavailable", "{o}");
+    assert_eq!(o["details"]["default"], true, "{o}");
+}
+
+#[test]
+fn real_time_scheduling_and_raised_priority_are_refused_and_recorded() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let script = "import os\n\
+        try:\n    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))\n    print('fifo=ok')\n\
+        except OSError as e:\n    print('fifo=errno%d' % e.errno)\n\
+        try:\n    os.setpriority(os.PRIO_PROCESS, 0, -20)\n    print('raise=ok')\n\
+        except OSError as e:\n    print('raise=errno%d' % e.errno)\n\
+        print('policy=%d' % os.sched_getscheduler(0))\n";
+    let out = run_q(&s)
+        .args(["--", "python3", "-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("fifo=errno{}", libc::EPERM)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("raise=errno{}", libc::EACCES)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("policy={}", libc::SCHED_OTHER)),
+        "{text}"
+    );
+    let b = last_bundle(&s);
+    for name in ["RLIMIT_RTPRIO", "RLIMIT_NICE"] {
+        let o = rlimit_observation(&b, name).unwrap_or_else(|| panic!("no {name} observation"));
+        assert_eq!(o["status"], "enforced", "{o}");
+        assert_eq!(o["details"]["hard"], 0, "{o}");
+    }
+    assert!(
+        b["resources"]["mechanisms"]
+            .to_string()
+            .contains("RLIMIT_RTPRIO=0, RLIMIT_NICE=0"),
+        "{}",
+        b["resources"]
+    );
+}
+
+/// The whole disk behind `path` as `MAJ:MIN`, when it is a block device that is not a
+/// partition (the test does not follow partitions to their disk; the unit tests do).
+fn whole_disk_of(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).unwrap().dev();
+    let name = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let sys = Path::new("/sys/dev/block").join(&name);
+    (sys.exists() && !sys.join("partition").exists()).then_some(name)
+}
+
+#[test]
+fn io_bps_throttles_the_disks_behind_the_run_or_says_why_not() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    // O_DIRECT: v1 throttles direct writes (buffered ones go by writeback). No timing is
+    // asserted; only that the limit is installed and recorded, or its absence explained.
+    let out = run_q(&s)
+        .args(["--io-bps", "8MiB", "--", "dd", "if=/dev/zero", "of=f"])
+        .args(["bs=1M", "count=4", "oflag=direct"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let b = last_bundle(&s);
+    let r = &b["resources"];
+    assert_eq!(r["requested"]["io_bytes_per_sec"], 8 << 20, "{r}");
+    let cg = b["executor_observations"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| {
+            o["mechanism"] == "cgroup"
+                && o["details"]["dimension"] == "io_bytes_per_sec"
+                && o["status"] == "enforced"
+        })
+        .cloned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if v1_as_root("blkio") && whole_disk_of(s.work.path()).is_some() {
+        let cg = cg
+            .clone()
+            .unwrap_or_else(|| panic!("no enforced io cgroup: {b}"));
+        assert_eq!(cg["details"]["version"], 1, "{cg}");
+        assert_eq!(cg["details"]["controller"], "blkio", "{cg}");
+        let disk = whole_disk_of(s.work.path()).unwrap();
+        assert!(
+            cg["details"]["devices"].to_string().contains(&disk),
+            "{disk}: {cg}"
+        );
+        assert_eq!(
+            cg["details"]["value"],
+            format!("{disk} {}", 8 << 20),
+            "{cg}"
+        );
+        assert_eq!(r["effective"]["io_bytes_per_sec"], 8 << 20, "{r}");
+        assert!(r["mechanisms"].to_string().contains("io_bps: cgroup v1"));
+        assert!(r["limitations"].to_string().contains("buffered writes"));
+        assert!(!stderr.contains("io_bps"), "{stderr}");
+    } else if cg.is_none() {
+        // Not as root here (blkio needs root), no delegated io, or no block device.
+        assert!(r["effective"]["io_bytes_per_sec"].is_null(), "{r}");
+        assert!(r["limitations"].to_string().contains("io_bps"), "{r}");
+        assert!(stderr.contains("`io_bps` is not enforced here"), "{stderr}");
+    }
+    let scope = json_of(
+        &s.cmd()
+            .args(["scope", "--json", "--io-bps", "8MiB"])
+            .output()
+            .unwrap(),
+    );
+    // Before launch: `available` wherever a controller is (the disks are resolved at
+    // launch); never `unavailable` for a run that then enforced it.
+    let status = scope["io_max"]["status"].as_str().unwrap().to_owned();
+    if v1_as_root("blkio") || cg.is_some() {
+        assert_eq!(status, "available", "{}", scope["io_max"]);
+    }
+}

@@ -589,17 +589,17 @@ fn what_this_build_cannot_honour_is_refused_or_warned_never_silent() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("`io_bps` is not enforced"),
-        "{out:?}"
-    );
     let b = last_bundle(&s);
     assert_eq!(b["resources"]["requested"]["io_bytes_per_sec"], 1 << 20);
-    assert!(
-        b["resources"]["effective"]
-            .get("io_bytes_per_sec")
-            .is_none(),
-        "{b}"
+    // Enforced only through a cgroup io controller (v1 blkio as root here); elsewhere the
+    // run goes on with a warning and a limitation.
+    let io_enforced = b["resources"]["effective"]
+        .get("io_bytes_per_sec")
+        .is_some();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).contains("`io_bps` is not enforced"),
+        !io_enforced,
+        "{out:?}"
     );
     assert_eq!(b["resources"]["effective"]["timeout_ms"], 3_600_000);
     assert_eq!(b["resources"]["effective"]["max_file_size_bytes"], 1 << 20);

@@ -15,7 +15,7 @@ use std::path::Path;
 const NO_USERNS: &str = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"";
 
 /// `cofferdam ARGS` on a simulated host without user namespaces.
-fn no_userns(s: &Sandbox) -> Command {
+pub fn no_userns(s: &Sandbox) -> Command {
     let mut c = Command::new("unshare");
     c.env_clear()
         .env("HOME", s.home.path())
@@ -28,7 +28,7 @@ fn no_userns(s: &Sandbox) -> Command {
 }
 
 /// Whether the simulation works here and the host has Landlock (the scoped tier's floor).
-fn scoped_host() -> bool {
+pub fn scoped_host() -> bool {
     let sim = std::process::Command::new("unshare")
         .args(["-U", "-r", "sh", "-c", NO_USERNS, "sh", "true"])
         .status()

@@ -10,10 +10,6 @@ use crate::harness::{
 /// Attacks that need what is being built; printed under the table, not run.
 pub const TO_BE_ADDED: &[(&str, &str)] = &[
     (
-        "res.fork-bomb-default",
-        "a fork bomb without --pids: needs a default pids limit (cgroup pids)",
-    ),
-    (
         "res.memory-tmpfs",
         "fill the private /tmp and HOME tmpfs (default size: half of RAM): needs a tmpfs size or memory cgroup by default",
     ),
@@ -55,6 +51,13 @@ pub const ATTACKS: &[Attack] = &[
         description: "fork past --pids 32 (a cgroup pids limit, else RLIMIT_NPROC)",
         on: BOTH_MUST,
         probe: fork_bomb,
+    },
+    Attack {
+        id: "res.fork-bomb-default",
+        boundary: Resources,
+        description: "fork without end and without --pids (cofferdam's default pids limit, 4096)",
+        on: SEALED_MUST,
+        probe: fork_bomb_default,
     },
     Attack {
         id: "res.cpu-time",
@@ -311,6 +314,45 @@ fn fork_bomb(ctx: &Ctx) -> Outcome {
         forked < 32,
         format!("{forked} forks then EAGAIN; bundle: RLIMIT_NPROC enforced"),
         format!("forked {forked} past --pids 32"),
+    )
+}
+
+fn fork_bomb_default(ctx: &Ctx) -> Outcome {
+    // Each child execs `sleep` at once, so 4096 of them stay small; bounded at 6000 so a
+    // host where nothing holds the default is not flooded.
+    let r = ctx.run(
+        &[],
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import os\nn = 0\ntry:\n    for i in range(6000):\n        if os.fork() == 0:\n            os.execv('/bin/sleep', ['sleep', '5'])\n        n += 1\nexcept OSError:\n    pass\nprint('forked=%d' % n, flush=True)\nos._exit(0)",
+        ],
+    );
+    ctx.assert_boundary(&r);
+    let forked: u32 = r.value("forked").unwrap().parse().unwrap();
+    let res = &r.bundle["resources"];
+    assert_eq!(res["requested"]["pids"], 4096, "{res}");
+    if res["effective"]["pids"].is_null() {
+        // The host's root without a usable pids cgroup (RLIMIT_NPROC does not bind it).
+        let why = res["limitations"].to_string();
+        assert!(why.contains("pids 4096"), "{res}");
+        return Outcome::Skipped(format!(
+            "nothing here enforces the default for this user (bundle: {why}); forked {forked}"
+        ));
+    }
+    assert_eq!(res["effective"]["pids"], 4096, "{res}");
+    let how = res["mechanisms"]
+        .as_array()
+        .and_then(|m| {
+            m.iter()
+                .find_map(|m| m.as_str().filter(|m| m.starts_with("pids:")))
+        })
+        .unwrap_or("?")
+        .to_owned();
+    check(
+        forked < 4096,
+        format!("{forked} forks then EAGAIN; bundle: {how}"),
+        format!("forked {forked} past the default 4096"),
     )
 }
 
