@@ -414,6 +414,16 @@ pub fn materialize(copy: &Path, upper: &Path, delta: &Delta) -> Result<(), CopyE
         ensure_parents(copy, upper, rel, &mut modes)?;
         let from = copy.join(rel);
         let to = upper.join(rel);
+        // Moving a directory to another parent rewrites its `..`, which needs write
+        // permission on it (for anyone but root): a directory the command left read-only
+        // is lent the permission and gets its mode back with the others, last.
+        let meta = fs::symlink_metadata(&from).map_err(io_err("read", &from))?;
+        let mode = meta.mode() & 0o7777;
+        if meta.is_dir() && mode & 0o300 != 0o300 {
+            fs::set_permissions(&from, fs::Permissions::from_mode(mode | 0o700))
+                .map_err(io_err("chmod", &from))?;
+            modes.push((to.clone(), mode));
+        }
         fs::rename(&from, &to).map_err(io_err("move into the stage", &from))?;
         strip_overlay_xattrs(&to)?;
     }
