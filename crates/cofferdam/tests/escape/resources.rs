@@ -1,10 +1,11 @@
 //! Resources: rlimits, the cgroup pids limit where one installs, the wall-clock timeout, the
-//! stage cap and the private /tmp's size. Defaults (a fork bomb without `--pids`, memory
-//! through the temp directory without `--tmp-size`) are not contained by anything yet.
+//! stage cap and the private /tmp's size. A fork bomb without `--pids` meets cofferdam's
+//! default pids limit; memory through the temp directory without `--tmp-size` is not
+//! contained by a default yet.
 
 use crate::harness::{
-    Attack, BOTH_MUST, Boundary::Resources, Ctx, EVERY_TIER_MUST, Outcome, Run, Tier, Tier::Scoped,
-    Tier::Sealed, Verdict::Documented, Verdict::Must, check,
+    Attack, BOTH_MUST, Boundary::Resources, Ctx, EVERY_TIER_MUST, Outcome, Run, SEALED_MUST, Tier,
+    Tier::Scoped, Tier::Sealed, Verdict::Documented, Verdict::Must, check,
 };
 
 /// Attacks that need what is being built; printed under the table, not run.
