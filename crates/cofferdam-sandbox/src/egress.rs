@@ -6,14 +6,16 @@
 //!   in this namespace or is refused at once; then the listeners (DNS on 127.0.0.1:53 UDP
 //!   and TCP, the HTTP proxy on 127.0.0.1, one transparent TCP listener per allowed port on
 //!   every address, IPv4 and IPv6, and the catch-all: an nf_tables rule, [`nft`], diverting
-//!   every IPv4 TCP connection nothing in the namespace listens for to one more listener, so
-//!   the supervisor sees, names and refuses it) are created and handed to the supervisor over
-//!   the network socket ([`NET_FD`]) and pid 1's copies closed: nothing inside holds them.
-//!   Without the catch-all (a kernel lacking nf_tables' socket/tproxy) those connections are
-//!   refused by the namespace's kernel, unseen, and the observation says so;
+//!   every TCP connection nothing in the namespace listens for to one more listener per IP
+//!   family, so the supervisor sees, names and refuses it) are created and handed to the
+//!   supervisor over the network socket ([`NET_FD`]) and pid 1's copies closed: nothing
+//!   inside holds them. Without the catch-all (a kernel lacking nf_tables' socket/tproxy)
+//!   those connections are refused by the namespace's kernel, unseen, and the observation
+//!   says so;
 //! - `host`: no network namespace was made (`userns::enter_namespaces`); this reports so.
 //!
-//! Owns the route, the catch-all rule and the listeners; the supervisor (`cofferdam_net::proxy`) serves them.
+//! Owns the route, the catch-all rule and the listeners; the supervisor
+//! (`cofferdam_net::proxy`) serves them.
 
 mod nft;
 
@@ -28,7 +30,7 @@ use rustix::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrV4, SocketAddrV6, SocketFlags, SocketType};
 use serde_json::json;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Set up the network of `plan` in the current (new) network namespace, or report the
 /// host's network in `host` mode.
@@ -59,22 +61,26 @@ fn allow(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
     let mut o = netif::loopback_up()?;
     add_local_default_route().step(|| "route every IPv4 destination to lo (netlink)".into())?;
     let (mut infos, mut fds, v6) = listeners(plan)?;
-    match catch_all() {
-        Ok((fd, port)) => {
+    match catch_all(v6) {
+        Ok(caught) => {
+            let ports: Vec<String> = caught.iter().map(|(_, a)| a.to_string()).collect();
             o.details.insert("catch_all".into(), json!(true));
-            o.details.insert("catch_all_port".into(), json!(port));
+            o.details.insert("catch_all_listen".into(), json!(ports));
             o.details.insert(
                 "catch_all_rule".into(),
                 json!(format!(
-                    "table ip {}: prerouting, no socket for the packet -> tcp tproxy to \
-                     127.0.0.1:{port}",
-                    nft::TABLE
+                    "table inet {}: prerouting, a TCP packet no socket in the namespace \
+                     takes -> tproxy to {}",
+                    nft::TABLE,
+                    ports.join(" / ")
                 )),
             );
-            infos.push(SocketInfo {
-                role: SocketRole::CatchAll,
-            });
-            fds.push(fd);
+            for (fd, _) in caught {
+                infos.push(SocketInfo {
+                    role: SocketRole::CatchAll,
+                });
+                fds.push(fd);
+            }
         }
         Err(e) => {
             o.details.insert("catch_all".into(), json!(false));
@@ -113,32 +119,38 @@ fn allow(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
 
 type Listeners = (Vec<SocketInfo>, Vec<OwnedFd>, bool);
 
-/// The catch-all listener (transparent, on 127.0.0.1, a port the kernel picks) and the
-/// nf_tables rule diverting to it every TCP connection nothing else listens for
-/// ([`nft`]); what failed, when it did.
-fn catch_all() -> Result<(OwnedFd, u16), String> {
-    let fd = rustix::net::socket_with(
-        AddressFamily::INET,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(|e| format!("catch-all socket: {e}"))?;
-    nft::set_transparent(fd.as_fd()).map_err(|e| format!("IP_TRANSPARENT: {e}"))?;
-    rustix::net::bind(&fd, &SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-        .map_err(|e| format!("bind the catch-all listener: {e}"))?;
-    rustix::net::listen(&fd, 256).map_err(|e| format!("listen: {e}"))?;
-    let port = match rustix::net::getsockname(&fd) {
-        Ok(a) => SocketAddrV4::try_from(a).map_or(0, |a| a.port()),
-        Err(e) => return Err(format!("getsockname: {e}")),
+/// The catch-all listeners (transparent, on 127.0.0.1 and, when `v6`, on `::1`, ports the
+/// kernel picks) and the nf_tables rule diverting to them every TCP connection nothing else
+/// listens for ([`nft`]); what failed, when it did.
+fn catch_all(v6: bool) -> Result<Vec<(OwnedFd, SocketAddr)>, String> {
+    let listener = |addr: SocketAddr| -> Result<(OwnedFd, SocketAddr), String> {
+        let family = if addr.is_ipv6() {
+            AddressFamily::INET6
+        } else {
+            AddressFamily::INET
+        };
+        let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)
+            .map_err(|e| format!("catch-all socket: {e}"))?;
+        nft::set_transparent(fd.as_fd(), addr.is_ipv6())
+            .map_err(|e| format!("IP_TRANSPARENT: {e}"))?;
+        rustix::net::bind(&fd, &addr).map_err(|e| format!("bind the catch-all on {addr}: {e}"))?;
+        rustix::net::listen(&fd, 256).map_err(|e| format!("listen: {e}"))?;
+        let l = std::net::TcpListener::from(fd);
+        let at = l.local_addr().map_err(|e| format!("getsockname: {e}"))?;
+        Ok((OwnedFd::from(l), at))
     };
-    nft::install(port).map_err(|e| {
+    let mut caught = vec![listener(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?];
+    if v6 && let Ok(l) = listener(SocketAddr::from((Ipv6Addr::LOCALHOST, 0))) {
+        caught.push(l);
+    }
+    let port6 = caught.get(1).map(|(_, a)| a.port());
+    nft::install(caught[0].1.port(), port6).map_err(|e| {
         format!(
             "the kernel refused the nf_tables catch-all rule ({e}; needs nf_tables with the \
              socket and tproxy expressions)"
         )
     })?;
-    Ok((fd, port))
+    Ok(caught)
 }
 
 /// Create every listener: the resolver (UDP and TCP) and the proxy on 127.0.0.1, one

@@ -2,15 +2,17 @@
 //! (`NETLINK_NETFILTER`) by pid 1 in the sandbox's own network namespace:
 //!
 //! ```text
-//! table ip cofferdam {
+//! table inet cofferdam {
 //!   chain catch_all { type filter hook prerouting priority -150;
-//!     socket transparent exists accept      # a listener or connection is there: leave it
-//!     meta l4proto tcp tproxy to :PORT      # nothing listens: hand it to the catch-all
+//!     socket transparent exists accept                     # something is there: leave it
+//!     meta l4proto tcp meta nfproto ipv4 tproxy ip to :P4  # nothing listens: the catch-all
+//!     meta l4proto tcp meta nfproto ipv6 tproxy ip6 to :P6 # (when there is an IPv6 one)
 //!   }
 //! }
 //! ```
 //!
-//! Every IPv4 destination is already routed to `lo` (the sandbox's local route), so a packet
+//! Every IPv4 destination is already routed to `lo` (the sandbox's local route; IPv6 reaches
+//! only `::1`), so a packet
 //! of a connection the sandbox makes comes back in through prerouting. One for which a socket
 //! exists in the namespace (the supervisor's listeners, a server the command runs itself, an
 //! established connection) passes untouched; a TCP connection attempt to a port nothing
@@ -42,7 +44,9 @@ const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFT_MSG_NEWTABLE: u16 = 0;
 const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_NEWRULE: u16 = 6;
+const NFPROTO_INET: u8 = 1;
 const NFPROTO_IPV4: u8 = 2;
+const NFPROTO_IPV6: u8 = 10;
 
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
@@ -71,6 +75,7 @@ const NF_ACCEPT: u32 = 1;
 
 const NFTA_META_DREG: u16 = 1;
 const NFTA_META_KEY: u16 = 2;
+const NFT_META_NFPROTO: u32 = 15;
 const NFT_META_L4PROTO: u32 = 16;
 const NFTA_CMP_SREG: u16 = 1;
 const NFTA_CMP_OP: u16 = 2;
@@ -167,12 +172,37 @@ impl Buf {
         self.end_nest(d);
     }
 
+    /// `meta l4proto tcp meta nfproto FAMILY tproxy to :PORT`.
+    fn catch_all_rule(&mut self, seq: u32, family: u8, port: u16) {
+        self.rule(seq, |b| {
+            for (key, value) in [(NFT_META_L4PROTO, IPPROTO_TCP), (NFT_META_NFPROTO, family)] {
+                b.expr("meta", |b| {
+                    b.be32(NFTA_META_DREG, NFT_REG_1);
+                    b.be32(NFTA_META_KEY, key);
+                });
+                b.expr("cmp", |b| {
+                    b.be32(NFTA_CMP_SREG, NFT_REG_1);
+                    b.be32(NFTA_CMP_OP, NFT_CMP_EQ);
+                    b.value(NFTA_CMP_DATA, &[value]);
+                });
+            }
+            b.expr("immediate", |b| {
+                b.be32(NFTA_IMMEDIATE_DREG, NFT_REG_1);
+                b.value(NFTA_IMMEDIATE_DATA, &port.to_be_bytes());
+            });
+            b.expr("tproxy", |b| {
+                b.be32(NFTA_TPROXY_FAMILY, u32::from(family));
+                b.be32(NFTA_TPROXY_REG_PORT, NFT_REG_1);
+            });
+        });
+    }
+
     fn rule(&mut self, seq: u32, exprs: impl FnOnce(&mut Buf)) {
         let m = self.begin(
             NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWRULE,
             NLM_F_REQUEST | NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK,
             seq,
-            NFPROTO_IPV4,
+            NFPROTO_INET,
             0,
         );
         self.str(NFTA_RULE_TABLE, TABLE);
@@ -184,12 +214,10 @@ impl Buf {
     }
 }
 
-/// The number of messages in the batch that the kernel acknowledges (all but begin/end).
-const ACKED: usize = 4;
-
-/// The whole batch: begin, the table, the chain, the two rules, end. `port` is the
-/// catch-all listener's port (on the namespace's loopback address).
-pub fn batch(port: u16) -> Vec<u8> {
+/// The whole batch: begin, the table, the chain, the rules, end. `port4` is the IPv4
+/// catch-all listener's port (on 127.0.0.1), `port6` the IPv6 one's (on `::1`) if any.
+/// Returns the batch and how many of its messages the kernel acknowledges.
+pub fn batch(port4: u16, port6: Option<u16>) -> (Vec<u8>, usize) {
     let mut b = Buf::default();
     let m = b.begin(
         NFNL_MSG_BATCH_BEGIN,
@@ -205,7 +233,7 @@ pub fn batch(port: u16) -> Vec<u8> {
         NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWTABLE,
         create,
         2,
-        NFPROTO_IPV4,
+        NFPROTO_INET,
         0,
     );
     b.str(NFTA_TABLE_NAME, TABLE);
@@ -215,7 +243,7 @@ pub fn batch(port: u16) -> Vec<u8> {
         NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWCHAIN,
         create,
         3,
-        NFPROTO_IPV4,
+        NFPROTO_INET,
         0,
     );
     b.str(NFTA_CHAIN_TABLE, TABLE);
@@ -243,51 +271,37 @@ pub fn batch(port: u16) -> Vec<u8> {
             b.end_nest(data);
         });
     });
-    // Otherwise TCP goes to the catch-all listener.
-    b.rule(5, |b| {
-        b.expr("meta", |b| {
-            b.be32(NFTA_META_DREG, NFT_REG_1);
-            b.be32(NFTA_META_KEY, NFT_META_L4PROTO);
-        });
-        b.expr("cmp", |b| {
-            b.be32(NFTA_CMP_SREG, NFT_REG_1);
-            b.be32(NFTA_CMP_OP, NFT_CMP_EQ);
-            b.value(NFTA_CMP_DATA, &[IPPROTO_TCP]);
-        });
-        b.expr("immediate", |b| {
-            b.be32(NFTA_IMMEDIATE_DREG, NFT_REG_1);
-            b.value(NFTA_IMMEDIATE_DATA, &port.to_be_bytes());
-        });
-        b.expr("tproxy", |b| {
-            b.be32(NFTA_TPROXY_FAMILY, u32::from(NFPROTO_IPV4));
-            b.be32(NFTA_TPROXY_REG_PORT, NFT_REG_1);
-        });
-    });
+    // Otherwise TCP goes to the catch-all listener of its family.
+    b.catch_all_rule(5, NFPROTO_IPV4, port4);
+    if let Some(port6) = port6 {
+        b.catch_all_rule(6, NFPROTO_IPV6, port6);
+    }
 
     let m = b.begin(
         NFNL_MSG_BATCH_END,
         NLM_F_REQUEST,
-        6,
+        7,
         0,
         NFNL_SUBSYS_NFTABLES,
     );
     b.end(m);
-    b.0
+    (b.0, 4 + usize::from(port6.is_some()))
 }
 
-/// Install the catch-all for `port` in the current network namespace; the kernel's error
-/// (first one reported) when it refuses.
-pub fn install(port: u16) -> Result<(), Errno> {
+/// Install the catch-all for the listeners on `port4` (and `port6`) in the current network
+/// namespace; the kernel's error (first one reported) when it refuses.
+pub fn install(port4: u16, port6: Option<u16>) -> Result<(), Errno> {
     let sock = super::netlink_socket(libc::NETLINK_NETFILTER)?;
     rustix::net::sockopt::set_socket_timeout(
         &sock,
         rustix::net::sockopt::Timeout::Recv,
         Some(std::time::Duration::from_secs(5)),
     )?;
-    rustix::io::write(&sock, &batch(port))?;
+    let (batch, expected) = batch(port4, port6);
+    rustix::io::write(&sock, &batch)?;
     let mut acked = 0;
     let mut buf = vec![0u8; 8192];
-    while acked < ACKED {
+    while acked < expected {
         let n = rustix::io::read(&sock, &mut buf)?;
         for error in errors(&buf[..n]) {
             if error != 0 {
@@ -302,17 +316,23 @@ pub fn install(port: u16) -> Result<(), Errno> {
     Ok(())
 }
 
-/// Mark a listener transparent (`IP_TRANSPARENT`): TPROXY hands only such a socket the
-/// connections it diverts. Needs CAP_NET_ADMIN or CAP_NET_RAW over the namespace.
-pub fn set_transparent(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+/// Mark a listener transparent (`IP_TRANSPARENT`, `IPV6_TRANSPARENT` when `v6`): TPROXY hands
+/// only such a socket the connections it diverts. Needs CAP_NET_ADMIN or CAP_NET_RAW over the
+/// namespace.
+pub fn set_transparent(fd: BorrowedFd<'_>, v6: bool) -> Result<(), Errno> {
+    let (level, name) = if v6 {
+        (libc::SOL_IPV6, libc::IPV6_TRANSPARENT)
+    } else {
+        (libc::SOL_IP, libc::IP_TRANSPARENT)
+    };
     let one: libc::c_int = 1;
     // SAFETY: setsockopt reads `one` (an int that outlives the call) on a descriptor the
     // caller keeps open for the call.
     let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::SOL_IP,
-            libc::IP_TRANSPARENT,
+            level,
+            name,
             (&raw const one).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -405,9 +425,29 @@ mod tests {
             .collect()
     }
 
+    /// The catch-all rule's expressions: names, then the family, port and tproxy family.
+    fn check_catch_all_rule(rule: &[u8], family: u8, port: u16) {
+        let e = exprs(rule);
+        let names: Vec<&str> = e.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(names, ["meta", "cmp", "meta", "cmp", "immediate", "tproxy"]);
+        assert_eq!(get(&e[0].1, NFTA_META_KEY), 16u32.to_be_bytes(), "l4proto");
+        let tcp = attrs(&get(&e[1].1, NFTA_CMP_DATA));
+        assert_eq!(get(&tcp, NFTA_DATA_VALUE), [6]);
+        assert_eq!(get(&e[2].1, NFTA_META_KEY), 15u32.to_be_bytes(), "nfproto");
+        let fam = attrs(&get(&e[3].1, NFTA_CMP_DATA));
+        assert_eq!(get(&fam, NFTA_DATA_VALUE), [family]);
+        let p = attrs(&get(&e[4].1, NFTA_IMMEDIATE_DATA));
+        assert_eq!(get(&p, NFTA_DATA_VALUE), port.to_be_bytes());
+        assert_eq!(get(&e[5].1, NFTA_TPROXY_REG_PORT), 1u32.to_be_bytes());
+        assert_eq!(
+            get(&e[5].1, NFTA_TPROXY_FAMILY),
+            u32::from(family).to_be_bytes()
+        );
+    }
+
     #[test]
-    fn the_batch_is_table_chain_and_two_rules_between_begin_and_end() {
-        let b = batch(40000);
+    fn the_batch_is_table_chain_and_rules_between_begin_and_end() {
+        let (b, acked) = batch(40000, Some(40001));
         // The begin message, byte for byte: len 20, type 0x10, REQUEST, seq 1, pid 0,
         // AF_UNSPEC, version 0, res_id NFNL_SUBSYS_NFTABLES big-endian.
         let mut begin = Vec::new();
@@ -421,14 +461,14 @@ mod tests {
 
         let m = messages(&b);
         let types: Vec<u16> = m.iter().map(|x| x.0).collect();
-        assert_eq!(types, [0x10, 0xa00, 0xa03, 0xa06, 0xa06, 0x11]);
+        assert_eq!(types, [0x10, 0xa00, 0xa03, 0xa06, 0xa06, 0xa06, 0x11]);
         assert_eq!(
             m.iter().filter(|x| x.1 & NLM_F_ACK != 0).count(),
-            ACKED,
+            acked,
             "every acknowledged message is waited for"
         );
-        assert!(m[1..5].iter().all(|x| x.2 == NFPROTO_IPV4));
-        assert_eq!(m[3].1 & NLM_F_APPEND, NLM_F_APPEND);
+        assert!(m[1..6].iter().all(|x| x.2 == NFPROTO_INET));
+        assert!(m[3..6].iter().all(|x| x.1 & NLM_F_APPEND != 0));
 
         assert_eq!(get(&attrs(&m[1].3), NFTA_TABLE_NAME), b"cofferdam\0");
         let chain = attrs(&m[2].3);
@@ -446,16 +486,16 @@ mod tests {
         let code = attrs(&get(&verdict, NFTA_DATA_VERDICT));
         assert_eq!(get(&code, NFTA_VERDICT_CODE), 1u32.to_be_bytes(), "accept");
 
-        let second = exprs(&m[4].3);
-        let names: Vec<&str> = second.iter().map(|e| e.0.as_str()).collect();
-        assert_eq!(names, ["meta", "cmp", "immediate", "tproxy"]);
-        assert_eq!(get(&second[0].1, NFTA_META_KEY), 16u32.to_be_bytes());
-        let tcp = attrs(&get(&second[1].1, NFTA_CMP_DATA));
-        assert_eq!(get(&tcp, NFTA_DATA_VALUE), [6]);
-        let port = attrs(&get(&second[2].1, NFTA_IMMEDIATE_DATA));
-        assert_eq!(get(&port, NFTA_DATA_VALUE), 40000u16.to_be_bytes());
-        assert_eq!(get(&second[3].1, NFTA_TPROXY_REG_PORT), 1u32.to_be_bytes());
-        assert_eq!(get(&second[3].1, NFTA_TPROXY_FAMILY), 2u32.to_be_bytes());
+        check_catch_all_rule(&m[4].3, 2, 40000);
+        check_catch_all_rule(&m[5].3, 10, 40001);
+
+        let (b, acked) = batch(40000, None);
+        assert_eq!(
+            messages(&b).len(),
+            6,
+            "no IPv6 rule without an IPv6 listener"
+        );
+        assert_eq!(acked, 4);
     }
 
     #[test]
@@ -507,20 +547,29 @@ mod tests {
         crate::netif::loopback_up().unwrap();
         super::super::add_local_default_route().unwrap();
         let inner = TcpListener::bind("127.0.0.1:8080").unwrap();
-        let catch = rustix::net::socket_with(
-            rustix::net::AddressFamily::INET,
-            rustix::net::SocketType::STREAM,
-            rustix::net::SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap();
-        set_transparent(rustix::fd::AsFd::as_fd(&catch)).unwrap();
-        rustix::net::bind(&catch, &"127.0.0.1:0".parse::<SocketAddr>().unwrap()).unwrap();
-        rustix::net::listen(&catch, 16).unwrap();
-        let catch = TcpListener::from(catch);
-        let port = catch.local_addr().unwrap().port();
-        install(port).unwrap();
-        for dest in ["127.0.0.1:4999", "192.0.2.1:5000"] {
+        let listener = |addr: &str| {
+            let addr: SocketAddr = addr.parse().unwrap();
+            let family = if addr.is_ipv6() {
+                rustix::net::AddressFamily::INET6
+            } else {
+                rustix::net::AddressFamily::INET
+            };
+            let fd = rustix::net::socket(family, rustix::net::SocketType::STREAM, None).unwrap();
+            set_transparent(rustix::fd::AsFd::as_fd(&fd), addr.is_ipv6()).unwrap();
+            rustix::net::bind(&fd, &addr).unwrap();
+            rustix::net::listen(&fd, 16).unwrap();
+            TcpListener::from(fd)
+        };
+        let (catch4, catch6) = (listener("127.0.0.1:0"), listener("[::1]:0"));
+        let port = |l: &TcpListener| l.local_addr().unwrap().port();
+        let t = std::time::Instant::now();
+        install(port(&catch4), Some(port(&catch6))).unwrap();
+        eprintln!("installed in {:?}", t.elapsed());
+        for (dest, catch) in [
+            ("127.0.0.1:4999", &catch4),
+            ("192.0.2.1:5000", &catch4),
+            ("[::1]:5001", &catch6),
+        ] {
             let c = TcpStream::connect(dest).unwrap();
             let (s, peer) = catch.accept().unwrap();
             eprintln!(

@@ -181,12 +181,13 @@ print(" ".join(out))
 "#
     );
     let script = format!(
-        "{}{}\
+        "{}{}{}\
          printf 'proxy1='; curl -sS -p -x \"$HTTPS_PROXY\" --noproxy '' http://127.0.0.1:{a}/ 2>/dev/null; echo \" rc=$?\"\n\
          printf 'proxy2='; curl -sS -p -x \"$HTTPS_PROXY\" --noproxy '' http://127.0.0.1:{b}/ 2>/dev/null; echo \" rc=$?\"\n\
          printf 'env='; echo \"$HTTPS_PROXY $http_proxy\"\n{other}{INNER}",
         plain("plain1", "127.0.0.1", p1.port, "x"),
         plain("plain2", "127.0.0.1", p2.port, "x"),
+        plain("plain3", "::1", p2.port, "x"),
         a = p1.port,
         b = p2.port,
     );
@@ -200,6 +201,15 @@ print(" ".join(out))
             "ConnectionRefusedError"
         ]
         .contains(&line(&out, "plain2")),
+        "{out}"
+    );
+    assert!(
+        [
+            "ConnectionResetError",
+            "BrokenPipeError",
+            "ConnectionRefusedError"
+        ]
+        .contains(&line(&out, "plain3")),
         "{out}"
     );
     // A server the command runs itself, on a port not allowed, is still its own.
@@ -237,10 +247,14 @@ print(" ".join(out))
     // it the sandbox's kernel refuses it unseen (counted in aggregate only).
     let caught = netns["details"]["catch_all"] == true;
     require("nf_tables socket+tproxy in the sandbox's namespace", caught);
+    // The IPv6 catch-all (on ::1, the only IPv6 destination there is) when the host has IPv6.
+    let v6 = netns["details"]["catch_all_listen"]
+        .as_array()
+        .is_some_and(|a| a.len() == 2);
     let n = &b["network"]["intercepted"];
     assert_eq!(
         (n["allowed"].as_u64(), n["denied"].as_u64()),
-        (Some(2), Some(if caught { 2 } else { 1 })),
+        (Some(2), Some(1 + u64::from(caught) + u64::from(v6))),
         "{n}"
     );
     assert!(n["bytes_received"].as_u64().unwrap() > 0, "{n}");
@@ -272,15 +286,21 @@ print(" ".join(out))
     assert!(has("tcp", p1.port, "allowed"), "{ds:?}");
     assert!(has("http_connect", p1.port, "allowed"), "{ds:?}");
     assert!(has("http_connect", p2.port, "denied"), "{ds:?}");
-    if caught {
-        assert!(
-            ds.iter().any(|d| d["protocol"] == "tcp"
-                && d["host"] == "127.0.0.1"
+    let caught_at = |host: &str| {
+        ds.iter().any(|d| {
+            d["protocol"] == "tcp"
+                && d["host"] == host
                 && d["port"] == p2.port
                 && d["decision"] == "denied"
-                && d["reason"] == "the port is not allowed"),
-            "{ds:?}"
-        );
+                && d["reason"] == "the port is not allowed"
+        })
+    };
+    if caught {
+        assert!(caught_at("127.0.0.1"), "{ds:?}");
+    }
+    if v6 {
+        assert!(caught_at("::1"), "{ds:?}");
+        assert_eq!(destination(&b, "::1", p2.port)["denied"], 1);
     }
 
     assert_eq!(b["safety"]["network_non_bypassable"], true);
