@@ -37,6 +37,10 @@ pub enum SocketRole {
         /// The port.
         port: u16,
     },
+    /// The catch-all: the TCP connections to ports nothing listens on, diverted to it by the
+    /// sandbox's nf_tables rule; an accepted socket's local address is the destination the
+    /// connection was meant for. Every one is denied.
+    CatchAll,
 }
 
 /// One handed-over socket's description.

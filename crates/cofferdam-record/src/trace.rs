@@ -77,6 +77,9 @@ pub enum TraceEventKind {
         /// The allowlist entry that matched, for allowed destinations.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rule: Option<String>,
+        /// Why, for denied destinations.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// A resource limit was reached.
     LimitHit {
@@ -313,6 +316,7 @@ mod tests {
                 port: Some(443),
                 decision: NetworkVerdict::Allowed,
                 rule: Some("crates.io".into()),
+                reason: None,
             },
             TraceEventKind::LimitHit {
                 limit: ResourceDimension::TimeoutMs,

@@ -5,11 +5,19 @@
 //!   (`local 0.0.0.0/0 dev lo` in the local table), so any `connect(2)` lands on a listener
 //!   in this namespace or is refused at once; then the listeners (DNS on 127.0.0.1:53 UDP
 //!   and TCP, the HTTP proxy on 127.0.0.1, one transparent TCP listener per allowed port on
-//!   every address, IPv4 and IPv6) are created and handed to the supervisor over the network
-//!   socket ([`NET_FD`]) and pid 1's copies closed: nothing inside holds them;
+//!   every address, IPv4 and IPv6, and the catch-all: an nf_tables rule, [`nft`], diverting
+//!   every TCP connection nothing in the namespace listens for to one more listener per IP
+//!   family, so the supervisor sees, names and refuses it) are created and handed to the
+//!   supervisor over the network socket ([`NET_FD`]) and pid 1's copies closed: nothing
+//!   inside holds them. Without the catch-all (a kernel lacking nf_tables' socket/tproxy)
+//!   those connections are refused by the namespace's kernel, unseen, and the observation
+//!   says so;
 //! - `host`: no network namespace was made (`userns::enter_namespaces`); this reports so.
 //!
-//! Owns the route and the listeners; the supervisor (`cofferdam_net::proxy`) serves them.
+//! Owns the route, the catch-all rule and the listeners; the supervisor
+//! (`cofferdam_net::proxy`) serves them.
+
+mod nft;
 
 use crate::netif;
 use crate::setup_error::{SetupError, StepContext};
@@ -22,7 +30,7 @@ use rustix::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrV4, SocketAddrV6, SocketFlags, SocketType};
 use serde_json::json;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Set up the network of `plan` in the current (new) network namespace, or report the
 /// host's network in `host` mode.
@@ -52,7 +60,39 @@ fn host_network() -> ControlObservation {
 fn allow(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
     let mut o = netif::loopback_up()?;
     add_local_default_route().step(|| "route every IPv4 destination to lo (netlink)".into())?;
-    let (infos, fds, v6) = listeners(plan)?;
+    let (mut infos, mut fds, v6) = listeners(plan)?;
+    match catch_all(v6) {
+        Ok(caught) => {
+            let ports: Vec<String> = caught.iter().map(|(_, a)| a.to_string()).collect();
+            o.details.insert("catch_all".into(), json!(true));
+            o.details.insert("catch_all_listen".into(), json!(ports));
+            o.details.insert(
+                "catch_all_rule".into(),
+                json!(format!(
+                    "table inet {}: prerouting, a TCP packet no socket in the namespace \
+                     takes -> tproxy to {}",
+                    nft::TABLE,
+                    ports.join(" / ")
+                )),
+            );
+            for (fd, _) in caught {
+                infos.push(SocketInfo {
+                    role: SocketRole::CatchAll,
+                });
+                fds.push(fd);
+            }
+        }
+        Err(e) => {
+            o.details.insert("catch_all".into(), json!(false));
+            o.details.insert(
+                "catch_all_error".into(),
+                json!(format!(
+                    "{e}; TCP connections to ports nothing listens on are refused by the \
+                     sandbox's kernel unseen (counted in aggregate only)"
+                )),
+            );
+        }
+    }
     // SAFETY: in `allow` mode the supervisor hands the network socket as fd NET_FD and
     // nothing else in this process owns it; it is taken once, here, and closed on return.
     let socket = unsafe { OwnedFd::from_raw_fd(NET_FD) };
@@ -78,6 +118,40 @@ fn allow(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
 }
 
 type Listeners = (Vec<SocketInfo>, Vec<OwnedFd>, bool);
+
+/// The catch-all listeners (transparent, on 127.0.0.1 and, when `v6`, on `::1`, ports the
+/// kernel picks) and the nf_tables rule diverting to them every TCP connection nothing else
+/// listens for ([`nft`]); what failed, when it did.
+fn catch_all(v6: bool) -> Result<Vec<(OwnedFd, SocketAddr)>, String> {
+    let listener = |addr: SocketAddr| -> Result<(OwnedFd, SocketAddr), String> {
+        let family = if addr.is_ipv6() {
+            AddressFamily::INET6
+        } else {
+            AddressFamily::INET
+        };
+        let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)
+            .map_err(|e| format!("catch-all socket: {e}"))?;
+        nft::set_transparent(fd.as_fd(), addr.is_ipv6())
+            .map_err(|e| format!("IP_TRANSPARENT: {e}"))?;
+        rustix::net::bind(&fd, &addr).map_err(|e| format!("bind the catch-all on {addr}: {e}"))?;
+        rustix::net::listen(&fd, 256).map_err(|e| format!("listen: {e}"))?;
+        let l = std::net::TcpListener::from(fd);
+        let at = l.local_addr().map_err(|e| format!("getsockname: {e}"))?;
+        Ok((OwnedFd::from(l), at))
+    };
+    let mut caught = vec![listener(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?];
+    if v6 && let Ok(l) = listener(SocketAddr::from((Ipv6Addr::LOCALHOST, 0))) {
+        caught.push(l);
+    }
+    let port6 = caught.get(1).map(|(_, a)| a.port());
+    nft::install(caught[0].1.port(), port6).map_err(|e| {
+        format!(
+            "the kernel refused the nf_tables catch-all rule ({e}; needs nf_tables with the \
+             socket and tproxy expressions)"
+        )
+    })?;
+    Ok(caught)
+}
 
 /// Create every listener: the resolver (UDP and TCP) and the proxy on 127.0.0.1, one
 /// transparent listener per allowed port on every IPv4 address and one on every IPv6 address
@@ -185,25 +259,30 @@ fn local_default_route_msg(ifindex: u32) -> Vec<u8> {
     m
 }
 
-fn add_local_default_route() -> Result<(), Errno> {
-    // SAFETY: if_nametoindex reads a NUL-terminated string that outlives the call.
-    let ifindex = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
-    if ifindex == 0 {
-        return Err(Errno::NODEV);
-    }
+/// A netlink socket of `protocol` (`NETLINK_ROUTE`, `NETLINK_NETFILTER`).
+fn netlink_socket(protocol: libc::c_int) -> Result<OwnedFd, Errno> {
     // SAFETY: plain socket(2) call; the descriptor is owned below.
     let raw = unsafe {
         libc::socket(
             libc::AF_NETLINK,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
+            protocol,
         )
     };
     if raw < 0 {
         return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
     }
     // SAFETY: `raw` is a descriptor just returned by socket(2), owned by nobody else.
-    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+fn add_local_default_route() -> Result<(), Errno> {
+    // SAFETY: if_nametoindex reads a NUL-terminated string that outlives the call.
+    let ifindex = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+    if ifindex == 0 {
+        return Err(Errno::NODEV);
+    }
+    let sock = netlink_socket(libc::NETLINK_ROUTE)?;
     let msg = local_default_route_msg(ifindex);
     rustix::io::write(&sock, &msg)?;
     let mut buf = [0u8; 512];

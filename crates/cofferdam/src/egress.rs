@@ -64,6 +64,7 @@ impl Egress {
                     port: d.port,
                     decision: d.verdict,
                     rule: d.rule.clone(),
+                    reason: d.reason.clone(),
                 },
             );
         }

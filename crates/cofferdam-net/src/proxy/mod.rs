@@ -343,6 +343,7 @@ fn receive(shared: &Arc<Shared>, socket: &OwnedFd) {
                 SocketRole::Tcp { .. } => {
                     accept_loop(&s, TcpListener::from(fd), serve_transparent);
                 }
+                SocketRole::CatchAll => accept_loop(&s, TcpListener::from(fd), serve_catch_all),
             });
         if spawned.is_ok() {
             infos.push(info);
@@ -392,6 +393,18 @@ fn on_loopback_or_transparent(shared: &Shared, c: TcpStream, serve: fn(&Shared, 
 
 /// Refuse a connection beyond [`MAX_ACTIVE`], counted as denied for its destination.
 fn over_capacity(shared: &Shared, stream: TcpStream) {
+    deny_at_once(shared, stream, "too many connections at once");
+}
+
+/// Refuse a connection the sandbox's catch-all rule diverted (nothing listens on its port in
+/// the sandbox, and the port is not allowed), counted as denied for its destination.
+fn serve_catch_all(shared: &Shared, stream: TcpStream) {
+    deny_at_once(shared, stream, "the port is not allowed");
+}
+
+/// Reset `stream` at once and count it denied for its destination: the accepted socket's
+/// local address, named when the resolver gave it out.
+fn deny_at_once(shared: &Shared, stream: TcpStream, reason: &'static str) {
     if let Ok(local) = stream.local_addr() {
         let host = lock(&shared.synthetic)
             .name_of(local.ip())
@@ -400,10 +413,7 @@ fn over_capacity(shared: &Shared, stream: TcpStream) {
             shared,
             InterceptedProtocol::Tcp,
             local.port(),
-            &Verdict::Deny {
-                host,
-                reason: "too many connections at once",
-            },
+            &Verdict::Deny { host, reason },
         );
     }
     reset(stream);

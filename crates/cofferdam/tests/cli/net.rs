@@ -137,6 +137,15 @@ except OSError as e:
     print(type(e).__name__)
 PY"#;
 
+/// A server inside the sandbox on a port nothing allows, and a client of it: prints `in`.
+const INNER: &str = r#"printf 'inner='; python3 -c '
+import socket
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+c = socket.create_connection(l.getsockname(), timeout=5)
+a, _ = l.accept(); a.sendall(b"in"); print(c.recv(2).decode())
+'
+"#;
+
 fn plain(key: &str, host: &str, port: u16, header_host: &str) -> String {
     format!(
         "printf '{key}='; sh -c '{}' x {host} {port} {header_host}\n",
@@ -172,18 +181,39 @@ print(" ".join(out))
 "#
     );
     let script = format!(
-        "{}{}\
+        "{}{}{}\
          printf 'proxy1='; curl -sS -p -x \"$HTTPS_PROXY\" --noproxy '' http://127.0.0.1:{a}/ 2>/dev/null; echo \" rc=$?\"\n\
          printf 'proxy2='; curl -sS -p -x \"$HTTPS_PROXY\" --noproxy '' http://127.0.0.1:{b}/ 2>/dev/null; echo \" rc=$?\"\n\
-         printf 'env='; echo \"$HTTPS_PROXY $http_proxy\"\n{other}",
+         printf 'env='; echo \"$HTTPS_PROXY $http_proxy\"\n{other}{INNER}",
         plain("plain1", "127.0.0.1", p1.port, "x"),
         plain("plain2", "127.0.0.1", p2.port, "x"),
+        plain("plain3", "::1", p2.port, "x"),
         a = p1.port,
         b = p2.port,
     );
     let (out, b) = run_script(&s, &["--allow-net", &allow], &[], &script);
     assert_eq!(line(&out, "plain1"), "P1", "{out}");
-    assert_eq!(line(&out, "plain2"), "ConnectionRefusedError", "{out}");
+    // Refused at once: reset by the driver (the catch-all) or refused by the kernel.
+    assert!(
+        [
+            "ConnectionResetError",
+            "BrokenPipeError",
+            "ConnectionRefusedError"
+        ]
+        .contains(&line(&out, "plain2")),
+        "{out}"
+    );
+    assert!(
+        [
+            "ConnectionResetError",
+            "BrokenPipeError",
+            "ConnectionRefusedError"
+        ]
+        .contains(&line(&out, "plain3")),
+        "{out}"
+    );
+    // A server the command runs itself, on a port not allowed, is still its own.
+    assert_eq!(line(&out, "inner"), "in", "{out}");
     assert_eq!(line(&out, "proxy1"), "P1 rc=0", "{out}");
     // curl's "CONNECT tunnel failed" (56): the proxy answered 403.
     assert_eq!(line(&out, "proxy2"), " rc=56", "{out}");
@@ -211,10 +241,20 @@ print(" ".join(out))
         b["network"]["interception"]["covers"],
         serde_json::json!(["dns", "tcp", "http_connect"])
     );
+    let controls = b["executor_observations"]["controls"].as_array().unwrap();
+    let netns = controls.iter().find(|c| c["mechanism"] == "netns").unwrap();
+    // The catch-all diverts the plain attempt on P2 to the driver, which names it; without
+    // it the sandbox's kernel refuses it unseen (counted in aggregate only).
+    let caught = netns["details"]["catch_all"] == true;
+    require("nf_tables socket+tproxy in the sandbox's namespace", caught);
+    // The IPv6 catch-all (on ::1, the only IPv6 destination there is) when the host has IPv6.
+    let v6 = netns["details"]["catch_all_listen"]
+        .as_array()
+        .is_some_and(|a| a.len() == 2);
     let n = &b["network"]["intercepted"];
     assert_eq!(
         (n["allowed"].as_u64(), n["denied"].as_u64()),
-        (Some(2), Some(1)),
+        (Some(2), Some(1 + u64::from(caught) + u64::from(v6))),
         "{n}"
     );
     assert!(n["bytes_received"].as_u64().unwrap() > 0, "{n}");
@@ -226,10 +266,12 @@ print(" ".join(out))
     let d2 = destination(&b, "127.0.0.1", p2.port);
     assert_eq!(
         (d2["allowed"].as_u64(), d2["denied"].as_u64()),
-        (Some(0), Some(1))
+        (Some(0), Some(if caught { 2 } else { 1 }))
     );
-    // The plain attempt on P2 met no listener: the kernel refused it, counted but nameless.
-    assert!(n["tcp_refused_unlistened"].as_u64().unwrap() >= 1, "{n}");
+    if !caught {
+        assert!(n["tcp_refused_unlistened"].as_u64().unwrap() >= 1, "{n}");
+    }
+    assert!(n["tcp_refused_unlistened"].as_u64().is_some(), "{n}");
     assert!(n["udp_unlistened"].as_u64().unwrap() >= 1, "{n}");
 
     let ds = decisions(&b);
@@ -244,10 +286,24 @@ print(" ".join(out))
     assert!(has("tcp", p1.port, "allowed"), "{ds:?}");
     assert!(has("http_connect", p1.port, "allowed"), "{ds:?}");
     assert!(has("http_connect", p2.port, "denied"), "{ds:?}");
+    let caught_at = |host: &str| {
+        ds.iter().any(|d| {
+            d["protocol"] == "tcp"
+                && d["host"] == host
+                && d["port"] == p2.port
+                && d["decision"] == "denied"
+                && d["reason"] == "the port is not allowed"
+        })
+    };
+    if caught {
+        assert!(caught_at("127.0.0.1"), "{ds:?}");
+    }
+    if v6 {
+        assert!(caught_at("::1"), "{ds:?}");
+        assert_eq!(destination(&b, "::1", p2.port)["denied"], 1);
+    }
 
     assert_eq!(b["safety"]["network_non_bypassable"], true);
-    let controls = b["executor_observations"]["controls"].as_array().unwrap();
-    let netns = controls.iter().find(|c| c["mechanism"] == "netns").unwrap();
     assert_eq!(netns["status"], "enforced");
     assert_eq!(netns["details"]["mode"], "allow");
     assert_eq!(netns["details"]["resolv_conf_local"], true);
