@@ -4,7 +4,13 @@ use cofferdam_record::bundle::{
     DestinationCounters, DnsCounters, InterceptedProtocol, InterceptionSnapshot,
 };
 use cofferdam_record::trace::NetworkVerdict;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+
+/// The most destinations counted one by one; further ones count in the totals only, so a
+/// scan from inside cannot grow the supervisor's memory or the bundle without bound.
+pub const MAX_DESTINATIONS: usize = 4096;
+/// The most decisions kept for the trace; later ones count in the totals only.
+pub const MAX_DECISIONS: usize = 10_000;
 
 /// One decision, for the trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,26 +50,52 @@ pub struct Tally {
     dns_answered: u64,
     dns_refused: u64,
     dests: BTreeMap<(String, Option<u16>), Dest>,
-    /// The decisions, in order.
+    /// The decisions, in order (at most [`MAX_DECISIONS`]).
     pub decisions: Vec<Decision>,
+    /// The DNS names and outcomes already in `decisions`.
+    dns_traced: HashSet<(String, bool)>,
+    /// Decisions past [`MAX_DECISIONS`], not traced.
+    pub untraced: u64,
+    /// Requests and queries for destinations past [`MAX_DESTINATIONS`], in the totals only.
+    pub uncounted_destinations: u64,
 }
 
 impl Tally {
     /// Count a connection or proxy request and its decision.
     pub fn decide(&mut self, d: Decision) {
         self.requests += 1;
-        let dest = self.dests.entry((d.host.clone(), d.port)).or_default();
+        let mut scratch = Dest::default();
+        let dest = self.dest(&d.host, d.port).unwrap_or(&mut scratch);
         match d.verdict {
             NetworkVerdict::Allowed => {
-                self.allowed += 1;
                 dest.allowed += 1;
+                self.allowed += 1;
             }
             NetworkVerdict::Denied => {
-                self.denied += 1;
                 dest.denied += 1;
+                self.denied += 1;
             }
         }
-        self.decisions.push(d);
+        self.trace(d);
+    }
+
+    /// The counters of a destination, `None` (and counted as uncounted) once
+    /// [`MAX_DESTINATIONS`] others are.
+    fn dest(&mut self, host: &str, port: Option<u16>) -> Option<&mut Dest> {
+        let key = (host.to_owned(), port);
+        if !self.dests.contains_key(&key) && self.dests.len() >= MAX_DESTINATIONS {
+            self.uncounted_destinations += 1;
+            return None;
+        }
+        Some(self.dests.entry(key).or_default())
+    }
+
+    fn trace(&mut self, d: Decision) {
+        if self.decisions.len() < MAX_DECISIONS {
+            self.decisions.push(d);
+        } else {
+            self.untraced += 1;
+        }
     }
 
     /// Count a DNS query: answered (allowed name) or refused. A refused name is also a
@@ -74,14 +106,15 @@ impl Tally {
             NetworkVerdict::Allowed => self.dns_answered += 1,
             NetworkVerdict::Denied => {
                 self.dns_refused += 1;
-                self.dests.entry((d.host.clone(), None)).or_default().denied += 1;
+                if let Some(dest) = self.dest(&d.host, None) {
+                    dest.denied += 1;
+                }
             }
         }
-        let seen = self.decisions.iter().any(|x| {
-            x.protocol == InterceptedProtocol::Dns && x.host == d.host && x.verdict == d.verdict
-        });
-        if !seen {
-            self.decisions.push(d);
+        let key = (d.host.clone(), d.verdict == NetworkVerdict::Allowed);
+        if !self.dns_traced.contains(&key) {
+            self.dns_traced.insert(key);
+            self.trace(d);
         }
     }
 
@@ -89,7 +122,9 @@ impl Tally {
     pub fn bytes(&mut self, host: &str, port: Option<u16>, sent: u64, received: u64) {
         self.sent += sent;
         self.received += received;
-        let dest = self.dests.entry((host.to_owned(), port)).or_default();
+        let Some(dest) = self.dest(host, port) else {
+            return;
+        };
         dest.sent += sent;
         dest.received += received;
     }
@@ -139,6 +174,26 @@ mod tests {
             rule: None,
             reason: None,
         }
+    }
+
+    #[test]
+    fn a_scan_is_counted_in_the_totals_past_the_caps() {
+        let mut t = Tally::default();
+        let n = MAX_DECISIONS.max(MAX_DESTINATIONS) + 5;
+        for i in 0..n {
+            t.decide(d(
+                &format!("h{i}"),
+                NetworkVerdict::Denied,
+                InterceptedProtocol::Tcp,
+            ));
+        }
+        let s = t.snapshot();
+        assert_eq!(s.requests, Some(n as u64));
+        assert_eq!(s.denied, Some(n as u64));
+        assert_eq!(s.destinations.len(), MAX_DESTINATIONS);
+        assert_eq!(t.decisions.len(), MAX_DECISIONS);
+        assert_eq!(t.untraced, (n - MAX_DECISIONS) as u64);
+        assert_eq!(t.uncounted_destinations, (n - MAX_DESTINATIONS) as u64);
     }
 
     #[test]

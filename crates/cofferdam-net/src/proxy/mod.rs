@@ -222,6 +222,24 @@ impl Interceptor {
                  setting), not the host's resolver"
             ));
         }
+        {
+            let tally = lock(&self.shared.tally);
+            if tally.uncounted_destinations > 0 {
+                warnings.push(format!(
+                    "network: {} requests went to destinations past the first {} and are \
+                     counted in the totals only",
+                    tally.uncounted_destinations,
+                    counters::MAX_DESTINATIONS
+                ));
+            }
+            if tally.untraced > 0 {
+                warnings.push(format!(
+                    "network: {} decisions past the first {} are counted but not in the trace",
+                    tally.untraced,
+                    counters::MAX_DECISIONS
+                ));
+            }
+        }
         if self.shared.active.load(Ordering::SeqCst) > 0 {
             warnings.push(
                 "network: connections were still open when the run ended; their byte counts \
