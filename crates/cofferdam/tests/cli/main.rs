@@ -6,6 +6,7 @@
 
 mod apply;
 mod common;
+mod equivalence;
 mod pty;
 mod run;
 mod scope;
