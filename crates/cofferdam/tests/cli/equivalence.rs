@@ -352,7 +352,8 @@ fn config() -> Config {
     }
 }
 
-fn text(out: &Output) -> String {
+/// A command's exit and output, for a failure message.
+pub(crate) fn text(out: &Output) -> String {
     format!(
         "exit {:?}\nstdout: {}\nstderr: {}",
         out.status,

@@ -7,6 +7,7 @@
 mod apply;
 mod common;
 mod equivalence;
+mod load;
 mod pty;
 mod run;
 mod scope;
