@@ -24,6 +24,7 @@ trap 'rm -f "$rows" "$rows".*' EXIT
 export BENCH_RESULTS=$rows
 
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 : >"$out/latest.log"
 for script in bench/*.sh; do
   [ "$script" = bench/run-all.sh ] && continue
@@ -38,7 +39,7 @@ done
   echo "Machine: $(uname -srm); $(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1));"
   echo "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo) memory;" \
     "temp dirs on $(df -T "${TMPDIR:-/tmp}" | awk 'NR == 2 {print $2}');" \
-    "load before the run $(cut -d' ' -f1-3 /proc/loadavg)."
+    "load average at the start $load_start, at the end $(cut -d' ' -f1-3 /proc/loadavg)."
   echo "cofferdam $(git describe --always --dirty 2>/dev/null || echo unknown)," \
     "$(hyperfine --version), $(bwrap --version)."
   echo
