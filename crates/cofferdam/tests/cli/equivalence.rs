@@ -45,8 +45,10 @@ const NOWHERE: &str = "/nonexistent-cofferdam-equivalence/t";
 /// owner's rwx on directories and rw on files: the model runs as the test user, who could
 /// otherwise not traverse or read what the sandboxed agent (root in its namespace) can.
 const FILE_MODES: &[u32] = &[0o644, 0o600, 0o755, 0o640, 0o664, 0o777, 0o4755, 0o2755];
-const DIR_MODES: &[u32] = &[0o755, 0o700, 0o750, 0o775, 0o777, 0o710];
-const CHMOD_MODES: &[u32] = &[0o700, 0o755, 0o750, 0o775, 0o777, 0o744, 0o4755, 0o6775];
+const DIR_MODES: &[u32] = &[0o755, 0o700, 0o750, 0o775, 0o777, 0o710, 0o1777, 0o2775];
+const CHMOD_MODES: &[u32] = &[
+    0o700, 0o755, 0o750, 0o775, 0o777, 0o744, 0o4755, 0o6775, 0o1755,
+];
 
 /// A path in the workdir, by components.
 #[derive(Debug, Clone, PartialEq, Eq)]
