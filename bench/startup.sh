@@ -2,10 +2,14 @@
 # Startup cost of a sealed run, against baselines measured in the same run:
 #   bare /bin/true, and Debian's bubblewrap with every namespace unshared.
 # Also a 200-file write loop inside the stage against the same loop run bare on the same
-# filesystem. Prints medians and ratios. Needs hyperfine and bwrap (apt-get install
-# hyperfine bubblewrap) and a release build (cargo build --release).
+# filesystem, and, for each size in BENCH_SIZES (e.g. "1000 10000 100000"; bench/run-all.sh
+# sets it), the three startups again in a workdir of that many files: the overlay makes a
+# sealed run's startup independent of the workdir's size. Prints medians and ratios. Needs
+# hyperfine, bwrap and jq (apt-get install hyperfine bubblewrap jq) and a release build
+# (cargo build --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib/common.bash
 bin=${COFFERDAM_BIN:-target/release/cofferdam}
 [ -x "$bin" ] || cargo build --release --quiet
 for tool in hyperfine bwrap jq; do
@@ -15,22 +19,21 @@ runs=${RUNS:-50}
 work=$(mktemp -d)
 store=$(mktemp -d)
 trap 'rm -rf "$work" "$store"' EXIT
+bin=$(realpath "$bin")
 export COFFERDAM_HOME="$store"
 cd "$work"
-
-median() { jq -r ".results[$1].median * 1000" "$2"; }
 
 hyperfine -N --warmup 5 --runs "$runs" --export-json "$store/startup.json" \
   -n bare '/bin/true' \
   -n bwrap 'bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc /bin/true' \
-  -n cofferdam "$OLDPWD/$bin run -q -- /bin/true" >/dev/null
+  -n cofferdam "$bin run -q -- /bin/true" >/dev/null
 bare=$(median 0 "$store/startup.json"); bw=$(median 1 "$store/startup.json"); cd_=$(median 2 "$store/startup.json")
 
 loop='i=0; while [ $i -lt 200 ]; do echo $i > f$i; i=$((i+1)); done'
 hyperfine -N --warmup 3 --runs "$((runs / 2))" --export-json "$store/writes.json" \
   --prepare "rm -f $work/f*" \
   -n bare-loop "sh -c '$loop'" \
-  -n staged-loop "$OLDPWD/$bin run -q -- sh -c '$loop'" >/dev/null
+  -n staged-loop "$bin run -q -- sh -c '$loop'" >/dev/null
 wbare=$(median 0 "$store/writes.json"); wstaged=$(median 1 "$store/writes.json")
 
 printf '%-34s %10s %10s\n' benchmark "median ms" ratio
@@ -39,3 +42,24 @@ printf '%-34s %10.2f %10s\n' "bwrap --unshare-all /bin/true" "$bw" "-"
 printf '%-34s %10.2f %9.2fx %s\n' "cofferdam run -- /bin/true" "$cd_" "$(echo "$cd_ / $bw" | bc -l)" "of bwrap (target <= 1.0)"
 printf '%-34s %10.2f %10s\n' "200-file loop, bare" "$wbare" "-"
 printf '%-34s %10.2f %9.2fx %s\n' "200-file loop, staged (incl. run)" "$wstaged" "$(echo "$wstaged / $wbare" | bc -l)" "of bare"
+record startup "cofferdam run -- /bin/true" 0 "$cd_" "bwrap --unshare-all /bin/true" "$bw"
+record startup "cofferdam run -- /bin/true" 0 "$cd_" "bare /bin/true" "$bare"
+record writes "200-file loop, staged (incl. run)" 0 "$wstaged" "200-file loop, bare" "$wbare"
+
+# Startup against the workdir's size.
+for n in ${BENCH_SIZES:-}; do
+  tree=$(mktemp -d)
+  make_tree "$tree" "$n"
+  (
+    cd "$tree"
+    hyperfine -N --warmup 3 --runs "$((runs / 2 > 5 ? runs / 2 : 5))" --export-json "$store/startup-$n.json" \
+      -n bare '/bin/true' \
+      -n bwrap 'bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc /bin/true' \
+      -n cofferdam "$bin run -q -- /bin/true" >/dev/null
+  )
+  rm -rf "$tree"
+  b=$(median 0 "$store/startup-$n.json"); w=$(median 1 "$store/startup-$n.json"); c=$(median 2 "$store/startup-$n.json")
+  printf '%-34s %10.2f %9.2fx %s\n' "cofferdam run, $n-file workdir" "$c" "$(echo "$c / $w" | bc -l)" "of bwrap ($w ms; bare $b ms)"
+  record startup "cofferdam run -- /bin/true" "$n" "$c" "bwrap --unshare-all /bin/true" "$w"
+  record startup "cofferdam run -- /bin/true" "$n" "$c" "bare /bin/true" "$b"
+done

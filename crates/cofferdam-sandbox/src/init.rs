@@ -401,10 +401,15 @@ pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
     // SAFETY: pid 1 is single-threaded; the child only execs, writes a status line and exits.
     let child = unsafe { libc::fork() };
     if child < 0 {
+        let why = std::io::Error::last_os_error();
         send(
             status_fd(),
             &StatusMessage::ExecFailed {
-                error: "fork the command failed".into(),
+                error: format!(
+                    "fork the command failed: {why}; a process or memory limit of this user or \
+                     host is reached (a --pids limit counts every process of the user, not only \
+                     this run's): retry when fewer processes run, or raise the limit"
+                ),
                 code: 126,
             },
         );

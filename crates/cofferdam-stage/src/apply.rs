@@ -71,7 +71,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Timespec, Timesta
 use rustix::io::Errno;
 
 use crate::conflict::{ConflictReason, compare, is_forced};
-use crate::fingerprint::{Ctime, FingerprintError, HostRoot, HostState};
+use crate::fingerprint::{Ctime, Fingerprint, FingerprintError, HostRoot, HostState};
 use crate::ledger::{Action, Batch, FileId, Ledger, LedgerError, LedgerOp, Phase, RelPath};
 use crate::review::Stage;
 use crate::select::ancestors;
@@ -637,6 +637,15 @@ pub fn check(
             }
             let now = match roots.host.fingerprint(Path::new(fsops::os(&ch.path))) {
                 Ok(fp) => fp,
+                // Inside a unit that is moved into place whole, a host path beneath a
+                // symlink (or a file) is not there for the unit: the seal recorded it
+                // absent, and the unit replaces that object itself, never writing through it.
+                Err(FingerprintError::Unstable { .. })
+                    if i != unit.index
+                        && beneath_a_non_directory(&roots.host, &c.path, &ch.path) =>
+                {
+                    Fingerprint::ABSENT
+                }
                 Err(FingerprintError::Unstable { .. }) => {
                     conflicts.push(Conflict {
                         index: i,
@@ -749,6 +758,17 @@ pub fn check(
         }
     }
     Ok(out)
+}
+
+/// Whether, on the host now, `path` lies beneath something that is not a directory at or
+/// below the unit root `root` (`path` is beneath `root`).
+fn beneath_a_non_directory(host: &HostRoot, root: &[u8], path: &[u8]) -> bool {
+    ancestors(path)
+        .filter(|a| crate::select::is_at_or_beneath(a, root))
+        .any(|a| {
+            host.fingerprint(Path::new(fsops::os(a)))
+                .is_ok_and(|fp| !matches!(fp.host, HostState::Dir { .. }))
+        })
 }
 
 /// Name what is wrong with a parent directory that could not be opened.

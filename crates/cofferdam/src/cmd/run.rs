@@ -60,7 +60,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     refuse_unsupported(&policy)?;
 
     let store = JobStore::open(&env.storage_root).map_err(Failure::setup)?;
-    let (job, _lock) = store
+    let (job, lock) = store
         .create_locked(&policy.workdir, args.stage.as_deref())
         .map_err(Failure::setup)?;
     let run_id = job.id().to_owned();
@@ -322,6 +322,13 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     .map_err(|e| Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display())))?;
     super::recover::remove_provisional(&job);
     let code = exit_code_of(&ending);
+    // The overlay's work directory can go only once the init has released the mount.
+    if let Some(init) = init.take() {
+        let _ = init.wait();
+    }
+    job.remove_overlay_work().ok();
+    // `staged` is the last change under the lock, which goes right after: a job listed as
+    // staged can be applied at once (the load test applies jobs the moment they are).
     job.update(|s| {
         s.pid = None;
         s.state = StageState::Staged;
@@ -331,11 +338,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         s.changed_files = bundle.filesystem.as_ref().map(|f| f.changed_files);
     })
     .map_err(Failure::setup)?;
-    // The overlay's work directory can go only once the init has released the mount.
-    if let Some(init) = init.take() {
-        let _ = init.wait();
-    }
-    job.remove_overlay_work().ok();
+    drop(lock);
 
     if let Ending::SetupFailed { error, .. } = &ending {
         eprintln!("cofferdam: the sandbox could not be set up: {error}");

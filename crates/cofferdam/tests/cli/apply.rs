@@ -23,16 +23,16 @@ fn spawnable(s: &Sandbox) -> StdCommand {
     c
 }
 
-fn sealed_host() -> bool {
+pub(crate) fn sealed_host() -> bool {
     require("unprivileged user namespaces", userns_independently())
         && require("Landlock", landlock_abi_independently() > 0)
 }
 
 /// Type, permission bits (setuid/setgid dropped: apply strips them) and content or link
 /// target of every entry, keyed by path bytes.
-type Tree = BTreeMap<Vec<u8>, (char, u32, Vec<u8>)>;
+pub(crate) type Tree = BTreeMap<Vec<u8>, (char, u32, Vec<u8>)>;
 
-fn tree(root: &Path) -> Tree {
+pub(crate) fn tree(root: &Path) -> Tree {
     let mut out = Tree::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -72,7 +72,7 @@ fn tree(root: &Path) -> Tree {
     out
 }
 
-fn shown(t: &Tree) -> Vec<String> {
+pub(crate) fn shown(t: &Tree) -> Vec<String> {
     t.iter()
         .map(|(k, v)| {
             format!(

@@ -6,7 +6,9 @@
 
 mod apply;
 mod common;
+mod equivalence;
 mod limits;
+mod load;
 mod net;
 mod pty;
 mod run;

@@ -1,0 +1,25 @@
+# Shared by the bench/*.sh scripts (sourced; not a benchmark itself).
+
+# median INDEX FILE: the median of hyperfine result INDEX in its JSON export, in ms.
+median() { jq -r ".results[$1].median * 1000" "$2"; }
+
+# record GROUP FIGURE FILES VALUE_MS BASELINE BASELINE_MS: one row for bench/run-all.sh
+# (when it set BENCH_RESULTS). FILES is the workdir size the figure was taken at (0: not
+# applicable); BASELINE is "-" when the figure has none.
+record() {
+  [ -n "${BENCH_RESULTS:-}" ] || return 0
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$BENCH_RESULTS"
+}
+
+# make_tree DIR N: N files of 200-1200 bytes in directories of 100.
+make_tree() {
+  python3 - "$1" "$2" <<'PY'
+import os, sys
+root, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    d = os.path.join(root, f"d{i // 100:04d}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"f{i:06d}.txt"), "w") as f:
+        f.write(f"old {i}\n" + "o" * (200 + (i * 37) % 1000) + "\n")
+PY
+}

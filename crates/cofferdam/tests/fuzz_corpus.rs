@@ -1,0 +1,75 @@
+//! The fuzz corpora as regression tests on stable: every file under `fuzz/corpus/<target>/`
+//! goes through the same harness function the cargo-fuzz target calls (`fuzz/src/lib.rs`,
+//! included here), so a committed input that once failed keeps failing the build if the
+//! bug comes back. New findings go into the corpus directory of their target.
+
+#[path = "../../../fuzz/src/lib.rs"]
+#[allow(dead_code)]
+mod harness;
+
+use std::path::PathBuf;
+
+fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
+    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            let p = e.expect("a directory entry").path();
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, bytes)
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no seed in {}", dir.display());
+    files
+}
+
+/// Every corpus file through `harness`; the results, so a test can check that the seeds
+/// reach past the first checks of the code under test.
+fn replay<T>(target: &str, harness: fn(&[u8]) -> T) -> Vec<T> {
+    corpus(target)
+        .into_iter()
+        .map(|(path, bytes)| {
+            std::panic::catch_unwind(|| harness(&bytes))
+                .unwrap_or_else(|_| panic!("{target}: {} fails", path.display()))
+        })
+        .collect()
+}
+
+#[test]
+fn manifest_corpus() {
+    let parsed = replay("manifest", harness::manifest);
+    assert!(
+        parsed.iter().any(|&p| p) && parsed.iter().any(|&p| !p),
+        "{parsed:?}"
+    );
+}
+
+#[test]
+fn bundle_corpus() {
+    let accepted = replay("bundle", harness::bundle);
+    assert!(
+        accepted.iter().any(|&a| a) && accepted.iter().any(|&a| !a),
+        "{accepted:?}"
+    );
+}
+
+#[test]
+fn select_corpus() {
+    let selected = replay("select", harness::selection);
+    assert!(
+        selected.iter().filter(|&&n| n > 1).count() >= 3,
+        "{selected:?}"
+    );
+}
+
+#[test]
+fn scan_corpus() {
+    let changes = replay("scan", harness::scan);
+    assert!(
+        changes.iter().filter(|&&n| n > 1).count() >= 3,
+        "{changes:?}"
+    );
+}

@@ -1,0 +1,425 @@
+//! The fuzz harnesses: one function per target taking the fuzzer's bytes. Each feeds the
+//! bytes to the code under test and checks what must hold whatever the input (no panic; a
+//! round trip or an invariant where there is one). The cargo-fuzz targets in
+//! `fuzz_targets/` call these; on stable, `crates/cofferdam/tests/fuzz_corpus.rs` includes
+//! this file and calls them on every committed corpus file, so the corpora are regression
+//! tests in CI.
+//!
+//! Owns nothing of cofferdam; it only calls public functions. The scanner harness writes
+//! into a fresh temporary directory and nowhere else.
+
+use std::collections::BTreeSet;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use cofferdam_record::bundle::ChangeKind;
+use cofferdam_stage::select::{self, Glob, Node};
+
+/// Target `manifest`: `cofferdam.toml` text through the parser and, when it parses, the
+/// policy resolution. Whether it parsed.
+pub fn manifest(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return false;
+    };
+    match cofferdam_policy::parse_manifest("cofferdam.toml", text) {
+        Ok(manifest) => {
+            let loaded = cofferdam_policy::LoadedManifest {
+                path: PathBuf::from("/work/project/cofferdam.toml"),
+                manifest,
+            };
+            let places = cofferdam_policy::Places {
+                cwd: PathBuf::from("/work/project"),
+                home: PathBuf::from("/home/user"),
+            };
+            let flags = cofferdam_policy::RunFlags::default();
+            if let Err(e) = cofferdam_policy::resolve_policy(Some(&loaded), &flags, &places) {
+                assert!(!e.to_string().is_empty(), "an empty policy error");
+            }
+            true
+        }
+        Err(e) => {
+            assert!(!e.to_string().is_empty(), "an empty manifest error");
+            false
+        }
+    }
+}
+
+/// Target `bundle`: bytes through the Run Bundle reader; what it accepts writes back to
+/// JSON that it reads again to the same value. Whether it was accepted.
+pub fn bundle(data: &[u8]) -> bool {
+    match cofferdam_record::read_bundle(data) {
+        Ok(b) => {
+            let text = cofferdam_record::write_bundle_json(&b).expect("an accepted bundle writes");
+            let again = cofferdam_record::read_bundle(text.as_bytes())
+                .expect("a written bundle reads back");
+            assert_eq!(again, b, "the bundle changed in a write and read");
+            true
+        }
+        Err(e) => {
+            assert!(!e.to_string().is_empty(), "an empty bundle error");
+            false
+        }
+    }
+}
+
+/// Reads the fuzzer's bytes as small choices.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+    fn pick<'t, T>(&mut self, from: &'t [T]) -> Option<&'t T> {
+        let b = self.byte()?;
+        from.get(usize::from(b) % from.len())
+    }
+    /// Up to `max` bytes, as given.
+    fn raw(&mut self, max: usize) -> &[u8] {
+        let n = usize::from(self.byte().unwrap_or(0)) % (max + 1);
+        let n = n.min(self.0.len());
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        head
+    }
+}
+
+/// Component names for the selection harness: plain, odd and near-miss prefixes.
+const COMPONENTS: &[&[u8]] = &[
+    b"a", b"b", b"a.b", b"ab", b"x y", b"\xff", b"-rf", b"\n", b"*", b"[", b"\\",
+];
+
+const KINDS: &[ChangeKind] = &[
+    ChangeKind::Added,
+    ChangeKind::Modified,
+    ChangeKind::Deleted,
+    ChangeKind::TypeChanged,
+    ChangeKind::Opaque,
+];
+
+fn component_path(b: &mut Bytes<'_>) -> Option<Vec<u8>> {
+    let depth = 1 + b.byte()? % 3;
+    let parts: Vec<&[u8]> = (0..depth)
+        .map(|_| b.pick(COMPONENTS).copied())
+        .collect::<Option<_>>()?;
+    Some(parts.join(&b'/'))
+}
+
+/// Target `select`: a random stage (paths, kinds, applied or not), `--path` arguments in
+/// any spelling, `--exclude` patterns and a pending set through [`select::select`], and
+/// the rules of `cofferdam_stage::select` checked on the result. How many were selected.
+pub fn selection(data: &[u8]) -> usize {
+    let mut b = Bytes(data);
+    let mut spec: Vec<(Vec<u8>, ChangeKind, bool, bool)> = Vec::new();
+    let n = b.byte().map_or(0, |x| x % 16);
+    for _ in 0..n {
+        let (Some(p), Some(&k), Some(f)) = (component_path(&mut b), b.pick(KINDS), b.byte()) else {
+            break;
+        };
+        if !spec.iter().any(|s| s.0 == p) {
+            spec.push((p, k, f & 1 == 1, f & 2 == 0));
+        }
+    }
+    spec.sort_by(|x, y| x.0.cmp(&y.0));
+    let nodes: Vec<Node<'_>> = spec
+        .iter()
+        .map(|(p, k, d, r)| Node {
+            path: p,
+            kind: *k,
+            new_is_dir: *d,
+            remaining: *r,
+        })
+        .collect();
+
+    // `--path` arguments: node paths respelled, or raw bytes.
+    let mut paths: Vec<Vec<u8>> = Vec::new();
+    for _ in 0..b.byte().map_or(0, |x| x % 4) {
+        let arg: Vec<u8> = match b.byte().map(|x| x % 4) {
+            Some(0) => b.raw(24).to_vec(),
+            Some(1) => [
+                b"/w/".as_slice(),
+                &component_path(&mut b).unwrap_or_default(),
+            ]
+            .concat(),
+            Some(2) => [
+                b"./".as_slice(),
+                &component_path(&mut b).unwrap_or_default(),
+                b"/",
+            ]
+            .concat(),
+            _ => component_path(&mut b).unwrap_or_default(),
+        };
+        let cwd: Option<&[u8]> = match b.byte().map(|x| x % 3) {
+            Some(0) => None,
+            Some(1) => Some(b"a"),
+            _ => Some(b""),
+        };
+        match select::normalize_arg(&arg, cwd, b"/w") {
+            Ok(p) => {
+                // The target itself is the empty path; anything else is plain components.
+                assert!(
+                    p.is_empty()
+                        || !p
+                            .split(|&c| c == b'/')
+                            .any(|c| c.is_empty() || c == b"." || c == b".."),
+                    "normalize_arg left an empty, `.` or `..` component: {p:?}"
+                );
+                paths.push(p);
+            }
+            Err(e) => assert!(!e.to_string().is_empty()),
+        }
+    }
+    let mut excludes = Vec::new();
+    for _ in 0..b.byte().map_or(0, |x| x % 3) {
+        match Glob::new(b.raw(12)) {
+            Ok(g) => excludes.push(g),
+            Err(e) => assert!(!e.to_string().is_empty()),
+        }
+    }
+    let pending: BTreeSet<Vec<u8>> = spec
+        .iter()
+        .filter(|_| b.byte().is_some_and(|x| x % 5 == 0))
+        .map(|s| s.0.clone())
+        .collect();
+
+    let sel = match select::select(&nodes, &paths, &excludes, &pending) {
+        Ok(s) => s,
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            return 0;
+        }
+    };
+    let chosen: BTreeSet<usize> = sel.indices.iter().copied().collect();
+    assert!(
+        sel.indices.windows(2).all(|w| w[0] < w[1]),
+        "indices not ascending"
+    );
+    for &i in &sel.indices {
+        let n = nodes[i];
+        assert!(n.remaining, "an applied change was selected again");
+        for (j, m) in nodes.iter().enumerate() {
+            if !m.remaining {
+                continue;
+            }
+            // A staged parent comes along.
+            if select::ancestors(n.path).any(|a| a == m.path) {
+                assert!(
+                    chosen.contains(&j),
+                    "a staged parent of a taken path left out"
+                );
+            }
+            // So does everything in a directory replaced whole.
+            let whole = matches!(n.kind, ChangeKind::Opaque | ChangeKind::Deleted)
+                || (n.kind == ChangeKind::TypeChanged && n.new_is_dir);
+            if whole && select::is_at_or_beneath(m.path, n.path) {
+                assert!(
+                    chosen.contains(&j),
+                    "an entry of a whole directory left out"
+                );
+            }
+        }
+    }
+    // What was asked for and not excluded is taken.
+    for (j, m) in nodes.iter().enumerate() {
+        let asked = paths.is_empty()
+            || paths
+                .iter()
+                .any(|p| select::is_at_or_beneath(m.path, p) || p.is_empty());
+        let excluded = excludes.iter().any(|g| g.excludes(m.path));
+        if m.remaining && asked && !excluded {
+            assert!(chosen.contains(&j), "an asked-for path left out");
+        }
+    }
+    for (i, _) in &sel.added {
+        assert!(chosen.contains(i), "a dependency outside the selection");
+    }
+    for i in &sel.excluded_but_required {
+        assert!(
+            sel.added.iter().any(|(a, _)| a == i),
+            "an excluded path taken without a reason"
+        );
+    }
+    sel.indices.len()
+}
+
+/// Names for the scanner harness: odd bytes, control and bidi characters, a long name.
+fn scan_name(b: &mut Bytes<'_>) -> Option<Vec<u8>> {
+    const NAMES: &[&[u8]] = &[
+        b"a",
+        b"b",
+        b"f.txt",
+        b" lead",
+        b"-rf",
+        b".hidden",
+        b"line\nbreak",
+        b"\xff\xfe",
+        b"\xe2\x80\xaeevil",
+        b"tab\there",
+        b"\\",
+        b"caf\xc3\xa9",
+    ];
+    match b.byte()? % 8 {
+        0 => Some(vec![b'L'; 255]),
+        1 => {
+            let raw: Vec<u8> = b
+                .raw(8)
+                .iter()
+                .copied()
+                .filter(|&c| c != b'/' && c != 0)
+                .collect();
+            (!raw.is_empty() && raw != b"." && raw != b"..").then_some(raw)
+        }
+        _ => b.pick(NAMES).map(|n| n.to_vec()),
+    }
+}
+
+/// What the scanner harness puts in a tree.
+enum Make {
+    File,
+    Dir,
+    Link,
+    Fifo,
+    /// Char device 0:0, the overlay's whiteout (root only).
+    Whiteout,
+    /// Another char device (root only).
+    Device,
+    /// The opaque mark on the directory itself.
+    Opaque,
+    /// Another extended attribute.
+    Xattr,
+}
+
+const MAKES: &[Make] = &[
+    Make::File,
+    Make::File,
+    Make::Dir,
+    Make::Dir,
+    Make::Link,
+    Make::Fifo,
+    Make::Whiteout,
+    Make::Device,
+    Make::Opaque,
+    Make::Xattr,
+];
+
+/// Build one entry; errors (a name taken, no privilege) leave it out.
+fn make(dir: &Path, name: &[u8], what: &Make, content: &[u8]) -> Option<PathBuf> {
+    use rustix::fs::{FileType, Mode, XattrFlags};
+    let p = dir.join(std::ffi::OsStr::from_bytes(name));
+    let ok = match what {
+        // A new file only: never open a FIFO made earlier under the same name (or a
+        // symlink to one), which would block.
+        Make::File => std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&p)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, content))
+            .is_ok(),
+        Make::Dir => std::fs::create_dir(&p).is_ok(),
+        Make::Link => std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(content), &p).is_ok(),
+        Make::Fifo => rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &p,
+            FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .is_ok(),
+        Make::Whiteout | Make::Device => {
+            let dev = match what {
+                Make::Whiteout => rustix::fs::makedev(0, 0),
+                _ => rustix::fs::makedev(1, 3),
+            };
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &p,
+                FileType::CharacterDevice,
+                Mode::from_raw_mode(0o600),
+                dev,
+            )
+            .is_ok()
+        }
+        Make::Opaque | Make::Xattr => {
+            let (key, value): (&str, &[u8]) = match what {
+                Make::Opaque => ("user.overlay.opaque", b"y"),
+                _ => ("user.fuzz", content),
+            };
+            let _ = rustix::fs::setxattr(dir, key, value, XattrFlags::empty());
+            return None;
+        }
+    };
+    ok.then_some(p)
+}
+
+/// Target `scan`: a synthetic upper directory and host tree with odd names, symlinks,
+/// FIFOs, extended attributes (the opaque mark among them) and, for root, whiteouts and
+/// a char device, through [`cofferdam_stage::seal::seal`]. The result must be sorted,
+/// unique, name only paths present in the upper, and display every path. How many
+/// changes it found.
+pub fn scan(data: &[u8]) -> usize {
+    let Ok(tmp) = tempfile::tempdir() else {
+        return 0;
+    };
+    let upper = tmp.path().join("upper");
+    let lower = tmp.path().join("lower");
+    if std::fs::create_dir(&upper).is_err() || std::fs::create_dir(&lower).is_err() {
+        return 0;
+    }
+    let mut dirs: [Vec<PathBuf>; 2] = [vec![upper.clone()], vec![lower.clone()]];
+    let mut b = Bytes(data);
+    for _ in 0..64 {
+        let (Some(side), Some(what)) = (b.byte(), b.pick(MAKES)) else {
+            break;
+        };
+        let side = usize::from(side & 1);
+        let Some(&parent) = b.pick(&(0..dirs[side].len()).collect::<Vec<_>>()) else {
+            break;
+        };
+        let parent = dirs[side][parent].clone();
+        let Some(name) = scan_name(&mut b) else {
+            break;
+        };
+        let content = b.raw(16).to_vec();
+        if let Some(p) = make(&parent, &name, what, &content)
+            && matches!(what, Make::Dir)
+        {
+            dirs[side].push(p);
+        }
+    }
+    let result = match cofferdam_stage::seal::seal(&upper, &lower) {
+        Ok(r) => r,
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            return 0;
+        }
+    };
+    let keys: Vec<Vec<u8>> = result
+        .changes
+        .iter()
+        .map(|c| {
+            c.path_bytes
+                .clone()
+                .unwrap_or_else(|| c.path.as_bytes().to_vec())
+        })
+        .collect();
+    assert!(
+        keys.windows(2).all(|w| w[0] < w[1]),
+        "changes not sorted by path bytes, or repeated"
+    );
+    for (k, c) in keys.iter().zip(&result.changes) {
+        let at = upper.join(std::ffi::OsStr::from_bytes(k));
+        assert!(
+            at.symlink_metadata().is_ok() || c.kind == ChangeKind::Deleted,
+            "a change names a path that is not in the upper: {k:?}"
+        );
+        let (shown, lossless) = cofferdam_stage::seal::display_path(k);
+        assert!(!shown.contains('\n'), "a displayed path holds a newline");
+        assert_eq!(
+            lossless,
+            c.path_bytes.is_none(),
+            "path_bytes disagrees with display"
+        );
+    }
+    result.changes.len()
+}
