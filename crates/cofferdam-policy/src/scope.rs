@@ -620,6 +620,12 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
                 loopback.join(", ")
             ));
         }
+        out.push(
+            "network allow: an allowed server can be asked for any site it hosts (nothing is \
+             decrypted; the TLS SNI and HTTP Host are checked on the first message only), and \
+             what the command sends to an allowed server is not inspected"
+                .to_owned(),
+        );
     }
     if !p.exec_allow.is_empty() {
         out.push(

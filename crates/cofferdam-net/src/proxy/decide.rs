@@ -68,39 +68,77 @@ impl Synthetic {
     }
 }
 
-/// Whether `addr` is the host's own or a link-local address, which a name must never lead
-/// to (an address entry may): loopback, unspecified, link-local (169.254.0.0/16, where cloud
-/// metadata services answer, and fe80::/10), multicast, broadcast and 0.0.0.0/8, also as
-/// IPv4-mapped IPv6.
+/// Whether `addr` belongs to the host or to a private network, which a name must never lead
+/// to (an address entry may): loopback, unspecified, 0.0.0.0/8, link-local (169.254.0.0/16,
+/// where cloud metadata services answer, and fe80::/10), private (10/8, 172.16/12,
+/// 192.168/16), shared (100.64.0.0/10, where some clouds put their metadata), unique-local
+/// (fc00::/7, AWS's IPv6 metadata among them) and site-local (fec0::/10), multicast and
+/// broadcast; IPv6 forms that carry an IPv4 address (mapped, compatible, NAT64 64:ff9b::/96,
+/// 6to4 2002::/16) are judged by it, and the local-use NAT64 prefix 64:ff9b:1::/48 and the
+/// rest of ::/96 are refused whole. The addresses of the host's own interfaces are checked
+/// apart ([`outside_the_host`]).
 pub fn host_internal(addr: IpAddr) -> bool {
     match addr {
         IpAddr::V4(a) => {
+            let o = a.octets();
             a.is_loopback()
                 || a.is_unspecified()
                 || a.is_link_local()
                 || a.is_multicast()
                 || a.is_broadcast()
-                || a.octets()[0] == 0
+                || a.is_private()
+                || o[0] == 0
+                || (o[0] == 100 && (o[1] & 0xc0) == 64)
         }
-        IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(v4) => host_internal(IpAddr::V4(v4)),
-            None => {
-                a.is_loopback()
-                    || a.is_unspecified()
-                    || a.is_multicast()
-                    || (a.segments()[0] & 0xffc0) == 0xfe80
+        IpAddr::V6(a) => {
+            let seg = a.segments();
+            let embedded = |hi: u16, lo: u16| {
+                IpAddr::V4(Ipv4Addr::new(
+                    (hi >> 8) as u8,
+                    (hi & 0xff) as u8,
+                    (lo >> 8) as u8,
+                    (lo & 0xff) as u8,
+                ))
+            };
+            if let Some(v4) = a.to_ipv4_mapped() {
+                return host_internal(IpAddr::V4(v4));
             }
-        },
+            if seg[..6] == [0; 6] {
+                // ::/96, IPv4-compatible (deprecated) and :: / ::1 themselves.
+                return true;
+            }
+            if seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                return host_internal(embedded(seg[6], seg[7]));
+            }
+            if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2] == 1 {
+                return true;
+            }
+            if seg[0] == 0x2002 {
+                return host_internal(embedded(seg[1], seg[2]));
+            }
+            a.is_multicast()
+                || (seg[0] & 0xfe00) == 0xfc00
+                || (seg[0] & 0xffc0) == 0xfe80
+                || (seg[0] & 0xffc0) == 0xfec0
+        }
     }
 }
 
-/// The addresses a name resolved to, less the host-internal ones ([`host_internal`]);
-/// `None` when that leaves none of a non-empty answer.
-pub fn outside_the_host(addrs: Vec<std::net::SocketAddr>) -> Option<Vec<std::net::SocketAddr>> {
+/// The addresses a name resolved to that it may lead to: not [`host_internal`] and not one
+/// of the host's own interface addresses (`local`), unless `explicitly_allowed` says an
+/// address entry names that address. `None` when that leaves none of a non-empty answer.
+pub fn outside_the_host(
+    addrs: Vec<std::net::SocketAddr>,
+    local: &std::collections::HashSet<IpAddr>,
+    explicitly_allowed: impl Fn(IpAddr) -> bool,
+) -> Option<Vec<std::net::SocketAddr>> {
     let had = !addrs.is_empty();
     let kept: Vec<_> = addrs
         .into_iter()
-        .filter(|a| !host_internal(a.ip()))
+        .filter(|a| {
+            let ip = a.ip().to_canonical();
+            !(host_internal(ip) || local.contains(&ip)) || explicitly_allowed(ip)
+        })
         .collect();
     (!had || !kept.is_empty()).then_some(kept)
 }
@@ -266,34 +304,72 @@ mod tests {
 
     #[test]
     fn names_never_lead_to_host_internal_addresses() {
+        use std::collections::HashSet;
         use std::net::SocketAddr;
         let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let none = HashSet::new();
+        let never = |_: IpAddr| false;
         for internal in [
             "127.0.0.1:443",
             "127.9.9.9:443",
             "0.0.0.0:443",
             "0.1.2.3:443",
             "169.254.169.254:80",
+            "10.0.0.1:443",
+            "172.17.0.1:2375",
+            "192.168.1.1:80",
+            "100.100.100.200:80",
             "224.0.0.1:443",
             "255.255.255.255:443",
             "[::1]:443",
             "[::]:443",
+            "[::127.0.0.1]:443",
             "[fe80::1]:443",
+            "[fec0::1]:443",
+            "[fd00:ec2::254]:80",
             "[ff02::1]:443",
             "[::ffff:127.0.0.1]:443",
             "[::ffff:169.254.169.254]:80",
+            "[64:ff9b::a9fe:a9fe]:80",
+            "[64:ff9b:1::1]:80",
+            "[2002:a9fe:a9fe::1]:80",
         ] {
             assert!(host_internal(sa(internal).ip()), "{internal}");
-            assert_eq!(outside_the_host(vec![sa(internal)]), None, "{internal}");
+            assert_eq!(
+                outside_the_host(vec![sa(internal)], &none, never),
+                None,
+                "{internal}"
+            );
         }
-        for outside in ["93.184.216.34:443", "10.1.2.3:443", "[2606:4700::1]:443"] {
+        for outside in [
+            "93.184.216.34:443",
+            "100.128.0.1:443",
+            "[2606:4700::1]:443",
+            "[64:ff9b::5db8:d822]:443",
+            "[2002:5db8:d822::1]:443",
+        ] {
             assert!(!host_internal(sa(outside).ip()), "{outside}");
         }
         assert_eq!(
-            outside_the_host(vec![sa("127.0.0.1:443"), sa("93.184.216.34:443")]),
+            outside_the_host(
+                vec![sa("127.0.0.1:443"), sa("93.184.216.34:443")],
+                &none,
+                never
+            ),
             Some(vec![sa("93.184.216.34:443")])
         );
-        assert_eq!(outside_the_host(vec![]), Some(vec![]));
+        assert_eq!(outside_the_host(vec![], &none, never), Some(vec![]));
+        // The host's own public address, and an address entry that names one.
+        let own: HashSet<IpAddr> = ["203.0.113.7".parse().unwrap()].into();
+        assert_eq!(
+            outside_the_host(vec![sa("203.0.113.7:443")], &own, never),
+            None
+        );
+        let entry = |ip: IpAddr| ip == "10.0.0.5".parse::<IpAddr>().unwrap();
+        assert_eq!(
+            outside_the_host(vec![sa("10.0.0.5:443")], &none, entry),
+            Some(vec![sa("10.0.0.5:443")])
+        );
         // `localhost` is the host's loopback by its entry, not by resolution.
         let a = allow(&["localhost:3000"]);
         let v = decide_proxy(&a, &Synthetic::default(), "localhost", 3000);

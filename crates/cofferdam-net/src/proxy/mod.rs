@@ -30,7 +30,7 @@ use counters::{Decision, Tally};
 use decide::{Synthetic, Upstream, Verdict};
 use rustix::fd::{AsFd, OwnedFd};
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -48,11 +48,12 @@ pub const PROXY_PORT: u16 = 3128;
 /// only: `name=addr[,name=addr…]`. Its use is recorded as a run warning.
 pub const TEST_RESOLVE_ENV: &str = "COFFERDAM_TEST_RESOLVE";
 
-/// Why a connection to an allowed name is refused when the name resolves only to the host's
-/// own or link-local addresses (DNS rebinding onto local services or a cloud metadata
-/// endpoint); an address entry reaches those deliberately.
-const HOST_INTERNAL: &str = "the name resolves only to loopback, link-local, multicast or unspecified \
-     addresses; allow the address itself (e.g. 127.0.0.1:PORT) to reach it";
+/// Why a connection to an allowed name is refused when the name resolves only to addresses
+/// of the host or of private networks (DNS rebinding onto local services, the local network
+/// or a cloud metadata endpoint); an address entry reaches those deliberately.
+const HOST_INTERNAL: &str = "the name resolves only to addresses of this host or of private networks \
+     (loopback, link-local, private, shared, unique-local, multicast); allow the address itself \
+     (e.g. --allow-net 10.0.0.5:443) to reach it";
 
 /// How long a transparent connection to a resolved name may take to show its first bytes
 /// (SNI or `Host`) before it is judged by the resolved name alone (server-speaks-first
@@ -80,19 +81,29 @@ fn now_ms() -> u64 {
 #[derive(Debug, Clone, Default)]
 pub struct Resolver {
     overrides: HashMap<String, IpAddr>,
+    /// The addresses of the host's own interfaces, which a name must not lead to.
+    local: HashSet<IpAddr>,
 }
 
 impl Resolver {
-    /// The host's resolver, with the overrides of [`TEST_RESOLVE_ENV`] when it is set
-    /// (malformed pairs are ignored).
+    /// The host's resolver. In a debug build (the test suite's), the overrides of
+    /// [`TEST_RESOLVE_ENV`] when it is set (malformed pairs are ignored); a release build
+    /// never reads it.
     pub fn from_env() -> Resolver {
-        let overrides = std::env::var(TEST_RESOLVE_ENV)
-            .unwrap_or_default()
-            .split(',')
-            .filter_map(|pair| pair.split_once('='))
-            .filter_map(|(n, a)| Some((n.trim().to_ascii_lowercase(), a.trim().parse().ok()?)))
-            .collect();
-        Resolver { overrides }
+        let overrides = if cfg!(debug_assertions) {
+            std::env::var(TEST_RESOLVE_ENV)
+                .unwrap_or_default()
+                .split(',')
+                .filter_map(|pair| pair.split_once('='))
+                .filter_map(|(n, a)| Some((n.trim().to_ascii_lowercase(), a.trim().parse().ok()?)))
+                .collect()
+        } else {
+            HashMap::new()
+        };
+        Resolver {
+            overrides,
+            local: interface_addresses(),
+        }
     }
 
     /// Whether overrides are in force (the run records a warning).
@@ -100,7 +111,15 @@ impl Resolver {
         !self.overrides.is_empty()
     }
 
-    fn resolve(&self, up: &Upstream, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    /// Where `up` may be reached on `port`: an address as given; a name's addresses less
+    /// those it must never lead to unless an address entry of `allow` names them
+    /// ([`decide::outside_the_host`]). The test overrides are taken as given.
+    fn resolve(
+        &self,
+        allow: &[AllowEntry],
+        up: &Upstream,
+        port: u16,
+    ) -> std::io::Result<Vec<SocketAddr>> {
         match up {
             Upstream::Addr(a) => Ok(vec![SocketAddr::new(*a, port)]),
             Upstream::Name(n) => match self.overrides.get(n) {
@@ -109,17 +128,27 @@ impl Resolver {
                     std::io::ErrorKind::NotFound,
                     format!("{n} is not in {TEST_RESOLVE_ENV}"),
                 )),
-                None => decide::outside_the_host((n.as_str(), port).to_socket_addrs()?.collect())
+                None => {
+                    let found = (n.as_str(), port).to_socket_addrs()?.collect();
+                    decide::outside_the_host(found, &self.local, |ip| {
+                        decide::rule_for(allow, &ip.to_string(), port).is_some()
+                    })
                     .ok_or_else(|| {
                         std::io::Error::new(std::io::ErrorKind::PermissionDenied, HOST_INTERNAL)
-                    }),
+                    })
+                }
             },
         }
     }
 
-    fn connect(&self, up: &Upstream, port: u16) -> std::io::Result<TcpStream> {
+    fn connect(
+        &self,
+        allow: &[AllowEntry],
+        up: &Upstream,
+        port: u16,
+    ) -> std::io::Result<TcpStream> {
         let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
-        for addr in self.resolve(up, port)? {
+        for addr in self.resolve(allow, up, port)? {
             match TcpStream::connect_timeout(&addr, CONNECT_WAIT) {
                 Ok(s) => {
                     let _ = s.set_nodelay(true);
@@ -130,6 +159,41 @@ impl Resolver {
         }
         Err(last)
     }
+}
+
+/// The addresses of the host's network interfaces (empty when they cannot be listed).
+fn interface_addresses() -> HashSet<IpAddr> {
+    let mut out = HashSet::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list it allocated into `head`, or fails and leaves it.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: `ifa_addr` points to a sockaddr whose family says its real type; the
+            // casts below read only the type that family names.
+            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+            if family == libc::AF_INET {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
+                out.insert(IpAddr::V4(std::net::Ipv4Addr::from(u32::from_be(
+                    sin.sin_addr.s_addr,
+                ))));
+            } else if family == libc::AF_INET6 {
+                // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                let sin6 = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
+                out.insert(IpAddr::V6(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` is the list getifaddrs allocated; nothing refers to it any more.
+    unsafe { libc::freeifaddrs(head) };
+    out
 }
 
 struct Shared {
@@ -571,7 +635,7 @@ fn go_upstream(
     first: &[u8],
     reply: Option<&[u8]>,
 ) {
-    let connected = shared.resolver.connect(upstream, port);
+    let connected = shared.resolver.connect(&shared.allow, upstream, port);
     match &connected {
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => record(
             shared,
@@ -688,7 +752,7 @@ fn serve_late_claim(
         record(shared, InterceptedProtocol::Tcp, port, &by_name);
         return reset(client);
     };
-    let up = match shared.resolver.connect(upstream, port) {
+    let up = match shared.resolver.connect(&shared.allow, upstream, port) {
         Ok(up) => up,
         Err(e) => {
             let v = if e.kind() == std::io::ErrorKind::PermissionDenied {

@@ -529,3 +529,93 @@ fn host_is_recorded_as_bypassable() {
         "{scope:?}"
     );
 }
+
+/// `cofferdam ARGS` with the host's `/etc/hosts` replaced (in a mount namespace of its own)
+/// by one naming `internal.test` 127.0.0.1: the supervisor's real resolver, no test override.
+fn with_hosts_file(s: &Sandbox, args: &[&str]) -> std::process::Output {
+    let hosts = s.home.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n127.0.0.1 internal.test\n").unwrap();
+    std::process::Command::new("unshare")
+        .env_clear()
+        .env("HOME", s.home.path())
+        .env("COFFERDAM_HOME", s.store.path())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(s.work.path())
+        .args(["-U", "-r", "-m", "sh", "-c"])
+        .arg("mount --bind \"$1\" /etc/hosts && shift && exec \"$@\"")
+        .arg("sh")
+        .arg(&hosts)
+        .arg(assert_cmd::cargo::cargo_bin("cofferdam"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn an_allowed_name_never_leads_to_the_hosts_loopback_unless_an_address_entry_says_so() {
+    if !sealed_host() {
+        return;
+    }
+    let can = std::process::Command::new("unshare")
+        .args(["-U", "-r", "-m", "true"])
+        .status()
+        .is_ok_and(|st| st.success());
+    if !require("unshare -U -r -m (a private /etc/hosts)", can) {
+        return;
+    }
+    let p1 = server("internal-secret");
+    let s = Sandbox::new();
+    let rule = format!("internal.test:{}", p1.port);
+    // Through the proxy, so the name is resolved by the supervisor (inside the sandbox the
+    // host's /etc/hosts would answer first and the address be judged as an address).
+    let client = format!(
+        "curl -s -m 5 -p -x \"$HTTPS_PROXY\" -o /dev/null -w 'code=%{{http_code}}\\n' http://internal.test:{}/ ; echo rc=$?",
+        p1.port
+    );
+    // The name resolves (on the host) to 127.0.0.1 only: refused, recorded with the reason.
+    let out = with_hosts_file(
+        &s,
+        &["run", "-q", "--allow-net", &rule, "--", "sh", "-c", &client],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{out:?}");
+    assert_ne!(line(&stdout, "rc"), "0", "{stdout}");
+    assert_eq!(
+        p1.hits.load(Ordering::SeqCst),
+        0,
+        "the host's server was reached"
+    );
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let denied: Vec<Value> = decisions(&b)
+        .into_iter()
+        .filter(|d| d["decision"] == "denied" && d["host"] == "internal.test")
+        .collect();
+    assert!(
+        denied.iter().any(|d| d["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("private networks")),
+        "{:?}",
+        decisions(&b)
+    );
+    // An address entry for the same port says the host's loopback is meant: allowed.
+    let addr_rule = format!("127.0.0.1:{}", p1.port);
+    let out = with_hosts_file(
+        &s,
+        &[
+            "run",
+            "-q",
+            "--allow-net",
+            &rule,
+            "--allow-net",
+            &addr_rule,
+            "--",
+            "sh",
+            "-c",
+            &client,
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(line(&stdout, "code"), "200", "{out:?}");
+    assert_eq!(p1.hits.load(Ordering::SeqCst), 1);
+}
