@@ -588,8 +588,9 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
                     .to_owned(),
             ),
             _ => out.push(
-                "network: no network namespace and no Landlock TCP rules (ABI below 4): the \
-                 network is not confined"
+                "network: no network namespace and no Landlock TCP rules (ABI below 4); only \
+                 a seccomp filter confines it, refusing every socket but unix and netlink \
+                 (TCP included)"
                     .to_owned(),
             ),
         }
