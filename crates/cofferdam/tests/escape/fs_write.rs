@@ -191,21 +191,23 @@ fn usr(ctx: &Ctx) -> Outcome {
 
 fn etc_passwd(ctx: &Ctx) -> Outcome {
     let before = std::fs::read("/etc/passwd").unwrap();
-    let mode = |_: ()| {
+    let mode = || {
         std::fs::metadata("/etc/passwd")
             .unwrap()
             .permissions()
             .mode()
     };
-    let mode_before = mode(());
+    let mode_before = mode();
     let r = ctx.sh(
-        "echo 'pwn:x:0:0::/:/bin/sh' >> /etc/passwd; echo rc=$?; chmod 666 /etc/passwd; rm -f /etc/passwd",
+        // No chmod here: a tier that let it through would leave the real /etc/passwd
+        // world-writable (fw.metadata-system-file tries metadata on a scratch file).
+        "echo 'pwn:x:0:0::/:/bin/sh' >> /etc/passwd; echo rc=$?; rm -f /etc/passwd",
     );
     ctx.assert_boundary(&r);
     assert_ne!(r.value("rc"), Some("0"), "the append succeeded inside");
     let after = std::fs::read("/etc/passwd").unwrap();
     check(
-        before == after && mode(()) == mode_before,
+        before == after && mode() == mode_before,
         "/etc/passwd unchanged; the append failed inside",
         "/etc/passwd changed on the host",
     )
