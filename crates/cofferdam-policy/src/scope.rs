@@ -520,6 +520,15 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
     rows
 }
 
+/// The scoped tier's metadata line: Landlock has no right for modes, owners, times or
+/// extended attributes, and the seccomp metadata filter closes only part of it.
+pub const METADATA_RESIDUAL: &str = "metadata: file modes, timestamps and extended \
+    attributes of files your user owns outside the copy can still be changed (Landlock has no \
+    right for them; a seccomp filter refuses only the path-based extended-attribute writes). \
+    When cofferdam runs as root the filter refuses every chmod, chown, extended-attribute and \
+    inode-flag write, inside the copy too, and only the times of a file the command can open \
+    can be set, to the current time (touch)";
+
 fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<String> {
     let mut out = Vec::new();
     if tier == EnforcementTier::None {
@@ -561,6 +570,7 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
              of your user are reachable"
                 .to_owned(),
         );
+        out.push(METADATA_RESIDUAL.to_owned());
         if abi.is_none_or(|a| a < 6) {
             out.push(
                 "signals and abstract unix sockets: Landlock scopes them only from ABI 6, so \
@@ -571,14 +581,16 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
         match p.network.mode {
             NetworkMode::Host => {}
             _ if abi.is_some_and(|a| a >= 4) => out.push(
-                "network: no network namespace; Landlock refuses every TCP connect and bind \
-                 (loopback included) and a seccomp filter refuses UDP, raw and every other \
-                 socket family but unix and netlink, so name resolution fails too"
+                "network: no network namespace; a seccomp filter refuses every socket but \
+                 unix and netlink (TCP included, so neither TCP Fast Open nor a listen that \
+                 binds by itself can reach past Landlock, which refuses every TCP connect \
+                 and bind as well), so name resolution fails too"
                     .to_owned(),
             ),
             _ => out.push(
-                "network: no network namespace and no Landlock TCP rules (ABI below 4): the \
-                 network is not confined"
+                "network: no network namespace and no Landlock TCP rules (ABI below 4); only \
+                 a seccomp filter confines it, refusing every socket but unix and netlink \
+                 (TCP included)"
                     .to_owned(),
             ),
         }
@@ -838,6 +850,23 @@ mod tests {
         assert!(!r.process_view.signals_to_host, "ABI 7 scopes signals");
         let v = serde_json::to_value(report(&policy(RunFlags::default()), &no_userns())).unwrap();
         assert!(v["shortfall_reason"].is_null());
+    }
+
+    /// Landlock has no right for chmod, utimes or xattrs: the scoped tier says what of that
+    /// stays open (and the network line that no TCP socket can be made); sealed does not.
+    #[test]
+    fn the_scoped_tier_admits_the_metadata_residual() {
+        let scoped = report(&policy(RunFlags::default()), &no_userns());
+        let np = scoped.filesystem_boundary.not_protected;
+        assert!(np.iter().any(|l| l == METADATA_RESIDUAL), "{np:?}");
+        assert!(
+            np.iter()
+                .any(|l| l.starts_with("network:") && l.contains("TCP Fast Open")),
+            "{np:?}"
+        );
+        let sealed = report(&policy(RunFlags::default()), &HostFacts::capable_example());
+        let np = sealed.filesystem_boundary.not_protected;
+        assert!(!np.iter().any(|l| l.starts_with("metadata:")), "{np:?}");
     }
 
     #[test]

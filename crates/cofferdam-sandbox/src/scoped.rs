@@ -7,8 +7,9 @@
 //! copy; rlimits; close inherited descriptors; non-dumpable; drop capabilities (a caller
 //! without `CAP_SETPCAP` cannot empty the bounding set: `partial`, `no_new_privs` covers
 //! it); `no_new_privs`; Landlock (its `filesystem_write` must be `enforced`, or the command
-//! does not run: that is the tier's write boundary); the socket-family filter when the plan
-//! confines TCP; a check that each hidden path really cannot be opened; the seccomp
+//! does not run: that is the tier's write boundary); the metadata filter (`metafilter`:
+//! Landlock has no right for chmod, chown, utimes or xattrs); the socket filter when the
+//! plan confines TCP; a check that each hidden path really cannot be opened; the seccomp
 //! filter; then the ready marker and the command. Evidence of absence is reported too: no
 //! pid namespace (`process` is not isolated), and at Landlock ABI below 9, pathname unix
 //! sockets stay reachable (`network` partial).
@@ -22,7 +23,7 @@
 use crate::init::{SETUP_FAILED, die_with_parent, fail, report, require, run_command, status_fd};
 use crate::setup_error::SetupError;
 use crate::status::{STATUS_FD, StatusMessage, TERMINAL_FD, send};
-use crate::{caps, landlock, rlimit, seccomp, sockfilter};
+use crate::{caps, landlock, metafilter, rlimit, seccomp, sockfilter};
 use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_record::EnforcementTier;
 use cofferdam_record::bundle::{
@@ -118,9 +119,26 @@ fn setup(plan: &SandboxPlan) -> Result<(), i32> {
         );
         return Err(SETUP_FAILED);
     }
-    if plan.landlock.tcp.is_some() {
+    // Landlock has no right for modes, owners, times or xattrs: the metadata filter closes
+    // what it can (everything but descriptor touch for root); its residual is `partial`.
+    let meta = metafilter::install(rustix::process::geteuid().is_root());
+    let meta_failed = meta.status == ControlStatus::Failed;
+    report(meta);
+    if meta_failed {
+        send(
+            status_fd(),
+            &StatusMessage::SetupFailed {
+                step: "install the metadata filter".into(),
+                error: "the seccomp metadata filter was refused (see its observation); \
+                        without it the command could change the modes of host files"
+                    .into(),
+            },
+        );
+        return Err(SETUP_FAILED);
+    }
+    if let Some(tcp) = &plan.landlock.tcp {
         report(unix_sockets(landlock_abi));
-        require(sockfilter::install(), "install the socket-family filter")?;
+        require(sockfilter::install(tcp), "install the socket filter")?;
     }
     report(hidden_paths(&plan.fs.hidden));
     require(seccomp::install(&filters), "install the seccomp filter")?;

@@ -388,6 +388,33 @@ pub fn install(filters: &SeccompFilters) -> ControlObservation {
     }
 }
 
+/// Test helper: run `f` in a forked child with `programs` installed in order (the test
+/// process stays unfiltered); the child's exit code is returned (100: a filter was refused).
+#[cfg(test)]
+pub(crate) fn in_filtered_child(programs: &[&BpfProgram], f: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: the child only makes syscalls (the programs are built) and exits with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let _ = rustix::thread::set_no_new_privs(true);
+        let code = if programs
+            .iter()
+            .any(|p| seccompiler::apply_filter(p).is_err())
+        {
+            100
+        } else {
+            f()
+        };
+        // SAFETY: _exit in the forked child.
+        unsafe { libc::_exit(code) }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status));
+    libc::WEXITSTATUS(status)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

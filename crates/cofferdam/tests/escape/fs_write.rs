@@ -191,14 +191,23 @@ fn usr(ctx: &Ctx) -> Outcome {
 
 fn etc_passwd(ctx: &Ctx) -> Outcome {
     let before = std::fs::read("/etc/passwd").unwrap();
+    let mode = || {
+        std::fs::metadata("/etc/passwd")
+            .unwrap()
+            .permissions()
+            .mode()
+    };
+    let mode_before = mode();
     let r = ctx.sh(
-        "echo 'pwn:x:0:0::/:/bin/sh' >> /etc/passwd; echo rc=$?; chmod 666 /etc/passwd; rm -f /etc/passwd",
+        // No chmod here: a tier that let it through would leave the real /etc/passwd
+        // world-writable (fw.metadata-system-file tries metadata on a scratch file).
+        "echo 'pwn:x:0:0::/:/bin/sh' >> /etc/passwd; echo rc=$?; rm -f /etc/passwd",
     );
     ctx.assert_boundary(&r);
     assert_ne!(r.value("rc"), Some("0"), "the append succeeded inside");
     let after = std::fs::read("/etc/passwd").unwrap();
     check(
-        before == after,
+        before == after && mode() == mode_before,
         "/etc/passwd unchanged; the append failed inside",
         "/etc/passwd changed on the host",
     )
@@ -267,7 +276,8 @@ fn hardlink_in_workdir(ctx: &Ctx) -> Outcome {
     if std::fs::hard_link(&target, ctx.work().join("hl")).is_err() {
         return Outcome::Skipped("cannot hard-link across these temp dirs".into());
     }
-    let r = ctx.sh("echo pwn > hl; echo more >> hl; chmod 777 hl");
+    // (chmod is refused for root on the scoped tier, inside the copy too.)
+    let r = ctx.sh("echo pwn > hl; echo more >> hl; chmod 777 hl 2>/dev/null; true");
     ctx.assert_boundary(&r);
     assert_eq!(r.code, Some(0), "{}", r.err);
     assert_eq!(r.changes(), vec![("hl".into(), "modified".into())]);

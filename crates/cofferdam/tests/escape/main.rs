@@ -36,6 +36,7 @@ mod fs_write;
 mod full_disk;
 mod harness;
 mod kernel;
+mod metadata;
 mod network;
 mod process;
 mod records;
@@ -51,6 +52,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         kernel::SYSCALL_ATTACKS,
         kernel::ATTACKS,
         network::ATTACKS,
+        metadata::ATTACKS,
         terminal::ATTACKS,
         records::ATTACKS,
         resources::ATTACKS,

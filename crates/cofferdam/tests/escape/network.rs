@@ -97,9 +97,9 @@ const CONNECT: &str = r#"
 import os, socket
 ok = []
 for host in os.environ["ADDRS"].split():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(2)
     try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(2)
         s.connect((host, int(os.environ["PORT"])))
         s.sendall(b"escaped")
         ok.append(host)
