@@ -1,0 +1,116 @@
+//! The end of a run's processes on the copy tiers (no pid namespace), through the real
+//! binary: a timeout ends a workload of fork-and-exit chains (which once made the end-of-run
+//! kill quadratic and the run never end), and a SIGKILLed supervisor leaves no process of
+//! the command behind. Timing only as a generous liveness bound.
+
+use crate::common::*;
+use crate::limits::{assert_gone, kill, processes_with, spawn, start, wait_for};
+use std::time::Duration;
+
+/// A workload that ignores SIGTERM and runs `argv[2]` fork-and-exit chains (each process
+/// forks and exits at once, its child goes on) for two minutes, then ends by itself.
+const CHAINS_C: &str = r#"
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    signal(SIGTERM, SIG_IGN);
+    struct rlimit r = {4096, 4096};
+    setrlimit(RLIMIT_NPROC, &r); /* a safety net for the host when run unprivileged */
+    time_t end = time(0) + 120;
+    int n = atoi(argv[2]);
+    for (int i = 0; i < n; i++) {
+        if (fork() == 0) {
+            while (time(0) < end) {
+                pid_t p = fork();
+                if (p > 0) _exit(0);
+                if (p < 0) usleep(1000);
+            }
+            _exit(0);
+        }
+    }
+    for (;;) pause();
+}
+"#;
+
+fn scoped_tier_here() -> bool {
+    require("Landlock", landlock_abi_independently() > 0)
+}
+
+#[test]
+fn a_timeout_ends_fork_and_exit_chains_on_the_scoped_tier_and_leaves_nothing() {
+    if !scoped_tier_here() {
+        return;
+    }
+    let s = Sandbox::new();
+    let src = s.write("chains.c", CHAINS_C);
+    let cc = std::process::Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(s.work.path().join("chains"))
+        .arg(&src)
+        .status();
+    if !require("a C compiler (cc)", cc.is_ok_and(|st| st.success())) {
+        return;
+    }
+    let marker = format!("chainmark{}", std::process::id());
+    let mut child = spawn(
+        &s,
+        &[
+            "run",
+            "-q",
+            "--tier",
+            "scoped",
+            "--timeout",
+            "2s",
+            "--",
+            "./chains",
+            &marker,
+            "40",
+        ],
+    );
+    // A liveness bound, not a timing: the run must end, long before the chains would.
+    let ended = wait_for(Duration::from_secs(60), || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    let status = child.wait().unwrap();
+    assert!(ended, "a --timeout 2s run was still running after 60 s");
+    assert_eq!(status.code(), Some(124), "{status:?}");
+    assert_gone(&marker, 5);
+}
+
+#[test]
+fn a_killed_supervisor_on_the_scoped_tier_leaves_no_process_of_the_command() {
+    if !scoped_tier_here() {
+        return;
+    }
+    let s = Sandbox::new();
+    let marker = "73541";
+    let script = format!(
+        "sleep {marker} & (trap '' TERM HUP; exec sleep {marker}) & setsid sleep {marker} & \
+         sleep {marker}"
+    );
+    let mut child = start(
+        &s,
+        &["run", "-q", "--tier", "scoped", "--", "sh", "-c", &script],
+        marker,
+    );
+    let sleeps = || {
+        processes_with(marker)
+            .iter()
+            .filter(|p| p.contains(": sleep "))
+            .count()
+    };
+    assert!(wait_for(Duration::from_secs(10), || sleeps() == 4));
+    kill(&child, libc::SIGKILL);
+    child.wait().unwrap();
+    assert_gone(marker, 5);
+    let out = s.cmd().args(["status", "--json", "last"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json_of(&out)["review_context"]["job_state"], "interrupted");
+}
