@@ -114,3 +114,55 @@ fn a_killed_supervisor_on_the_scoped_tier_leaves_no_process_of_the_command() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(json_of(&out)["review_context"]["job_state"], "interrupted");
 }
+
+#[test]
+fn kill_signals_only_the_process_that_holds_the_job_lock() {
+    if !scoped_tier_here() {
+        return;
+    }
+    let s = Sandbox::new();
+    // An unrelated process of the user, older than the run: what a recycled pid could be.
+    let mut decoy = std::process::Command::new("sleep")
+        .arg("73542")
+        .spawn()
+        .unwrap();
+    let mut child = start(
+        &s,
+        &["run", "-q", "--tier", "scoped", "--", "sleep", "73543"],
+        "73543",
+    );
+    kill(&child, libc::SIGKILL);
+    child.wait().unwrap();
+    assert_gone("73543", 5);
+    // The dead supervisor's job still says `active`; its pid now names the decoy, and
+    // another process (this test, as any other cofferdam command could) holds the lock.
+    let jobs = s.store.path().join("jobs");
+    let dir = std::fs::read_dir(&jobs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let state_path = dir.join("job.json");
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state_path).unwrap()).unwrap();
+    assert_eq!(state["state"], "active", "{state}");
+    state["pid"] = decoy.id().into();
+    std::fs::write(&state_path, serde_json::to_vec(&state).unwrap()).unwrap();
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("lock"))
+        .unwrap();
+    lock.lock().unwrap();
+
+    let out = s.cmd().args(["kill", "last"]).output().unwrap();
+    let alive = matches!(decoy.try_wait(), Ok(None));
+    let _ = decoy.kill();
+    let _ = decoy.wait();
+    assert!(alive, "kill signalled a process that is not the supervisor");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not running"),
+        "{out:?}"
+    );
+}
