@@ -83,8 +83,27 @@ impl Watch {
         self.stop.as_ref()
     }
 
-    /// Problems met while stopping (a kill that failed).
-    pub fn into_parts(self) -> (Option<Cause>, Vec<String>) {
+    /// Why the run was stopped and the problems met while stopping (a kill that failed).
+    /// Called once the init has ended: every process still in the run's cgroups is killed
+    /// first. One can be there although the init ends its tree: the command runs as the
+    /// caller's user and can SIGKILL its init, whose orphans then go to the host's init.
+    pub fn into_parts(mut self) -> (Option<Cause>, Vec<String>) {
+        // Not counted: the init itself, which may still be exiting (the supervisor's child).
+        let me = std::process::id();
+        let left: usize = self
+            .spec
+            .cgroup_procs
+            .iter()
+            .flat_map(|procs| pids_in(procs))
+            .filter(|&pid| parent_of(pid) != Some(me))
+            .count();
+        if left > 0 {
+            sweep_cgroups(&self.spec.cgroup_procs);
+            self.warnings.push(format!(
+                "{left} process(es) of the run outlived its init (killed by the workload?) \
+                 and were killed through the run's cgroup"
+            ));
+        }
         (self.stop, self.warnings)
     }
 
@@ -208,16 +227,22 @@ impl Watch {
         self.warnings.extend(failed);
         // std's kill does nothing once the child is reaped.
         let _ = init.kill();
-        for procs in &self.spec.cgroup_procs {
-            if cgroup_kill(procs) {
-                continue;
+        sweep_cgroups(&self.spec.cgroup_procs);
+    }
+}
+
+/// Kill every process in the run's cgroups: `cgroup.kill` on v2, else `cgroup.procs` listed
+/// and killed round after round until empty (bounded).
+fn sweep_cgroups(procs_files: &[PathBuf]) {
+    for procs in procs_files {
+        if cgroup_kill(procs) {
+            continue;
+        }
+        for _ in 0..CGROUP_ROUNDS {
+            if !kill_cgroup_members(procs) {
+                break;
             }
-            for _ in 0..CGROUP_ROUNDS {
-                if !kill_cgroup_members(procs) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }

@@ -166,3 +166,49 @@ fn kill_signals_only_the_process_that_holds_the_job_lock() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_workload_that_kills_its_init_leaves_nothing_behind_when_the_run_has_a_cgroup() {
+    if !scoped_tier_here() {
+        return;
+    }
+    let s = Sandbox::new();
+    let marker = "73544";
+    // The command runs as the caller's user: it can SIGKILL its init, whose handler then
+    // cannot run; the setsid'd sleep is orphaned to the host's init.
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--tier", "scoped", "--", "sh", "-c"])
+        .arg(format!(
+            "setsid sleep {marker} >/dev/null 2>&1 </dev/null & sleep 0.3; kill -9 $PPID"
+        ))
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    let b = crate::limits::last_bundle(&s);
+    if b["resources"]["mechanisms"]
+        .to_string()
+        .contains("pids: cgroup")
+    {
+        assert_gone(marker, 5);
+        assert!(
+            b["run"]["warnings"]
+                .to_string()
+                .contains("outlived its init"),
+            "{}",
+            b["run"]["warnings"]
+        );
+    } else {
+        // No cgroup (an unprivileged caller without delegation): the known residual, said
+        // in recover.rs and the README. Asserted so that it is noticed once it is closed.
+        let left = processes_with(marker);
+        for p in &left {
+            let pid: i32 = p.split(':').next().unwrap().parse().unwrap();
+            // SAFETY: kill(2) on the orphan this test's workload made (found by marker).
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        assert!(!left.is_empty(), "closed without a cgroup: update the docs");
+    }
+}
