@@ -398,6 +398,8 @@ pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
     let mut env_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
 
+    // SAFETY: getpid has no failure mode.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: pid 1 is single-threaded; the child only execs, writes a status line and exits.
     let child = unsafe { libc::fork() };
     if child < 0 {
@@ -416,6 +418,7 @@ pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
         return 126;
     }
     if child == 0 {
+        crate::reaper::die_with_init(parent);
         set_handlers(FORWARDED, libc::SIG_DFL);
         // The init is a Rust program, whose runtime ignores SIGPIPE; the command must start
         // with the default (`yes | head` ends `yes` by SIGPIPE).

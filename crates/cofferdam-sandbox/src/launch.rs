@@ -263,6 +263,11 @@ pub fn run_sealed_with_network(
             Ok(())
         });
     }
+    if plan.tier != cofferdam_record::EnforcementTier::MountnsPivotRootLandlockSeccomp {
+        // No pid namespace: what the command detaches must come back to this process if it
+        // kills its init (`Watch::into_parts` ends it). prctl with these arguments cannot fail.
+        let _ = crate::watch::become_subreaper();
+    }
     let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
         exe: exe.display().to_string(),
         source,

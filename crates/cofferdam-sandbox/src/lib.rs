@@ -18,6 +18,7 @@ pub mod mounts;
 pub mod netif;
 pub mod probe;
 pub mod pty;
+pub mod reaper;
 pub mod relay;
 pub mod rlimit;
 pub mod scoped;

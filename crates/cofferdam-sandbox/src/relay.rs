@@ -370,7 +370,7 @@ impl Relay {
                 l.warnings.push(e.clone());
             }
         }
-        let (stop, watch_warnings) = l.watch.into_parts();
+        let (stop, watch_warnings) = l.watch.into_parts(child.id());
         l.warnings.extend(watch_warnings);
         Ok(Relayed {
             stream: l.stream,

@@ -16,14 +16,15 @@
 //!
 //! The init is a child subreaper: when the command's main process ends, every descendant
 //! left (daemons, background jobs) is killed before the init exits, so nothing keeps
-//! writing to the copy after the stage is sealed.
+//! writing to the copy after the stage is sealed; and so it is when the supervisor dies
+//! or stops the run (`crate::reaper`).
 //!
 //! Owns the order only; each mechanism is its own module. Single-threaded, like the init.
 
-use crate::init::{SETUP_FAILED, die_with_parent, fail, report, require, run_command, status_fd};
+use crate::init::{SETUP_FAILED, fail, report, require, run_command, status_fd};
 use crate::setup_error::SetupError;
 use crate::status::{STATUS_FD, StatusMessage, TERMINAL_FD, send};
-use crate::{caps, landlock, metafilter, rlimit, seccomp, sockfilter};
+use crate::{caps, landlock, metafilter, reaper, rlimit, seccomp, sockfilter};
 use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_record::EnforcementTier;
 use cofferdam_record::bundle::{
@@ -37,7 +38,9 @@ pub const UNIX_CONNECT_ABI: u32 = 9;
 
 /// Run the plan on the scoped or advisory tier; returns the init's exit code.
 pub fn run_scoped(plan: &SandboxPlan) -> i32 {
-    die_with_parent();
+    // Not SIGKILL as on the sealed tier: without a pid namespace the init must live to end
+    // the command's tree when the supervisor dies (`crate::reaper`).
+    reaper::end_tree_with_parent();
     // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) takes an integer flag and changes no memory.
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
@@ -46,7 +49,7 @@ pub fn run_scoped(plan: &SandboxPlan) -> i32 {
         return code;
     }
     let code = run_command(plan);
-    kill_descendants();
+    reaper::kill_descendants();
     code
 }
 
@@ -241,36 +244,6 @@ fn hidden_paths(paths: &[PathBuf]) -> ControlObservation {
         o.details.insert("exposed".into(), json!(exposed));
     }
     o
-}
-
-/// Kill every process left below the init (orphans reparent to it as a subreaper) until it
-/// has no child left.
-fn kill_descendants() {
-    loop {
-        let children = std::fs::read_dir("/proc/self/task")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-            .flat_map(|s| {
-                s.split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok())
-                    .collect::<Vec<_>>()
-            })
-            .collect::<Vec<_>>();
-        for pid in &children {
-            // SAFETY: kill(2) on a pid that is our own child (not yet reaped, so the pid
-            // cannot have been reused).
-            unsafe {
-                libc::kill(*pid, libc::SIGKILL);
-            }
-        }
-        match rustix::process::wait(rustix::process::WaitOptions::empty()) {
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return, // ECHILD: nothing left
-        }
-    }
 }
 
 #[cfg(test)]

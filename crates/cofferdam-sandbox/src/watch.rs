@@ -1,8 +1,9 @@
 //! The supervisor's watch over a running sandbox: the wall-clock timeout, cancellation
 //! (SIGINT, SIGTERM or SIGHUP to cofferdam, `cofferdam kill`), and the stage-size cap, each
 //! ending the run the same way: SIGTERM to the workload (through the init, which forwards it
-//! to pid 1, which forwards it to the command), a grace period, then SIGKILL of pid 1 of the
-//! sandbox's pid namespace, which ends every process in it.
+//! to pid 1, which forwards it to the command), a grace period, then the end of the whole
+//! tree ([`crate::reaper::END_TREE`] to the init, SIGKILL of what is left: see
+//! `Watch::kill`).
 //!
 //! Driven by the relay loop (`crate::relay`) on the supervisor's thread: the loop asks
 //! [`Watch::wake_in`] how long it may sleep and calls [`Watch::tick`] and
@@ -14,6 +15,7 @@
 //! [`STAGE_POLL_INTERVAL`] (less often when a walk takes longer than a tenth of that), so a burst between two polls can overshoot the cap before the
 //! workload is stopped (the check at seal is exact, and fails the run as well).
 
+use crate::reaper::END_TREE;
 use cofferdam_policy::verdict::{Cause, stage_cause};
 use rustix::process::{Pid, PidfdFlags, Signal};
 use std::collections::HashSet;
@@ -81,8 +83,38 @@ impl Watch {
         self.stop.as_ref()
     }
 
-    /// Problems met while stopping (a kill that failed).
-    pub fn into_parts(self) -> (Option<Cause>, Vec<String>) {
+    /// Why the run was stopped and the problems met while stopping (a kill that failed).
+    /// Called once the init has ended: every process still in the run's cgroups is killed
+    /// first. One can be there although the init ends its tree: the command runs as the
+    /// caller's user and can SIGKILL its init, whose orphans then go to the host's init.
+    ///
+    /// Without a cgroup, such orphans reach the supervisor instead, when it is a child
+    /// subreaper (the copy tiers, [`become_subreaper`]): every child of this process but the
+    /// init (`init_pid`) is one of them, and is killed and reaped here.
+    pub fn into_parts(mut self, init_pid: u32) -> (Option<Cause>, Vec<String>) {
+        let orphans = sweep_orphans(init_pid);
+        if orphans > 0 {
+            self.warnings.push(format!(
+                "{orphans} process(es) of the run outlived its init (killed by the workload?) \
+                 and were killed by cofferdam, their subreaper"
+            ));
+        }
+        // Not counted: the init itself, which may still be exiting (the supervisor's child).
+        let me = std::process::id();
+        let left: usize = self
+            .spec
+            .cgroup_procs
+            .iter()
+            .flat_map(|procs| pids_in(procs))
+            .filter(|&pid| parent_of(pid) != Some(me))
+            .count();
+        if left > 0 {
+            sweep_cgroups(&self.spec.cgroup_procs);
+            self.warnings.push(format!(
+                "{left} process(es) of the run outlived its init (killed by the workload?) \
+                 and were killed through the run's cgroup"
+            ));
+        }
         (self.stop, self.warnings)
     }
 
@@ -170,44 +202,127 @@ impl Watch {
         }
     }
 
-    /// SIGKILL pid 1 of the sandbox (ending its whole pid namespace), every process left in
-    /// the run's cgroups, and the init.
+    /// End the sandbox: the init's whole tree, the init, then whatever is left in the run's
+    /// cgroups.
     ///
-    /// On the tiers without a pid namespace killing the init's child ends nothing below it:
-    /// orphans reparent to the init (a child subreaper), so its children are killed round
-    /// after round until none is left, and only then the init (killing it first would hand
-    /// them to the host's init instead).
+    /// The init is sent [`END_TREE`]: on the tiers without a pid namespace its handler
+    /// kills and reaps every descendant (orphans reparent to it, a child subreaper) and
+    /// exits; on the sealed tier the signal's default action ends the init, and pid 1 and
+    /// its namespace die with it. Meanwhile each round SIGKILLs the init's children (one
+    /// listing, an O(1) parentage check per pid); the rounds end when the init has exited
+    /// or after [`KILL_WAIT`], and only then is the init SIGKILLed (killing it first would
+    /// hand its orphans to the host's init). Last, every process still in a run's cgroup
+    /// (one that left the init's tree, or outlived an init killed early) is killed: with
+    /// `cgroup.kill` on cgroup v2, else by listing `cgroup.procs` round after round.
     fn kill(&mut self, init: &mut Child) {
         self.killed = true;
-        for _ in 0..KILL_ROUNDS {
-            if !matches!(init.try_wait(), Ok(None)) {
-                break;
+        let deadline = Instant::now() + KILL_WAIT;
+        if let Ok(None) = init.try_wait()
+            && let Ok(pid) = libc::pid_t::try_from(init.id())
+        {
+            // SAFETY: kill(2) on our own unreaped child (try_wait just said so).
+            unsafe {
+                libc::kill(pid, END_TREE);
             }
-            let left = children(init.id());
-            if left.is_empty() {
-                break;
-            }
-            for pid in left {
-                if let Err(e) = kill_if(pid, || children(init.id()).contains(&pid)) {
-                    self.warnings
-                        .push(format!("cannot kill the sandbox's process {pid}: {e}"));
+        }
+        let mut failed = None;
+        while matches!(init.try_wait(), Ok(None)) && Instant::now() < deadline {
+            let parent = init.id();
+            for pid in children(parent) {
+                if let Err(e) = kill_if(pid, || parent_of(pid) == Some(parent)) {
+                    failed = Some(format!("cannot kill the sandbox's process {pid}: {e}"));
                 }
             }
-            // Let the init reap them and inherit their orphans.
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(5));
         }
-        for procs in &self.spec.cgroup_procs {
-            for pid in pids_in(procs) {
-                let _ = kill_if(pid, || pids_in(procs).contains(&pid));
-            }
-        }
+        self.warnings.extend(failed);
         // std's kill does nothing once the child is reaped.
         let _ = init.kill();
+        sweep_cgroups(&self.spec.cgroup_procs);
     }
 }
 
-/// How many times [`Watch::kill`] kills the init's children before giving up on them.
-const KILL_ROUNDS: usize = 50;
+/// Kill every process in the run's cgroups: `cgroup.kill` on v2, else `cgroup.procs` listed
+/// and killed round after round until empty (bounded).
+fn sweep_cgroups(procs_files: &[PathBuf]) {
+    for procs in procs_files {
+        if cgroup_kill(procs) {
+            continue;
+        }
+        for _ in 0..CGROUP_ROUNDS {
+            if !kill_cgroup_members(procs) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Make this process (the supervisor) a child subreaper, so that a process the command
+/// detached is handed to it, not to the host's init, when the command kills the init (on the
+/// tiers without a pid namespace it runs as the caller's user and can): [`Watch::into_parts`]
+/// then ends it. Only for those tiers: with a pid namespace nothing can leave.
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) takes an integer flag and changes no memory.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Kill and reap every child of this process but `init_pid` (orphans of the run handed to
+/// the supervisor as their subreaper), round after round until none is left or the bound
+/// is reached; how many were killed. A child not yet reaped keeps its pid, so none can be a
+/// recycled one; each is reaped by its own pid, never the init.
+fn sweep_orphans(init_pid: u32) -> usize {
+    let mut killed = 0;
+    let deadline = Instant::now() + KILL_WAIT;
+    loop {
+        let orphans: Vec<u32> = own_children()
+            .into_iter()
+            .filter(|&p| p != init_pid)
+            .collect();
+        if orphans.is_empty() || Instant::now() > deadline {
+            return killed;
+        }
+        for &pid in &orphans {
+            let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+                continue;
+            };
+            if rustix::process::kill_process(p, Signal::KILL).is_ok() {
+                killed += 1;
+            }
+        }
+        for &pid in &orphans {
+            if let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+                let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::empty());
+            }
+        }
+    }
+}
+
+/// The children of every thread of this process.
+fn own_children() -> Vec<u32> {
+    let me = std::process::id();
+    std::fs::read_dir(format!("/proc/{me}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// How many times [`Watch::kill`] lists a v1 cgroup's processes to kill them.
+const CGROUP_ROUNDS: usize = 200;
+
+/// How long [`Watch::kill`] lets the init end its tree before SIGKILLing it.
+const KILL_WAIT: Duration = Duration::from_secs(10);
 
 /// The children of `pid` (`/proc/PID/task/PID/children`); empty when unreadable.
 fn children(pid: u32) -> Vec<u32> {
@@ -218,6 +333,45 @@ fn children(pid: u32) -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The parent of `pid` (field 4 of `/proc/PID/stat`, after the command name, which may
+/// hold spaces and parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Kill every process in the cgroup of `procs` at once with its `cgroup.kill` (cgroup v2,
+/// Linux 5.14+); `false` when there is no such file (v1, older kernels).
+fn cgroup_kill(procs: &Path) -> bool {
+    procs
+        .parent()
+        .is_some_and(|dir| std::fs::write(dir.join("cgroup.kill"), "1").is_ok())
+}
+
+/// SIGKILL each process listed in a `cgroup.procs` file (one listing); `false` when none
+/// is listed. A pid is killed only when, pinned by its pidfd, `/proc/PID/cgroup` still
+/// names the run's cgroup, whose directory name is unique to the run.
+fn kill_cgroup_members(procs: &Path) -> bool {
+    let Some(name) = procs
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| format!("/{}", n.to_string_lossy()))
+    else {
+        return false;
+    };
+    let pids = pids_in(procs);
+    for &pid in &pids {
+        let _ = kill_if(pid, || {
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| {
+                c.lines()
+                    .any(|l| l.ends_with(&name) || l.contains(&format!("{name}/")))
+            })
+        });
+    }
+    !pids.is_empty()
 }
 
 /// The pids listed in a `cgroup.procs` file.

@@ -169,6 +169,23 @@ pub enum JobError {
     },
 }
 
+/// Whether `/proc/locks` text `table` has a `FLOCK` lock owned by `pid` on inode `ino`.
+/// Lines look like `1: FLOCK  ADVISORY  WRITE 41234 08:02:1311 0 EOF` (blocked waiters
+/// have `->` before the type and are not holders). The device is not compared: its
+/// numbers there are the superblock's, which differ from `st_dev` on some filesystems
+/// (btrfs subvolumes); the owner and the inode together are what identifies the lock.
+fn flock_held(table: &str, pid: u32, ino: u64) -> bool {
+    table.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.get(1) == Some(&"FLOCK")
+            && f.get(4).and_then(|p| p.parse::<u32>().ok()) == Some(pid)
+            && f.get(5)
+                .and_then(|d| d.rsplit(':').next())
+                .and_then(|i| i.parse::<u64>().ok())
+                == Some(ino)
+    })
+}
+
 fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> JobError + 'a {
     move |source| JobError::Io {
         action,
@@ -419,13 +436,29 @@ impl Job {
     }
 
     /// Whether some process holds the lock right now (for an `active` job: whether its
-    /// supervisor is alive). Takes and releases the lock when it is free.
+    /// supervisor is alive). A probe without effect on the job: when the lock is free it is
+    /// taken and let go at once on a descriptor of its own, and nothing else happens (the
+    /// records reserve stays; only a real lock releases it).
     pub fn is_locked(&self) -> Result<bool, JobError> {
-        match self.try_lock() {
-            Ok(_lock) => Ok(false),
-            Err(JobError::Busy { .. }) => Ok(true),
-            Err(e) => Err(e),
+        let file = self.open_lock_file()?;
+        match file.try_lock() {
+            Ok(()) => Ok(false),
+            Err(fs::TryLockError::WouldBlock) => Ok(true),
+            Err(fs::TryLockError::Error(e)) => Err(io_err("lock", &self.lock_path())(e)),
         }
+    }
+
+    /// Whether process `pid` itself holds the job's lock, from the kernel's table of file
+    /// locks (`/proc/locks`: a `FLOCK` entry on the lock file's inode whose owner is `pid`);
+    /// `None` when that table cannot be read. Without effect on the lock.
+    pub fn lock_held_by(&self, pid: u32) -> Result<Option<bool>, JobError> {
+        let ino = fs::metadata(self.lock_path())
+            .map_err(io_err("inspect", &self.lock_path()))?
+            .ino();
+        let Ok(table) = fs::read_to_string("/proc/locks") else {
+            return Ok(None);
+        };
+        Ok(Some(flock_held(&table, pid, ino)))
     }
 
     fn open_lock_file(&self) -> Result<File, JobError> {
@@ -1007,6 +1040,20 @@ pub fn write_atomic_with(
 
 #[cfg(test)]
 mod tests {
+    use super::flock_held;
+
+    #[test]
+    fn a_flock_holder_is_found_by_owner_and_inode_and_a_waiter_is_not() {
+        let table = "1: FLOCK  ADVISORY  WRITE 41234 08:02:1311 0 EOF\n\
+                     1: -> FLOCK  ADVISORY  WRITE 555 08:02:1311 0 EOF\n\
+                     2: POSIX  ADVISORY  WRITE 777 00:1f:99 0 EOF\n";
+        assert!(flock_held(table, 41234, 1311));
+        assert!(!flock_held(table, 41234, 1312));
+        assert!(!flock_held(table, 555, 1311));
+        assert!(!flock_held(table, 777, 99));
+        assert!(!flock_held("garbage\n\n1:", 1, 1));
+    }
+
     use super::*;
 
     #[test]

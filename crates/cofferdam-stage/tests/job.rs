@@ -173,6 +173,28 @@ fn the_lock_excludes() {
 }
 
 #[test]
+fn probing_the_lock_has_no_effect_and_names_its_holder() {
+    let e = env();
+    let store = JobStore::open(&e.root).unwrap();
+    let (job, lock) = store.create_locked(&e.work_a, None).unwrap();
+    let me = std::process::id();
+    // The holder is found by pid (when /proc/locks is readable), nobody else is.
+    assert_ne!(job.lock_held_by(me).unwrap(), Some(false));
+    assert_ne!(job.lock_held_by(me + 1).unwrap(), Some(true));
+    let reserve = job.dir().join("reserve");
+    assert!(reserve.exists(), "a new job has its records reserve");
+    drop(lock);
+    assert_ne!(job.lock_held_by(me).unwrap(), Some(true));
+    // A free lock probed: still free, and the records reserve is still there.
+    assert!(!job.is_locked().unwrap());
+    assert!(!job.is_locked().unwrap());
+    assert!(reserve.exists(), "a probe released the records reserve");
+    // A real lock releases it.
+    drop(job.try_lock().unwrap());
+    assert!(!reserve.exists());
+}
+
+#[test]
 fn list_is_newest_first_and_survives_a_broken_job() {
     let e = env();
     let store = JobStore::open(&e.root).unwrap();

@@ -1,6 +1,13 @@
 //! A job whose supervisor died (SIGKILL, a crash, a power cut): its sandbox died with it
-//! (parent-death signals), its stage is intact but was never sealed, and it has no Run
-//! Bundle. `status --review` and `apply` seal it on demand with [`seal_interrupted`]: the
+//! through parent-death signals (sealed tier: the init and pid 1 are SIGKILLed and the pid
+//! namespace ends with pid 1; copy tiers: the init's parent-death signal is
+//! `cofferdam_sandbox::reaper::END_TREE`, whose handler kills and reaps every descendant,
+//! orphans included, before the init exits, and the command dies with the init). One
+//! residual on the copy tiers: a process detached after its init was SIGKILLed (the command
+//! runs as the same user and can do that) belongs to the supervisor, a child subreaper, and
+//! when the supervisor dies as well it is handed to the host's init and is not found this
+//! way. Its stage is intact but was never sealed, and it has no Run Bundle.
+//! `status --review` and `apply` seal it on demand with [`seal_interrupted`]: the
 //! stage is classified and fingerprinted as at the end of a run, and the provisional bundle
 //! the run wrote when it started ([`write_provisional`]: the policy, the plan, what the
 //! supervisor itself installed) becomes the Run Bundle, with the filesystem filled in and a

@@ -35,7 +35,7 @@ fn v1_as_root(controller: &str) -> bool {
             })
 }
 
-fn last_bundle(s: &Sandbox) -> Value {
+pub(crate) fn last_bundle(s: &Sandbox) -> Value {
     let out = s.cmd().args(["status", "--json", "last"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
     json_of(&out)
@@ -46,7 +46,7 @@ fn trace_of(b: &Value) -> String {
 }
 
 /// Processes whose command line contains `marker` (a unique argument of the workload).
-fn processes_with(marker: &str) -> Vec<String> {
+pub(crate) fn processes_with(marker: &str) -> Vec<String> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -64,7 +64,7 @@ fn processes_with(marker: &str) -> Vec<String> {
 }
 
 /// Wait up to `limit` for `cond`.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let t = Instant::now();
     while t.elapsed() < limit {
         if cond() {
@@ -76,7 +76,7 @@ fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// `cofferdam ARGS` started in the background with the test's clean environment.
-fn spawn(s: &Sandbox, args: &[&str]) -> Child {
+pub(crate) fn spawn(s: &Sandbox, args: &[&str]) -> Child {
     std::process::Command::new(assert_cmd::cargo::cargo_bin("cofferdam"))
         .env_clear()
         .env("HOME", s.home.path())
@@ -92,7 +92,7 @@ fn spawn(s: &Sandbox, args: &[&str]) -> Child {
 }
 
 /// `spawn`, then wait until the workload (`marker`) runs.
-fn start(s: &Sandbox, args: &[&str], marker: &str) -> Child {
+pub(crate) fn start(s: &Sandbox, args: &[&str], marker: &str) -> Child {
     let child = spawn(s, args);
     let started = wait_for(Duration::from_secs(20), || {
         !processes_with(marker).is_empty()
@@ -102,7 +102,7 @@ fn start(s: &Sandbox, args: &[&str], marker: &str) -> Child {
 }
 
 /// Assert that no process with `marker` is left within `secs`.
-fn assert_gone(marker: &str, secs: u64) {
+pub(crate) fn assert_gone(marker: &str, secs: u64) {
     let gone = wait_for(Duration::from_secs(secs), || {
         processes_with(marker).is_empty()
     });
@@ -116,7 +116,7 @@ fn run_q(s: &Sandbox) -> assert_cmd::Command {
     c
 }
 
-fn kill(child: &Child, sig: i32) {
+pub(crate) fn kill(child: &Child, sig: i32) {
     let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: kill(2) on our own unreaped child.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);

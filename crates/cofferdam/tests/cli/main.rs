@@ -7,6 +7,7 @@
 mod apply;
 mod common;
 mod equivalence;
+mod lifecycle;
 mod limits;
 mod load;
 mod net;
