@@ -96,21 +96,29 @@ fn under(root: &Path, host: &Path) -> PathBuf {
     root.join(host.strip_prefix("/").unwrap_or(host))
 }
 
+/// `mkdir -p`: the directory itself first, its parents only when it has none (most mount
+/// points' parents exist, so one system call instead of one per component).
 fn mkdir_p(path: &Path) -> Result<(), SetupError> {
-    let mut cur = PathBuf::from("/");
-    for c in path.components().skip(1) {
-        cur.push(c);
-        match rustix::fs::mkdir(&cur, Mode::from_raw_mode(0o755)) {
-            Ok(()) | Err(Errno::EXIST) => {}
-            Err(e) => {
-                return Err(SetupError {
-                    step: format!("mkdir {}", cur.display()),
-                    errno: e,
-                });
+    let err = |e| SetupError {
+        step: format!("mkdir {}", path.display()),
+        errno: e,
+    };
+    match rustix::fs::mkdir(path, Mode::from_raw_mode(0o755)) {
+        Ok(()) | Err(Errno::EXIST) => Ok(()),
+        Err(Errno::NOENT) => {
+            match path.parent() {
+                Some(parent) if parent != path && !parent.as_os_str().is_empty() => {
+                    mkdir_p(parent)?;
+                }
+                _ => return Err(err(Errno::NOENT)),
+            }
+            match rustix::fs::mkdir(path, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => Ok(()),
+                Err(e) => Err(err(e)),
             }
         }
+        Err(e) => Err(err(e)),
     }
-    Ok(())
 }
 
 /// Create an empty file to bind a file over.
@@ -370,9 +378,10 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     // A secret that is a symlink (a dotfile manager's `~/.ssh -> dotfiles/ssh`) is hidden at
     // its host target too, which may lie inside a visible tree such as the workdir.
     let mut masked = Vec::new();
+    let mut real_dirs = std::collections::HashMap::new();
     for h in &plan.hidden {
         let mut targets = vec![h.clone()];
-        if let Ok(real) = std::fs::canonicalize(h)
+        if let Some(real) = real_path(h, &mut real_dirs)
             && real != *h
         {
             targets.push(real);
@@ -435,6 +444,28 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
 /// When the host's `/etc/resolv.conf` is a symlink (systemd-resolved's stub), the file is
 /// bound where the link points, created in the root's tmpfs when that lies outside the
 /// system view. The source is written to the root tmpfs, bound read-only, and unlinked.
+/// Where `path` really is (`canonicalize`), with the canonical parent directories
+/// remembered in `dirs`: the hidden paths share a few parents (home, `~/.config`, `/etc`), and
+/// only a path that is itself a symlink needs resolving whole. `None` when it does not
+/// exist.
+fn real_path(
+    path: &Path,
+    dirs: &mut std::collections::HashMap<PathBuf, Option<PathBuf>>,
+) -> Option<PathBuf> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return std::fs::canonicalize(path).ok();
+    };
+    if meta.file_type().is_symlink() {
+        return std::fs::canonicalize(path).ok();
+    }
+    let real_parent = dirs
+        .entry(parent.to_path_buf())
+        .or_insert_with(|| std::fs::canonicalize(parent).ok())
+        .clone()?;
+    Some(real_parent.join(name))
+}
+
 fn resolv_conf(root: &Path, text: &str) -> Result<(), SetupError> {
     let etc = Path::new("/etc/resolv.conf");
     let inside = match rustix::fs::readlink(etc, Vec::new()) {
