@@ -853,18 +853,12 @@ fn serve_proxy(shared: &Shared, mut client: TcpStream) {
         }
         Verdict::Allow { host, upstream, .. } => (host.clone(), upstream.clone()),
     };
-    let proxy = InterceptedProtocol::HttpConnect;
-    match req {
-        sniff::ProxyRequest::Connect { .. } => go_upstream(
-            shared,
-            client,
-            proxy,
-            &v,
-            &checked,
-            port,
-            &upstream,
-            &buf[end..],
-            Some(b"HTTP/1.1 200 Connection established\r\n\r\n"),
+    // A CONNECT tunnel sends on what followed the request head, after the 200; a forwarded
+    // request goes up as the request line the origin expects and the rest of the head.
+    let (first, reply): (Vec<u8>, &[u8]) = match req {
+        sniff::ProxyRequest::Connect { .. } => (
+            buf[end..].to_vec(),
+            b"HTTP/1.1 200 Connection established\r\n\r\n",
         ),
         sniff::ProxyRequest::Forward { request_line, .. } => {
             let line_end = buf
@@ -873,17 +867,19 @@ fn serve_proxy(shared: &Shared, mut client: TcpStream) {
                 .map_or(end, |i| i + 2);
             let mut first = request_line.into_bytes();
             first.extend_from_slice(&buf[line_end..]);
-            go_upstream(
-                shared,
-                client,
-                proxy,
-                &v,
-                &checked,
-                port,
-                &upstream,
-                &first,
-                Some(b""),
-            );
+            (first, b"")
         }
-    }
+    };
+    let proxy = InterceptedProtocol::HttpConnect;
+    go_upstream(
+        shared,
+        client,
+        proxy,
+        &v,
+        &checked,
+        port,
+        &upstream,
+        &first,
+        Some(reply),
+    );
 }
