@@ -141,32 +141,238 @@ pub(crate) fn fail(e: &SetupError) -> i32 {
     SETUP_FAILED
 }
 
-fn read_plan() -> Result<SandboxPlan, String> {
-    // SAFETY: the supervisor hands the plan pipe's read end as fd PLAN_FD; we take
-    // ownership here and it is closed when `fd` drops.
-    let fd = unsafe { OwnedFd::from_raw_fd(PLAN_FD) };
-    let mut bytes = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        match rustix::io::read(&fd, &mut buf) {
-            Ok(0) => break,
-            Ok(n) => bytes.extend_from_slice(&buf[..n]),
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(format!("read the plan: {e}")),
+/// The plan pipe (fd [`PLAN_FD`]), read in two steps: the plan, then the supervisor's go.
+///
+/// The supervisor starts the init before its job exists, so the init's start and its
+/// namespaces overlap the supervisor's own setup: it writes the plan (JSON, ended by a NUL
+/// byte) as soon as it has one, then a single [`GO`] byte once the job directory, the
+/// run's cgroups and the provisional records are in place. Nothing that touches the job or
+/// starts a process of the run happens before the go; when the pipe ends without it, the
+/// supervisor has given up and the init leaves quietly.
+struct PlanChannel {
+    fd: OwnedFd,
+    /// Bytes read past the plan's end (the go, when it came in the same read).
+    rest: Vec<u8>,
+}
+
+/// The byte that releases the init after the plan (see [`PlanChannel`]).
+pub const GO: u8 = b'G';
+
+/// What ended the wait for the supervisor's go without one.
+const NO_GO: &str = "the supervisor stopped before starting the command";
+
+impl PlanChannel {
+    fn open() -> Self {
+        // SAFETY: the supervisor hands the plan pipe's read end as fd PLAN_FD; we take
+        // ownership here and it is closed when the channel drops.
+        Self::from_fd(unsafe { OwnedFd::from_raw_fd(PLAN_FD) })
+    }
+
+    fn from_fd(fd: OwnedFd) -> Self {
+        Self {
+            fd,
+            rest: Vec::new(),
         }
     }
-    serde_json::from_slice(&bytes).map_err(|e| format!("parse the plan: {e}"))
+
+    /// Read more bytes into `rest`; `false` at the end of the pipe.
+    fn fill(&mut self) -> Result<bool, String> {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match rustix::io::read(&self.fd, &mut buf) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.rest.extend_from_slice(&buf[..n]);
+                    return Ok(true);
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(format!("read the plan: {e}")),
+            }
+        }
+    }
+
+    /// The plan: every byte up to the first NUL.
+    fn plan(&mut self) -> Result<SandboxPlan, String> {
+        let mut scanned = 0;
+        loop {
+            if let Some(end) = self.rest[scanned..].iter().position(|&b| b == 0) {
+                let end = scanned + end;
+                let plan = serde_json::from_slice(&self.rest[..end])
+                    .map_err(|e| format!("parse the plan: {e}"));
+                self.rest.drain(..=end);
+                return plan;
+            }
+            scanned = self.rest.len();
+            if !self.fill()? {
+                return Err(format!(
+                    "read the plan: the pipe ended after {scanned} bytes, before the plan's end"
+                ));
+            }
+        }
+    }
+
+    /// Wait for the go; `Err` when the pipe ends (or says anything else) first.
+    fn go(mut self) -> Result<(), String> {
+        while self.rest.is_empty() {
+            if !self.fill()? {
+                return Err(NO_GO.into());
+            }
+        }
+        if self.rest == [GO] {
+            Ok(())
+        } else {
+            Err(format!(
+                "read the plan: {} unexpected byte(s) after the plan",
+                self.rest.len()
+            ))
+        }
+    }
+}
+
+/// What the supervisor tells the init on its command line, before any plan: the sealed
+/// tier's namespaces, which the init makes at once, while the supervisor creates the job
+/// and the plan. The plan must then agree (same ids, same network mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EarlyNamespaces {
+    /// The uid mapped to itself in the user namespace.
+    pub uid: u32,
+    /// The gid mapped to itself.
+    pub gid: u32,
+    /// Network mode `host`: no network namespace.
+    pub host_network: bool,
+}
+
+impl EarlyNamespaces {
+    /// The command-line form (the argument after [`INIT_ARG`]).
+    pub fn to_arg(self) -> String {
+        format!(
+            "sealed:{}:{}:{}",
+            self.uid,
+            self.gid,
+            if self.host_network { "host" } else { "own" }
+        )
+    }
+
+    /// Parse [`EarlyNamespaces::to_arg`]'s form.
+    pub fn from_arg(arg: &str) -> Option<Self> {
+        let mut parts = arg.strip_prefix("sealed:")?.split(':');
+        let uid = parts.next()?.parse().ok()?;
+        let gid = parts.next()?.parse().ok()?;
+        let host_network = match parts.next()? {
+            "host" => true,
+            "own" => false,
+            _ => return None,
+        };
+        parts.next().is_none().then_some(Self {
+            uid,
+            gid,
+            host_network,
+        })
+    }
+
+    fn of_plan(plan: &SandboxPlan) -> Self {
+        Self {
+            uid: plan.uid,
+            gid: plan.gid,
+            host_network: plan.network.mode == cofferdam_policy::plan::PlanNetworkMode::Host,
+        }
+    }
 }
 
 /// The init's entry point: never returns.
 pub fn init_main() -> ! {
-    let code = match read_plan() {
+    let early = std::env::args_os()
+        .nth(2)
+        .map(|a| a.to_str().and_then(EarlyNamespaces::from_arg));
+    let code = match early {
+        Some(None) => {
+            send(
+                status_fd(),
+                &StatusMessage::SetupFailed {
+                    step: "start the sandbox init".into(),
+                    error: "unreadable namespace argument".into(),
+                },
+            );
+            SETUP_FAILED
+        }
+        Some(Some(early)) => sealed_main(early),
+        None => unsealed_main(),
+    };
+    std::process::exit(code)
+}
+
+/// A plan without namespaces (scoped, advisory): read it, wait for the go, run it.
+fn unsealed_main() -> i32 {
+    let mut channel = PlanChannel::open();
+    match channel.plan() {
         Ok(plan)
             if plan.tier != cofferdam_record::EnforcementTier::MountnsPivotRootLandlockSeccomp =>
         {
-            crate::scoped::run_scoped(&plan)
+            match await_go(channel) {
+                Ok(()) => crate::scoped::run_scoped(&plan),
+                Err(code) => code,
+            }
         }
-        Ok(plan) => run_init(&plan),
+        Ok(_) => {
+            send(
+                status_fd(),
+                &StatusMessage::SetupFailed {
+                    step: "receive the plan".into(),
+                    error: "a sealed plan reached an init started without namespaces".into(),
+                },
+            );
+            SETUP_FAILED
+        }
+        Err(e) => plan_failed(e),
+    }
+}
+
+fn plan_failed(error: String) -> i32 {
+    send(
+        status_fd(),
+        &StatusMessage::SetupFailed {
+            step: "receive the plan".into(),
+            error,
+        },
+    );
+    SETUP_FAILED
+}
+
+/// The sealed tier: the namespaces first, then the plan (which must agree), the go, pid 1.
+fn sealed_main(early: EarlyNamespaces) -> i32 {
+    die_with_parent();
+    // Before the go: only this process's own namespaces, which touch nothing of the job.
+    match userns::enter_user_namespace(early.uid, early.gid) {
+        Ok(o) => report(o),
+        Err(e) => return fail(&e),
+    }
+    match userns::enter_namespaces(early.host_network) {
+        Ok(obs) => obs.into_iter().for_each(report),
+        Err(e) => return fail(&e),
+    }
+    let mut channel = PlanChannel::open();
+    let plan = match channel.plan() {
+        Ok(plan) => plan,
+        Err(e) => return plan_failed(e),
+    };
+    if plan.tier != cofferdam_record::EnforcementTier::MountnsPivotRootLandlockSeccomp
+        || EarlyNamespaces::of_plan(&plan) != early
+    {
+        return plan_failed(format!(
+            "the plan ({:?}) does not match the namespaces the init was started with ({})",
+            EarlyNamespaces::of_plan(&plan),
+            early.to_arg()
+        ));
+    }
+    run_init(&plan, channel)
+}
+
+/// Wait for the supervisor's go (closing the plan pipe); a missing go is not reported (the
+/// supervisor that gave up is not listening), anything else is.
+fn await_go(channel: PlanChannel) -> Result<(), i32> {
+    match channel.go() {
+        Ok(()) => Ok(()),
+        Err(e) if e == NO_GO => Err(SETUP_FAILED),
         Err(e) => {
             send(
                 status_fd(),
@@ -175,25 +381,24 @@ pub fn init_main() -> ! {
                     error: e,
                 },
             );
-            SETUP_FAILED
+            Err(SETUP_FAILED)
         }
-    };
-    std::process::exit(code)
+    }
 }
 
 pub(crate) fn die_with_parent() {
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
 }
 
-fn run_init(plan: &SandboxPlan) -> i32 {
-    die_with_parent();
-    match userns::enter_user_namespace(plan.uid, plan.gid) {
-        Ok(o) => report(o),
-        Err(e) => return fail(&e),
+fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
+    // The go also says this process is in the run's cgroups: pid 1 and everything it
+    // starts are inside from their first instruction, and the cgroup namespace is rooted
+    // at the run's cgroup.
+    if let Err(code) = await_go(channel) {
+        return code;
     }
-    let host_network = plan.network.mode == cofferdam_policy::plan::PlanNetworkMode::Host;
-    match userns::enter_namespaces(host_network) {
-        Ok(obs) => obs.into_iter().for_each(report),
+    match userns::enter_cgroup_namespace() {
+        Ok(o) => report(o),
         Err(e) => return fail(&e),
     }
     // SAFETY: the init is single-threaded (a fresh exec that started no threads), so the
@@ -557,6 +762,126 @@ fn reap(main: i32, terminal: bool) -> i32 {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => {}
             Err(_) => return SETUP_FAILED,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn plan_json() -> Vec<u8> {
+        let places = cofferdam_policy::policy::Places {
+            cwd: "/work".into(),
+            home: "/home/me".into(),
+        };
+        let policy = cofferdam_policy::policy::resolve_policy(
+            None,
+            &cofferdam_policy::policy::RunFlags::default(),
+            &places,
+        )
+        .unwrap();
+        let plan = cofferdam_policy::plan::build_plan(
+            &policy,
+            &cofferdam_record::HostFacts::capable_example(),
+            &cofferdam_policy::plan::Invoker {
+                uid: 1000,
+                gid: 1000,
+                user: "me".into(),
+                home: "/home/me".into(),
+                env: Vec::new(),
+            },
+            &cofferdam_policy::plan::JobPaths {
+                run_id: "run-x".into(),
+                new_root: "/s/root".into(),
+                upper: "/s/upper".into(),
+                overlay_work: "/s/work".into(),
+                storage_root: "/s".into(),
+            },
+            vec!["true".into()],
+        );
+        serde_json::to_vec(&plan).unwrap()
+    }
+
+    /// A channel whose writer wrote `chunks` (each its own write) and then closed.
+    fn channel(chunks: &[&[u8]]) -> PlanChannel {
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let mut w = std::fs::File::from(w);
+        for c in chunks {
+            w.write_all(c).unwrap();
+        }
+        drop(w);
+        PlanChannel::from_fd(r)
+    }
+
+    #[test]
+    fn the_plan_and_the_go_in_one_write() {
+        let mut bytes = plan_json();
+        bytes.push(0);
+        bytes.push(GO);
+        let mut c = channel(&[&bytes]);
+        assert_eq!(c.plan().unwrap().uid, 1000);
+        assert_eq!(c.go(), Ok(()));
+    }
+
+    #[test]
+    fn the_plan_in_pieces_then_the_go() {
+        let json = plan_json();
+        let (a, b) = json.split_at(json.len() / 2);
+        let mut c = channel(&[a, b, &[0], &[GO]]);
+        assert!(c.plan().is_ok());
+        assert_eq!(c.go(), Ok(()));
+    }
+
+    #[test]
+    fn no_go_when_the_supervisor_gives_up() {
+        let mut bytes = plan_json();
+        bytes.push(0);
+        let mut c = channel(&[&bytes]);
+        assert!(c.plan().is_ok());
+        assert_eq!(c.go(), Err(NO_GO.to_owned()));
+    }
+
+    #[test]
+    fn a_plan_cut_short_or_followed_by_noise_is_refused() {
+        let json = plan_json();
+        let mut c = channel(&[&json[..10]]);
+        assert!(c.plan().unwrap_err().contains("before the plan's end"));
+        let mut bytes = json.clone();
+        bytes.extend_from_slice(&[0, GO, GO]);
+        let mut c = channel(&[&bytes]);
+        assert!(c.plan().is_ok());
+        assert!(c.go().unwrap_err().contains("unexpected"));
+        let mut c = channel(&[b"{not json", &[0]]);
+        assert!(c.plan().unwrap_err().starts_with("parse the plan"));
+    }
+
+    #[test]
+    fn early_namespaces_round_trip_and_reject_garbage() {
+        for e in [
+            EarlyNamespaces {
+                uid: 0,
+                gid: 0,
+                host_network: false,
+            },
+            EarlyNamespaces {
+                uid: 1000,
+                gid: 100,
+                host_network: true,
+            },
+        ] {
+            assert_eq!(EarlyNamespaces::from_arg(&e.to_arg()), Some(e));
+        }
+        for bad in [
+            "",
+            "sealed:",
+            "sealed:1:2",
+            "sealed:1:2:x",
+            "sealed:1:2:own:3",
+            "x:1:2:own",
+        ] {
+            assert_eq!(EarlyNamespaces::from_arg(bad), None, "{bad}");
         }
     }
 }

@@ -16,7 +16,7 @@
 //!
 //! Owns the process plumbing only: what the messages mean is the caller's business.
 
-use crate::init::INIT_ARG;
+use crate::init::{EarlyNamespaces, INIT_ARG};
 use crate::relay::{CANCEL_SIGNALS, CapturedOutput, OutPipe, Relay, SIGNALS, SignalPipe, Sink};
 use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, parse};
 use crate::watch::{Watch, WatchSpec};
@@ -147,41 +147,64 @@ fn create_capture(spec: &CaptureSpec, name: &str) -> Result<Sink, LaunchError> {
     Ok(Sink::new(file, path, spec.limit))
 }
 
-/// Run `plan` in the sealed tier with `exe` as the init: on a new pseudo-terminal relayed to
-/// this process's stdin and stdout when `plan.terminal` is set (stdin, when a terminal, is in
-/// raw mode meanwhile), saving the output when `capture` is given, under `watch` (timeout,
-/// cancellation by SIGINT/SIGTERM/SIGHUP, stage cap, cgroups to join). `on_start` is called
-/// with the init's pid once it runs.
-pub fn run_sealed(
-    exe: &Path,
-    plan: &SandboxPlan,
-    capture: Option<&CaptureSpec>,
-    watch: WatchSpec,
-    on_start: impl FnOnce(u32),
-) -> Result<SealedOutcome, LaunchError> {
-    run_sealed_with_network(exe, plan, capture, watch, None, on_start)
+/// How the init's standard streams are wired; decided before it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Streams {
+    /// The command gets its own pseudo-terminal, relayed to this process's terminal (stdin
+    /// in raw mode meanwhile); the plan then carries a `terminal`.
+    pub terminal: bool,
+    /// `--capture`: without a terminal, stdout and stderr become pipes the supervisor copies
+    /// to its own and to the capture files (with a terminal, the transcript is kept).
+    pub capture: bool,
 }
 
-/// [`run_sealed`], handing the init `network` (the sandbox's end of the network socket) as
-/// fd [`cofferdam_net::handover::NET_FD`]: in `allow` mode pid 1 sends its listeners over it.
-pub fn run_sealed_with_network(
+/// An init that runs but waits: first for its plan ([`PendingInit::send_plan`]), then for
+/// the go ([`PendingInit::start`]). Starting it before the job exists lets its start-up
+/// and its namespaces overlap the supervisor's own setup (`crate::init`'s plan channel).
+/// Dropped without [`PendingInit::start`], it kills and reaps the init.
+#[derive(Debug)]
+pub struct PendingInit {
+    child: Option<std::process::Child>,
+    plan_w: Option<std::fs::File>,
+    status_r: Option<OwnedFd>,
+    socket: Option<OwnedFd>,
+    /// Read ends of the stdout (1) and stderr (2) pipes, with a capture and no terminal.
+    out_pipes: Vec<(i32, OwnedFd)>,
+    signals: Option<SignalPipe>,
+    warnings: Vec<String>,
+    terminal: bool,
+    /// Whether the plan is for a tier without a pid namespace.
+    copy_tier: bool,
+    /// The cgroup placement running in the background, joined before the go.
+    joining: Option<Joining>,
+}
+
+/// The init's placement in the run's cgroups ([`PendingInit::join_cgroups`]).
+#[derive(Debug)]
+enum Joining {
+    Thread(std::thread::JoinHandle<Result<(), LaunchError>>),
+    Done(Result<(), LaunchError>),
+}
+
+/// Start `exe` as the sandbox init (see [`PendingInit`]), its streams wired per `streams`;
+/// with `early` (the sealed tier) it makes its namespaces at once, before its plan comes;
+/// handing it `network` (the sandbox's end of the network socket) as fd
+/// [`cofferdam_net::handover::NET_FD`]: in `allow` mode pid 1 sends its listeners over it.
+pub fn spawn_init(
     exe: &Path,
-    plan: &SandboxPlan,
-    capture: Option<&CaptureSpec>,
-    watch: WatchSpec,
+    streams: Streams,
+    early: Option<EarlyNamespaces>,
     network: Option<OwnedFd>,
-    on_start: impl FnOnce(u32),
-) -> Result<SealedOutcome, LaunchError> {
+) -> Result<PendingInit, LaunchError> {
     let network = network.map(raise).transpose()?;
     let nc = network.as_ref().map_or(-1, AsRawFd::as_raw_fd);
-    let json = serde_json::to_vec(plan).map_err(LaunchError::Plan)?;
     let (plan_r, plan_w) = pipe()?;
     let (status_r, status_w) = pipe()?;
     let plan_r = raise(plan_r)?;
     let status_w = raise(status_w)?;
     let (pr, sw) = (plan_r.as_raw_fd(), status_w.as_raw_fd());
 
-    let terminal = plan.terminal.is_some();
+    let terminal = streams.terminal;
     let (socket, socket_child) = if terminal {
         let (a, b) = rustix::net::socketpair(
             AddressFamily::UNIX,
@@ -196,39 +219,26 @@ pub fn run_sealed_with_network(
     };
     let tc = socket_child.as_ref().map_or(-1, AsRawFd::as_raw_fd);
 
-    if let Some(spec) = capture {
-        match std::fs::DirBuilder::new().mode(0o700).create(&spec.dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(LaunchError::Capture {
-                    path: spec.dir.clone(),
-                    source: e,
-                });
-            }
-            _ => {}
-        }
-    }
-    let terminal_sink = match capture {
-        Some(spec) if terminal => Some(create_capture(spec, "terminal")?),
-        _ => None,
-    };
     let mut cmd = Command::new(exe);
     cmd.arg(INIT_ARG).env_clear();
-    let (mut out, mut err) = (None, None);
+    if let Some(early) = early {
+        cmd.arg(early.to_arg());
+    }
+    let mut out_pipes = Vec::new();
     if terminal {
         // The caller's terminal never enters the sandbox: the command gets its own.
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-    } else if let Some(spec) = capture {
-        for (name, to, slot) in [("stdout", 1, &mut out), ("stderr", 2, &mut err)] {
-            let sink = create_capture(spec, name)?;
+    } else if streams.capture {
+        for to in [1, 2] {
             let (r, w) = pipe()?;
             if to == 1 {
                 cmd.stdout(Stdio::from(w));
             } else {
                 cmd.stderr(Stdio::from(w));
             }
-            *slot = Some(OutPipe { fd: r, to, sink });
+            out_pipes.push((to, r));
         }
     }
     // Installed before the init starts so a SIGTERM during setup is not lost; restored by
@@ -263,67 +273,193 @@ pub fn run_sealed_with_network(
             Ok(())
         });
     }
-    if plan.tier != cofferdam_record::EnforcementTier::MountnsPivotRootLandlockSeccomp {
-        // No pid namespace: what the command detaches must come back to this process if it
-        // kills its init (`Watch::into_parts` ends it). prctl with these arguments cannot fail.
-        let _ = crate::watch::become_subreaper();
-    }
-    let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+    let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
         exe: exe.display().to_string(),
         source,
     })?;
-    // The child's ends (and the pipe ends `cmd` holds) close here.
+    // The child's ends (and the pipe ends `cmd` holds) close when `cmd` and these drop.
     drop(cmd);
     drop(plan_r);
     drop(status_w);
     drop(socket_child);
     drop(network);
+    Ok(PendingInit {
+        child: Some(child),
+        plan_w: Some(std::fs::File::from(plan_w)),
+        status_r: Some(status_r),
+        socket,
+        out_pipes,
+        signals,
+        warnings,
+        terminal,
+        copy_tier: false,
+        joining: None,
+    })
+}
 
-    // Into the run's cgroups before the init reads its plan, so pid 1 and everything it
-    // starts are inside from the first instruction on.
-    for procs in &watch.cgroup_procs {
-        if let Err(source) = std::fs::write(procs, child.id().to_string()) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(LaunchError::Cgroup {
-                path: procs.clone(),
-                source,
-            });
+impl PendingInit {
+    /// The init's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// Hand the init its plan; it makes its namespaces, then waits for the go. A write
+    /// error means the init died early: its status says why, once the relay reads it.
+    pub fn send_plan(&mut self, plan: &SandboxPlan) -> Result<(), LaunchError> {
+        debug_assert_eq!(plan.terminal.is_some(), self.terminal);
+        let mut json = serde_json::to_vec(plan).map_err(LaunchError::Plan)?;
+        json.push(0);
+        self.copy_tier =
+            plan.tier != cofferdam_record::EnforcementTier::MountnsPivotRootLandlockSeccomp;
+        if let Some(w) = self.plan_w.as_mut() {
+            // The plan may exceed a pipe's buffer: this waits for the init to read it.
+            let _ = w.write_all(&json);
+        }
+        Ok(())
+    }
+
+    /// Place the init in the run's cgroups (their `cgroup.procs` files), in the background:
+    /// a cgroup v1 move waits for the kernel's RCU grace period, time the supervisor spends
+    /// on its own setup meanwhile. [`PendingInit::start`] waits for it before the go, which
+    /// the init waits for before it starts pid 1.
+    pub fn join_cgroups(&mut self, procs: Vec<PathBuf>) {
+        if procs.is_empty() {
+            return;
+        }
+        let pid = self.pid().to_string();
+        let place = move || {
+            for path in procs {
+                if let Err(source) = std::fs::write(&path, &pid) {
+                    return Err(LaunchError::Cgroup { path, source });
+                }
+            }
+            Ok(())
+        };
+        self.joining = Some(
+            match std::thread::Builder::new()
+                .name("cgroup-join".into())
+                .spawn(place.clone())
+            {
+                Ok(handle) => Joining::Thread(handle),
+                // No thread to spare: place it here, and wait for the RCU grace period.
+                Err(_) => Joining::Done(place()),
+            },
+        );
+    }
+
+    fn finish_join(&mut self) -> Result<(), LaunchError> {
+        match self.joining.take() {
+            None => Ok(()),
+            Some(Joining::Done(result)) => result,
+            Some(Joining::Thread(handle)) => handle.join().unwrap_or_else(|_| {
+                Err(LaunchError::Cgroup {
+                    path: PathBuf::from("cgroup.procs"),
+                    source: std::io::Error::other("the thread placing the init panicked"),
+                })
+            }),
         }
     }
 
-    // The plan may exceed a pipe's buffer: write it whole, then close so the init sees EOF.
-    // A write error means the init died early; its status says why. Written before
-    // `on_start`, so the caller's bookkeeping overlaps the sandbox's setup.
-    let mut plan_w = std::fs::File::from(plan_w);
-    let _ = plan_w.write_all(&json);
-    drop(plan_w);
-    on_start(child.id());
+    /// Let the init go: relay the command's terminal or output (saving it when `capture`
+    /// is given) while collecting its status messages, under `watch` (timeout, cancellation
+    /// by SIGINT/SIGTERM/SIGHUP, stage cap; the cgroups must have been joined with
+    /// [`PendingInit::join_cgroups`]). `on_start` is called with the init's pid once it may
+    /// start the command.
+    pub fn start(
+        mut self,
+        capture: Option<&CaptureSpec>,
+        watch: WatchSpec,
+        on_start: impl FnOnce(u32),
+    ) -> Result<SealedOutcome, LaunchError> {
+        // Outside the run's cgroups its limits would not apply: the init is killed (drop).
+        self.finish_join()?;
+        if let Some(spec) = capture {
+            match std::fs::DirBuilder::new().mode(0o700).create(&spec.dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(LaunchError::Capture {
+                        path: spec.dir.clone(),
+                        source: e,
+                    });
+                }
+                _ => {}
+            }
+        }
+        let terminal_sink = match capture {
+            Some(spec) if self.terminal => Some(create_capture(spec, "terminal")?),
+            _ => None,
+        };
+        let (mut out, mut err) = (None, None);
+        if let Some(spec) = capture {
+            for (to, fd) in std::mem::take(&mut self.out_pipes) {
+                let name = if to == 1 { "stdout" } else { "stderr" };
+                let pipe = OutPipe {
+                    fd,
+                    to,
+                    sink: create_capture(spec, name)?,
+                };
+                if to == 1 {
+                    out = Some(pipe);
+                } else {
+                    err = Some(pipe);
+                }
+            }
+        }
+        if self.copy_tier {
+            // No pid namespace: what the command detaches must come back to this process if
+            // it kills its init (`Watch::into_parts` ends it). prctl with these arguments
+            // cannot fail.
+            let _ = crate::watch::become_subreaper();
+        }
+        if let Some(mut w) = self.plan_w.take() {
+            // A write error means the init died early; its status says why.
+            let _ = w.write_all(&[crate::init::GO]);
+        }
+        let Some(mut child) = self.child.take() else {
+            return Err(LaunchError::Wait(std::io::Error::other("the init is gone")));
+        };
+        on_start(child.id());
 
-    let relay = Relay {
-        status: status_r,
-        socket,
-        terminal_sink,
-        out,
-        err,
-        signals,
-        watch: Watch::new(watch),
-    };
-    let relayed = match relay.run(&mut child) {
-        Ok(r) => r,
-        Err(e) => {
+        let relay = Relay {
+            status: self
+                .status_r
+                .take()
+                .ok_or_else(|| LaunchError::Pipe(std::io::Error::other("no status pipe")))?,
+            socket: self.socket.take(),
+            terminal_sink,
+            out,
+            err,
+            signals: self.signals.take(),
+            watch: Watch::new(watch),
+        };
+        let relayed = match relay.run(&mut child) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(LaunchError::Relay(e.into()));
+            }
+        };
+        let mut warnings = std::mem::take(&mut self.warnings);
+        warnings.extend(relayed.warnings);
+        Ok(SealedOutcome {
+            messages: parse(&relayed.stream),
+            init: InitProcess(child),
+            output: relayed.output,
+            terminal: relayed.terminal,
+            warnings,
+            stop: relayed.stop,
+        })
+    }
+}
+
+impl Drop for PendingInit {
+    fn drop(&mut self) {
+        // Closing the plan pipe first: an init still waiting for its plan or the go leaves.
+        drop(self.plan_w.take());
+        let _ = self.finish_join();
+        if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(LaunchError::Relay(e.into()));
         }
-    };
-    warnings.extend(relayed.warnings);
-    Ok(SealedOutcome {
-        messages: parse(&relayed.stream),
-        init: InitProcess(child),
-        output: relayed.output,
-        terminal: relayed.terminal,
-        warnings,
-        stop: relayed.stop,
-    })
+    }
 }

@@ -133,6 +133,16 @@ pub(crate) struct SignalPipe {
     previous: Vec<(libc::c_int, libc::sigaction)>,
 }
 
+impl std::fmt::Debug for SignalPipe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let signals: Vec<_> = self.previous.iter().map(|(sig, _)| *sig).collect();
+        f.debug_struct("SignalPipe")
+            .field("read", &self.read)
+            .field("signals", &signals)
+            .finish()
+    }
+}
+
 /// The signals pty mode handles.
 pub(crate) const SIGNALS: &[libc::c_int] = &[
     libc::SIGWINCH,

@@ -2,7 +2,8 @@
 //!
 //! Owns `unshare` of the user namespace with a single-id map (the caller's uid and gid map to
 //! themselves, `setgroups` denied) and of the mount, pid, network, IPC, UTS and cgroup
-//! namespaces, each reported as an observation. It must run in a single-threaded process (the
+//! namespaces, each reported as an observation. The cgroup namespace comes last, on its own,
+//! after the supervisor has placed the init in the run's cgroups. It must run in a single-threaded process (the
 //! re-executed init): `unshare(CLONE_NEWUSER)` refuses multi-threaded callers.
 
 use crate::setup_error::{SetupError, StepContext};
@@ -56,62 +57,79 @@ pub fn enter_user_namespace(uid: u32, gid: u32) -> Result<ControlObservation, Se
     Ok(o)
 }
 
-/// Create the mount, pid, network, IPC, UTS and cgroup namespaces (owned by the new user
+/// The namespaces made after the user namespace, in the order they are reported. The
+/// cgroup namespace is not among them: see [`enter_cgroup_namespace`].
+const NAMESPACES: [(UnshareFlags, ControlMechanism, ControlDimension, &str); 5] = [
+    (
+        UnshareFlags::NEWNS,
+        ControlMechanism::Mountns,
+        ControlDimension::FilesystemWrite,
+        "CLONE_NEWNS",
+    ),
+    (
+        UnshareFlags::NEWPID,
+        ControlMechanism::Pidns,
+        ControlDimension::Process,
+        "CLONE_NEWPID",
+    ),
+    // Reported by `netif::loopback_up` once the namespace's loopback is configured.
+    (
+        UnshareFlags::NEWNET,
+        ControlMechanism::Netns,
+        ControlDimension::Network,
+        "CLONE_NEWNET",
+    ),
+    (
+        UnshareFlags::NEWIPC,
+        ControlMechanism::Ipcns,
+        ControlDimension::Process,
+        "CLONE_NEWIPC",
+    ),
+    (
+        UnshareFlags::NEWUTS,
+        ControlMechanism::Utsns,
+        ControlDimension::Process,
+        "CLONE_NEWUTS",
+    ),
+];
+
+/// Create the mount, pid, network, IPC and UTS namespaces (owned by the new user
 /// namespace); with `host_network` the network namespace is not made (network mode `host`).
 /// The pid namespace applies to the caller's next child, which becomes pid 1.
+///
+/// One `unshare` makes them all; when it fails they are made one at a time, so the
+/// failure names the namespace the host refused.
 pub fn enter_namespaces(host_network: bool) -> Result<Vec<ControlObservation>, SetupError> {
-    let all = [
-        (
-            UnshareFlags::NEWNS,
-            ControlMechanism::Mountns,
-            ControlDimension::FilesystemWrite,
-            "CLONE_NEWNS",
-        ),
-        (
-            UnshareFlags::NEWPID,
-            ControlMechanism::Pidns,
-            ControlDimension::Process,
-            "CLONE_NEWPID",
-        ),
-        // Reported by `netif::loopback_up` once the namespace's loopback is configured.
-        (
-            UnshareFlags::NEWNET,
-            ControlMechanism::Netns,
-            ControlDimension::Network,
-            "CLONE_NEWNET",
-        ),
-        (
-            UnshareFlags::NEWIPC,
-            ControlMechanism::Ipcns,
-            ControlDimension::Process,
-            "CLONE_NEWIPC",
-        ),
-        (
-            UnshareFlags::NEWUTS,
-            ControlMechanism::Utsns,
-            ControlDimension::Process,
-            "CLONE_NEWUTS",
-        ),
-        (
-            UnshareFlags::NEWCGROUP,
-            ControlMechanism::Cgroupns,
-            ControlDimension::Process,
-            "CLONE_NEWCGROUP",
-        ),
-    ];
-    let mut out = Vec::new();
-    for (flag, mechanism, dimension, name) in all {
-        if host_network && flag == UnshareFlags::NEWNET {
-            continue;
-        }
-        unshare(flag).step(|| format!("unshare({name})"))?;
-        if mechanism != ControlMechanism::Netns {
-            out.push(ControlObservation::new(
-                mechanism,
-                dimension,
-                ControlStatus::Enforced,
-            ));
+    let wanted: Vec<_> = NAMESPACES
+        .iter()
+        .filter(|(flag, ..)| !(host_network && *flag == UnshareFlags::NEWNET))
+        .collect();
+    let all = wanted
+        .iter()
+        .fold(UnshareFlags::empty(), |acc, (flag, ..)| acc | *flag);
+    if unshare(all).is_err() {
+        // Nothing was changed by the failed call: find the one the host refuses.
+        for (flag, _, _, name) in &wanted {
+            unshare(*flag).step(|| format!("unshare({name})"))?;
         }
     }
-    Ok(out)
+    Ok(wanted
+        .iter()
+        .filter(|(_, mechanism, ..)| *mechanism != ControlMechanism::Netns)
+        .map(|(_, mechanism, dimension, _)| {
+            ControlObservation::new(*mechanism, *dimension, ControlStatus::Enforced)
+        })
+        .collect())
+}
+
+/// Create the cgroup namespace. It is made apart from the others, once the supervisor has
+/// moved the init into the run's cgroups: the namespace's root is the cgroup the caller is
+/// in when it is made, so the sandbox sees its own cgroup as `/` and nothing above it.
+pub fn enter_cgroup_namespace() -> Result<ControlObservation, SetupError> {
+    unshare(UnshareFlags::NEWCGROUP).step(|| "unshare(CLONE_NEWCGROUP)".into())?;
+    Ok(ControlObservation::new(
+        ControlMechanism::Cgroupns,
+        ControlDimension::Process,
+        ControlStatus::Enforced,
+    ))
 }

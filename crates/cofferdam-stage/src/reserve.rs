@@ -76,11 +76,22 @@ pub fn release_for_drop(dir: &Path) {
 /// Release the reserve of job directory `dir` (absent is fine). Returns the bytes that were
 /// available on its filesystem just before, when the filesystem says.
 pub fn release(dir: &Path) -> Option<u64> {
-    let free = rustix::fs::statvfs(dir)
-        .ok()
-        .map(|s| s.f_bavail.saturating_mul(s.f_frsize));
+    let free = available(dir);
     let _ = fs::remove_file(dir.join(RESERVE_FILE));
     free
+}
+
+/// The bytes available on the filesystem of `dir`, when the filesystem says.
+pub fn available(dir: &Path) -> Option<u64> {
+    rustix::fs::statvfs(dir)
+        .ok()
+        .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+}
+
+/// Whether `available` bytes leave room to spare for a run's records (64 MiB, far more
+/// than they take) without the reserve: it may then be released after them.
+pub fn is_roomy(available: u64) -> bool {
+    available >= 64 * 1024 * 1024
 }
 
 /// Whether `available` bytes mean the filesystem is, for practical purposes, full.

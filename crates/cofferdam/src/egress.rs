@@ -12,26 +12,32 @@ use cofferdam_record::bundle::ControlObservation;
 use cofferdam_record::trace::TraceEventKind;
 use cofferdam_stage::trace_log::TraceLog;
 use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 
 /// The driver of a run in `allow` mode.
 pub struct Egress {
     interceptor: Interceptor,
 }
 
-/// Start the driver when the policy's mode is `allow`: returns it and the sandbox's end of
-/// the socket (for the init's fd 6).
-pub fn start(policy: &Policy) -> Result<Option<(Egress, OwnedFd)>, String> {
+/// The socket pair the driver and pid 1 share, when the policy's mode is `allow`: this
+/// side (for [`start`]) and the sandbox's end (the init's fd 6).
+pub fn socket(policy: &Policy) -> Result<Option<(UnixStream, OwnedFd)>, String> {
     if policy.network.mode != NetworkMode::Allow {
         return Ok(None);
     }
-    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+    let (ours, theirs) = UnixStream::pair()
         .map_err(|e| format!("cannot create the network socket for the sandbox: {e}"))?;
+    Ok(Some((ours, OwnedFd::from(theirs))))
+}
+
+/// Start the driver on `ours`, this side of the socket from [`socket`].
+pub fn start(policy: &Policy, ours: UnixStream) -> Egress {
     let interceptor = Interceptor::start(
         policy.network.allow.clone(),
         Resolver::from_env(),
         OwnedFd::from(ours),
     );
-    Ok(Some((Egress { interceptor }, OwnedFd::from(theirs))))
+    Egress { interceptor }
 }
 
 impl Egress {

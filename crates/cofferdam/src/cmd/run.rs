@@ -15,9 +15,8 @@ use cofferdam_record::bundle::{
 };
 use cofferdam_record::trace::TraceEventKind;
 use cofferdam_record::{EnforcementTier, write_bundle_json};
-use cofferdam_sandbox::launch::{
-    CAPTURE_LIMIT, CaptureSpec, SealedOutcome, run_sealed_with_network,
-};
+use cofferdam_sandbox::init::EarlyNamespaces;
+use cofferdam_sandbox::launch::{CAPTURE_LIMIT, CaptureSpec, SealedOutcome, Streams, spawn_init};
 use cofferdam_sandbox::relay::{Captured, CapturedOutput};
 use cofferdam_sandbox::status::StatusMessage;
 use cofferdam_stage::job::{Durability, JobStore, StageState};
@@ -59,6 +58,35 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         .map_err(Failure::setup)?;
     refuse_unsupported(&policy)?;
 
+    // The init starts now: on the sealed tier it makes its namespaces at once, then waits
+    // for its plan and the go, so its start-up overlaps the job's creation here; it touches
+    // nothing of the job before the go (`PendingInit`), and it is killed if the setup stops
+    // first. The terminal's SIGINT/SIGQUIT are ignored from here on (with a pty they go to
+    // the command; without, to the sandbox's process group), and the supervisor must live
+    // to restore the terminal and write the records.
+    let quiet = crate::signals::IgnoreTerminalSignals::new();
+    // A terminal on stdin: the command gets its own pseudo-terminal, relayed to it.
+    let terminal = cofferdam_sandbox::pty::caller_terminal();
+    let (net_ours, net_theirs) = crate::egress::socket(&policy)
+        .map_err(Failure::setup)?
+        .unzip();
+    let early = (!copy_tier).then_some(EarlyNamespaces {
+        uid: facts.uid,
+        gid: facts.gid,
+        host_network: policy.network.mode == cofferdam_net::NetworkMode::Host,
+    });
+    let exe = PathBuf::from("/proc/self/exe");
+    let mut init = spawn_init(
+        &exe,
+        Streams {
+            terminal: terminal.is_some(),
+            capture: args.capture,
+        },
+        early,
+        net_theirs,
+    )
+    .map_err(Failure::setup)?;
+
     let store = JobStore::open(&env.storage_root).map_err(Failure::setup)?;
     let (job, lock) = store
         .create_locked(&policy.workdir, args.stage.as_deref())
@@ -93,6 +121,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             args.command.clone(),
         ),
     };
+    plan.terminal = terminal;
     // Cgroup, timeout and stage cap; the cgroup is removed when `limits` drops, at the end.
     // On the copy tiers the changes reach `upper/` only when the run ends, so the stage cap
     // is checked then, not polled.
@@ -100,6 +129,10 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     for warning in &limits.warnings {
         eprintln!("cofferdam: warning: {warning}");
     }
+    // Moving the init into the run's cgroups waits for the kernel, in the background, while
+    // the rest happens here. The go comes after both.
+    init.send_plan(&plan).map_err(Failure::setup)?;
+    init.join_cgroups(limits.watch.cgroup_procs.clone());
     let scope = build_scope_report(&ScopeInputs {
         policy: &policy,
         facts: &facts,
@@ -129,8 +162,6 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         let _ = trace.append(now_ms(), o);
     }
 
-    // A terminal on stdin: the command gets its own pseudo-terminal, relayed to it.
-    plan.terminal = cofferdam_sandbox::pty::caller_terminal();
     let capture = args.capture.then(|| CaptureSpec {
         dir: job.dir().join("output"),
         limit: CAPTURE_LIMIT,
@@ -148,38 +179,25 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     }) {
         eprintln!("cofferdam: warning: {e}; if cofferdam dies mid-run the job cannot be sealed");
     }
-    let (egress, net_fd) = crate::egress::start(&policy)
-        .map_err(Failure::setup)?
-        .unzip();
-    let exe = PathBuf::from("/proc/self/exe");
-    let outcome = {
-        // Still right with a pty: the caller's terminal is cooked until the command's
-        // terminal exists, and the supervisor must live to restore it and write the records.
-        let _quiet = crate::signals::IgnoreTerminalSignals::new();
-        run_sealed_with_network(
-            &exe,
-            &plan,
-            capture.as_ref(),
-            limits.watch.clone(),
-            net_fd,
-            |pid| {
-                if let Some(e) = &egress {
-                    e.started(pid);
-                }
-                // Runs while the sandbox sets itself up. A failure only costs `status` the
-                // command line of a live job; the records at the end are written regardless.
-                let _ = job.update_transient(|s| {
-                    s.command = args.command.clone();
-                    s.started_at_unix_ms = Some(started);
-                    // The supervisor's pid (`cofferdam kill` signals it; the lock proves it).
-                    s.pid = Some(std::process::id());
-                });
-            },
-        )
-        .map_err(Failure::setup)?
-    };
+    let egress = net_ours.map(|ours| crate::egress::start(&policy, ours));
+    let outcome = init
+        .start(capture.as_ref(), limits.watch.clone(), |pid| {
+            if let Some(e) = &egress {
+                e.started(pid);
+            }
+            // Runs while the sandbox sets itself up. A failure only costs `status` the
+            // command line of a live job; the records at the end are written regardless.
+            let _ = job.update_transient(|s| {
+                s.command = args.command.clone();
+                s.started_at_unix_ms = Some(started);
+                // The supervisor's pid (`cofferdam kill` signals it; the lock proves it).
+                s.pid = Some(std::process::id());
+            });
+        })
+        .map_err(Failure::setup)?;
+    drop(quiet);
     let finished = now_ms();
-    let store_full = store_full_warning(&job);
+    let (store_full, reserve_released) = store_full_warning(&job);
 
     let mut controls: Vec<ControlObservation> = limits.controls.clone();
     for o in &controls {
@@ -272,61 +290,40 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     {
         eprintln!("cofferdam: {}", f.message);
     }
-    let sealed =
-        cofferdam_stage::seal::seal(&job.upper(), &policy.workdir).map_err(Failure::setup)?;
-    let mut fingerprints = sealed.fingerprints;
-    fingerprints.run_started_at_unix_ms = Some(started);
-    // The records of the end of the run are flushed together: each file now, the renames
-    // by the final `job.update` (one directory flush instead of three).
-    cofferdam_stage::fingerprint::write_fingerprints_with(
-        &job.fingerprints_path(),
-        &fingerprints,
-        Durability::FileOnly,
-    )
-    .map_err(Failure::setup)?;
-    warnings.extend(sealed.warnings);
-    let _ = trace.append(
-        now_ms(),
-        TraceEventKind::StageSealed {
-            changed_files: sealed.changes.len(),
-            whiteouts: sealed.whiteouts,
-        },
-    );
-    let report = RunReport {
-        run_id: run_id.clone(),
-        started_at_unix_ms: started,
-        finished_at_unix_ms: finished,
-        argv: args.command.clone(),
-        controls,
-        ending: ending.clone(),
-        changes: sealed.changes,
-        whiteouts: sealed.whiteouts,
-        upper: job.upper(),
-        trace_path: job.trace_path(),
-        warnings,
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-    };
-    let mut bundle = assemble_bundle(&policy, &plan, &decision, &report);
-    record_output(&mut bundle, &output);
-    if let Some(report) = egress {
-        crate::egress::record(&mut bundle, report);
-    }
-    bundle.run.warnings.extend(relay_warnings);
-    let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
-    cofferdam_stage::write_atomic_with(
-        &job.bundle_path(),
-        text.as_bytes(),
-        0o600,
-        Durability::FileOnly,
-    )
-    .map_err(|e| Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display())))?;
-    super::recover::remove_provisional(&job);
-    let code = exit_code_of(&ending);
-    // The overlay's work directory can go only once the init has released the mount.
-    if let Some(init) = init.take() {
-        let _ = init.wait();
-    }
-    job.remove_overlay_work().ok();
+    // While the stage is sealed and the records written, another thread releases the
+    // records reserve (when it is not needed for them: `store_full_warning`), waits for the
+    // init to let go of the overlay and removes the overlay's work directory.
+    let init = init.take();
+    let (bundle, code) = std::thread::scope(|scope| -> Result<_, Failure> {
+        let cleanup = scope.spawn(|| {
+            if !reserve_released {
+                job.release_reserve();
+            }
+            if let Some(init) = init {
+                let _ = init.wait();
+            }
+            job.remove_overlay_work().ok();
+        });
+        let written = seal_and_record(SealInputs {
+            job: &job,
+            policy: &policy,
+            plan: &plan,
+            decision: &decision,
+            trace: &mut trace,
+            run_id: &run_id,
+            started,
+            finished,
+            argv: &args.command,
+            controls,
+            ending: &ending,
+            warnings,
+            output: &output,
+            egress,
+            relay_warnings,
+        });
+        let _ = cleanup.join();
+        written
+    })?;
     // `staged` is the last change under the lock, which goes right after: a job listed as
     // staged can be applied at once (the load test applies jobs the moment they are).
     job.update(|s| {
@@ -362,12 +359,123 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     Ok(u8::try_from(code).unwrap_or(1))
 }
 
-/// The command has ended: release the space reserved for its job's records, and say so
-/// when the job store's filesystem was full (the command's writes may have failed).
-fn store_full_warning(job: &cofferdam_stage::Job) -> Option<String> {
-    let free = job.release_reserve()?;
-    if !cofferdam_stage::reserve::is_full(free) {
-        return None;
+/// What [`seal_and_record`] needs from the run.
+struct SealInputs<'a> {
+    job: &'a cofferdam_stage::Job,
+    policy: &'a cofferdam_policy::Policy,
+    plan: &'a cofferdam_policy::plan::SandboxPlan,
+    decision: &'a cofferdam_policy::ContainmentDecision,
+    trace: &'a mut TraceLog,
+    run_id: &'a str,
+    started: u64,
+    finished: u64,
+    argv: &'a [String],
+    controls: Vec<ControlObservation>,
+    ending: &'a Ending,
+    warnings: Vec<String>,
+    output: &'a CapturedOutput,
+    egress: Option<cofferdam_net::proxy::InterceptReport>,
+    relay_warnings: Vec<String>,
+}
+
+/// Seal the stage and write the records of the end of the run: fingerprints and bundle,
+/// each flushed (in parallel: two flushes cost one device round trip), their renames made
+/// durable by the caller's final `job.update`; then the provisional bundle goes. Returns the
+/// bundle and the exit code.
+fn seal_and_record(i: SealInputs<'_>) -> Result<(RunBundle, i32), Failure> {
+    let SealInputs {
+        job,
+        policy,
+        plan,
+        decision,
+        trace,
+        run_id,
+        started,
+        finished,
+        argv,
+        controls,
+        ending,
+        mut warnings,
+        output,
+        egress,
+        relay_warnings,
+    } = i;
+    let sealed =
+        cofferdam_stage::seal::seal(&job.upper(), &policy.workdir).map_err(Failure::setup)?;
+    let mut fingerprints = sealed.fingerprints;
+    fingerprints.run_started_at_unix_ms = Some(started);
+    std::thread::scope(|scope| -> Result<_, Failure> {
+        let fingerprints = scope.spawn(|| {
+            cofferdam_stage::fingerprint::write_fingerprints_with(
+                &job.fingerprints_path(),
+                &fingerprints,
+                Durability::FileOnly,
+            )
+            .map_err(Failure::setup)
+        });
+        warnings.extend(sealed.warnings);
+        let _ = trace.append(
+            now_ms(),
+            TraceEventKind::StageSealed {
+                changed_files: sealed.changes.len(),
+                whiteouts: sealed.whiteouts,
+            },
+        );
+        let report = RunReport {
+            run_id: run_id.to_owned(),
+            started_at_unix_ms: started,
+            finished_at_unix_ms: finished,
+            argv: argv.to_vec(),
+            controls,
+            ending: ending.clone(),
+            changes: sealed.changes,
+            whiteouts: sealed.whiteouts,
+            upper: job.upper(),
+            trace_path: job.trace_path(),
+            warnings,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        };
+        let mut bundle = assemble_bundle(policy, plan, decision, &report);
+        record_output(&mut bundle, output);
+        if let Some(report) = egress {
+            crate::egress::record(&mut bundle, report);
+        }
+        bundle.run.warnings.extend(relay_warnings);
+        let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
+        cofferdam_stage::write_atomic_with(
+            &job.bundle_path(),
+            text.as_bytes(),
+            0o600,
+            Durability::FileOnly,
+        )
+        .map_err(|e| {
+            Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
+        })?;
+        fingerprints
+            .join()
+            .unwrap_or_else(|_| Err(Failure::setup("writing the fingerprints panicked")))?;
+        super::recover::remove_provisional(job);
+        Ok((bundle, exit_code_of(ending)))
+    })
+}
+
+/// The command has ended: release the space reserved for its job's records now, unless
+/// the job's filesystem has room to spare (then the caller releases it in the background;
+/// the second value is whether it is released), and say so when the filesystem was full
+/// (the command's writes may have failed).
+fn store_full_warning(job: &cofferdam_stage::Job) -> (Option<String>, bool) {
+    use cofferdam_stage::reserve;
+    let Some(free) = reserve::available(job.dir()) else {
+        job.release_reserve();
+        return (None, true);
+    };
+    if reserve::is_roomy(free) {
+        // The records fit without it: it goes in the background, while they are written.
+        return (None, false);
+    }
+    job.release_reserve();
+    if !reserve::is_full(free) {
+        return (None, true);
     }
     let w = format!(
         "the filesystem holding the job ({}) was full when the command ended ({free} bytes \
@@ -376,7 +484,7 @@ fn store_full_warning(job: &cofferdam_stage::Job) -> Option<String> {
         job.dir().display()
     );
     eprintln!("cofferdam: warning: {w}");
-    Some(w)
+    (Some(w), true)
 }
 
 /// Refuse what this build cannot honour, before anything is created: a run must never get

@@ -730,3 +730,64 @@ fn a_secret_lent_on_purpose_is_visible_and_the_bundle_says_the_read_boundary_is_
     assert_eq!(b["safety"]["filesystem_read_non_bypassable"], false);
     assert_eq!(b["safety"]["filesystem_non_bypassable"], false);
 }
+
+/// The sandbox inits whose working directory is `dir` (the init starts in the caller's).
+fn inits_in(dir: &Path) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let is_init = cmdline
+            .split(|&b| b == 0)
+            .any(|a| a == b"__cofferdam-sandbox-init");
+        if is_init && std::fs::read_link(entry.path().join("cwd")).ok().as_deref() == Some(dir) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_setup_that_fails_after_the_init_started_leaves_no_init_behind() {
+    // The init starts before the job exists (its start overlaps the job's creation); a job
+    // that cannot be created must take it down, and create nothing.
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let stage = s.home.path().join("stage");
+    std::fs::create_dir(&stage).unwrap();
+    std::fs::write(stage.join("occupied"), "x").unwrap();
+    let out = s
+        .cmd()
+        .args(["run", "--stage"])
+        .arg(&stage)
+        .args(["--", "sh", "-c", "echo ran > marker"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not empty"),
+        "the refusal names the cause: {err}"
+    );
+    let work = std::fs::canonicalize(s.work.path()).unwrap();
+    assert_eq!(
+        inits_in(&work),
+        Vec::<u32>::new(),
+        "no init outlives the refusal"
+    );
+    assert!(!work.join("marker").exists());
+    let jobs = s.store.path().join("jobs");
+    let listed: Vec<_> = std::fs::read_dir(&jobs)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(listed.is_empty(), "no job was made: {listed:?}");
+    assert_eq!(
+        std::fs::read_dir(&stage).unwrap().count(),
+        1,
+        "the stage dir is untouched"
+    );
+}
