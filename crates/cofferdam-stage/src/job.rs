@@ -29,10 +29,14 @@
 //!
 //! Every small-file write is atomic (a reader sees the old file or the new one, also after
 //! the writer is killed), but only the records that must survive a power loss are flushed
-//! ([`Durability`]): a job's creation and its in-run updates are not, because the stage
-//! they describe is not flushed either (a power loss during a run can lose the job, and a
-//! listing then shows it unreadable at worst); the records written when a run ends are, in
-//! one go: each file is flushed, then one flush of the directory makes the renames last. Ids are `run-<uuid v7>` (lowercase, hyphenated): their text sorts by
+//! and waited for ([`Durability`]): those of `apply` and `drop`, which change the user's
+//! tree or give a stage up. A job's records are not: the stage they describe is not
+//! flushed either, so a flushed record could only describe changes a power loss had
+//! already lost. Its creation and in-run updates are left to the kernel; the records
+//! written when a run ends (fingerprints, bundle, `job.json`) have their writeback started
+//! at once ([`Durability::Prompt`]) without the run waiting for the disk. A power loss in
+//! that moment can lose the job's last records: a listing then shows the job unreadable or
+//! interrupted, never staged with a bundle it does not have. Ids are `run-<uuid v7>` (lowercase, hyphenated): their text sorts by
 //! creation time, which is how [`JobStore::list`] orders jobs without reading them.
 //!
 //! # `job.json`
@@ -381,7 +385,8 @@ impl Job {
         self.update_with(Durability::Volatile, f)
     }
 
-    fn update_with(
+    /// [`Job::update`] with the flushes `durability` asks for.
+    pub fn update_with(
         &self,
         durability: Durability,
         f: impl FnOnce(&mut JobState),
@@ -977,8 +982,12 @@ pub enum Durability {
     /// The file and its rename are flushed (file fsync, directory fsync).
     Durable,
     /// The file is flushed, its rename only by a later [`Durability::Durable`] write in the
-    /// same directory: for a set of records written together, the last one durable.
+    /// same directory: for a set of files written together, the last one durable.
     FileOnly,
+    /// The file's writeback is started (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) but not
+    /// waited for, nor is the rename flushed: the kernel writes it out at once, in the
+    /// background, and a power loss in that moment can lose the write.
+    Prompt,
     /// Nothing is flushed.
     Volatile,
 }
@@ -1022,14 +1031,25 @@ pub fn write_atomic_with(
             .open(&tmp)?;
         file.set_permissions(fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
-        if durability != Durability::Volatile {
-            file.sync_all()?;
+        match durability {
+            Durability::Durable | Durability::FileOnly => file.sync_all()?,
+            Durability::Prompt => {
+                // Only a hint: a filesystem that cannot start writeback here loses nothing
+                // but the promptness.
+                use std::os::fd::AsRawFd;
+                // SAFETY: sync_file_range reads no memory of ours; `file` is open for the
+                // whole call.
+                let _ = unsafe {
+                    libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE)
+                };
+            }
+            Durability::Volatile => {}
         }
         drop(file);
         fs::rename(&tmp, path)?;
         match durability {
             Durability::Durable => File::open(dir)?.sync_all(),
-            Durability::FileOnly | Durability::Volatile => Ok(()),
+            Durability::FileOnly | Durability::Prompt | Durability::Volatile => Ok(()),
         }
     })();
     if result.is_err() {

@@ -326,7 +326,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     })?;
     // `staged` is the last change under the lock, which goes right after: a job listed as
     // staged can be applied at once (the load test applies jobs the moment they are).
-    job.update(|s| {
+    job.update_with(Durability::Prompt, |s| {
         s.pid = None;
         s.state = StageState::Staged;
         s.run_state = Some(bundle.run.state);
@@ -379,9 +379,8 @@ struct SealInputs<'a> {
 }
 
 /// Seal the stage and write the records of the end of the run: fingerprints and bundle,
-/// each flushed (in parallel: two flushes cost one device round trip), their renames made
-/// durable by the caller's final `job.update`; then the provisional bundle goes. Returns the
-/// bundle and the exit code.
+/// their writeback started at once (see "Durability" in `cofferdam_stage::job`); then the
+/// provisional bundle goes. Returns the bundle and the exit code.
 fn seal_and_record(i: SealInputs<'_>) -> Result<(RunBundle, i32), Failure> {
     let SealInputs {
         job,
@@ -404,59 +403,50 @@ fn seal_and_record(i: SealInputs<'_>) -> Result<(RunBundle, i32), Failure> {
         cofferdam_stage::seal::seal(&job.upper(), &policy.workdir).map_err(Failure::setup)?;
     let mut fingerprints = sealed.fingerprints;
     fingerprints.run_started_at_unix_ms = Some(started);
-    std::thread::scope(|scope| -> Result<_, Failure> {
-        let fingerprints = scope.spawn(|| {
-            cofferdam_stage::fingerprint::write_fingerprints_with(
-                &job.fingerprints_path(),
-                &fingerprints,
-                Durability::FileOnly,
-            )
-            .map_err(Failure::setup)
-        });
-        warnings.extend(sealed.warnings);
-        let _ = trace.append(
-            now_ms(),
-            TraceEventKind::StageSealed {
-                changed_files: sealed.changes.len(),
-                whiteouts: sealed.whiteouts,
-            },
-        );
-        let report = RunReport {
-            run_id: run_id.to_owned(),
-            started_at_unix_ms: started,
-            finished_at_unix_ms: finished,
-            argv: argv.to_vec(),
-            controls,
-            ending: ending.clone(),
-            changes: sealed.changes,
+    cofferdam_stage::fingerprint::write_fingerprints_with(
+        &job.fingerprints_path(),
+        &fingerprints,
+        Durability::Prompt,
+    )
+    .map_err(Failure::setup)?;
+    warnings.extend(sealed.warnings);
+    let _ = trace.append(
+        now_ms(),
+        TraceEventKind::StageSealed {
+            changed_files: sealed.changes.len(),
             whiteouts: sealed.whiteouts,
-            upper: job.upper(),
-            trace_path: job.trace_path(),
-            warnings,
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-        };
-        let mut bundle = assemble_bundle(policy, plan, decision, &report);
-        record_output(&mut bundle, output);
-        if let Some(report) = egress {
-            crate::egress::record(&mut bundle, report);
-        }
-        bundle.run.warnings.extend(relay_warnings);
-        let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
-        cofferdam_stage::write_atomic_with(
-            &job.bundle_path(),
-            text.as_bytes(),
-            0o600,
-            Durability::FileOnly,
-        )
-        .map_err(|e| {
-            Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
-        })?;
-        fingerprints
-            .join()
-            .unwrap_or_else(|_| Err(Failure::setup("writing the fingerprints panicked")))?;
-        super::recover::remove_provisional(job);
-        Ok((bundle, exit_code_of(ending)))
-    })
+        },
+    );
+    let report = RunReport {
+        run_id: run_id.to_owned(),
+        started_at_unix_ms: started,
+        finished_at_unix_ms: finished,
+        argv: argv.to_vec(),
+        controls,
+        ending: ending.clone(),
+        changes: sealed.changes,
+        whiteouts: sealed.whiteouts,
+        upper: job.upper(),
+        trace_path: job.trace_path(),
+        warnings,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    let mut bundle = assemble_bundle(policy, plan, decision, &report);
+    record_output(&mut bundle, output);
+    if let Some(report) = egress {
+        crate::egress::record(&mut bundle, report);
+    }
+    bundle.run.warnings.extend(relay_warnings);
+    let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
+    cofferdam_stage::write_atomic_with(
+        &job.bundle_path(),
+        text.as_bytes(),
+        0o600,
+        Durability::Prompt,
+    )
+    .map_err(|e| Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display())))?;
+    super::recover::remove_provisional(job);
+    Ok((bundle, exit_code_of(ending)))
 }
 
 /// The command has ended: release the space reserved for its job's records now, unless
