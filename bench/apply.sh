@@ -13,14 +13,13 @@
 #   N=100000 RUNS=3 bench/apply.sh
 #   BENCH_SIZES="1000 10000 100000" bench/apply.sh   # each size in turn (bench/run-all.sh)
 #
-# Needs hyperfine and jq (apt-get install hyperfine jq) and a release build (cargo build
-# --release; COFFERDAM_BIN overrides the binary). Runs as root or as a user with user
+# Needs hyperfine and jq (apt-get install hyperfine jq); measures the static release build
+# (`cargo build-static`; COFFERDAM_BIN overrides the binary). Runs as root or as a user with user
 # namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib/common.bash
-bin=$(realpath "${COFFERDAM_BIN:-target/release/cofferdam}")
-[ -x "$bin" ] || { cargo build --release --quiet; bin=$(realpath target/release/cofferdam); }
+bin=$(release_bin)
 for tool in hyperfine jq; do
   command -v "$tool" >/dev/null || { echo "bench/apply.sh needs $tool (apt-get install hyperfine jq)"; exit 2; }
 done

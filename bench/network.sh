@@ -5,11 +5,12 @@
 # the supervisor's relay). Each client times itself, so the sandbox's startup is not counted.
 # Prints the median latency of a small request (new connection each) and the throughput of a
 # 100 MiB transfer. Targets (issue #5): <= 1 ms added median latency, >= 50% of direct
-# throughput. Needs python3 and a release build (cargo build --release).
+# throughput. Needs python3; measures the static release build (`cargo build-static`) unless
+# COFFERDAM_BIN names a binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${COFFERDAM_BIN:-$PWD/target/release/cofferdam}
-[ -x "$bin" ] || cargo build --release --quiet
+. bench/lib/common.bash
+bin=$(release_bin)
 requests=${REQUESTS:-300}
 mib=${MIB:-100}
 work=$(mktemp -d)

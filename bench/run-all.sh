@@ -15,7 +15,9 @@ for tool in hyperfine bwrap jq bc gnuplot python3; do
     exit 2
   }
 done
-[ -x "${COFFERDAM_BIN:-target/release/cofferdam}" ] || cargo build --release --quiet
+. bench/lib/common.bash
+COFFERDAM_BIN=$(release_bin)
+export COFFERDAM_BIN
 export BENCH_SIZES=${BENCH_SIZES:-1000 10000 100000}
 out=bench/results
 mkdir -p "$out"
@@ -40,7 +42,8 @@ done
   echo "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo) memory;" \
     "temp dirs on $(df -T "${TMPDIR:-/tmp}" | awk 'NR == 2 {print $2}');" \
     "load average at the start $load_start, at the end $(cut -d' ' -f1-3 /proc/loadavg)."
-  echo "cofferdam $(git describe --always --dirty 2>/dev/null || echo unknown)," \
+  echo "cofferdam $(git describe --always --dirty 2>/dev/null || echo unknown)" \
+    "($(linkage "$COFFERDAM_BIN") build: $COFFERDAM_BIN)," \
     "$(hyperfine --version), $(bwrap --version)."
   echo
   echo "Medians of hyperfine runs; each baseline is measured in the same run as its figure."

@@ -1,5 +1,26 @@
 # Shared by the bench/*.sh scripts (sourced; not a benchmark itself).
 
+# release_bin: the binary to measure, as an absolute path: $COFFERDAM_BIN when set, else
+# target/release/cofferdam built by `cargo build-static` (the static release build, see
+# .cargo/config.toml; a no-op when it is up to date).
+release_bin() {
+  if [ -n "${COFFERDAM_BIN:-}" ]; then
+    realpath "$COFFERDAM_BIN"
+  else
+    cargo build-static --quiet >&2
+    realpath target/release/cofferdam
+  fi
+}
+
+# linkage BIN: "static" or "dynamic" (whether BIN asks for a program interpreter).
+linkage() {
+  if readelf -lW "$1" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+    echo dynamic
+  else
+    echo static
+  fi
+}
+
 # median INDEX FILE: the median of hyperfine result INDEX in its JSON export, in ms.
 median() { jq -r ".results[$1].median * 1000" "$2"; }
 
