@@ -312,10 +312,11 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     // The workdir overlay.
     let wd = under(root, &plan.workdir);
     mkdir_p(&wd)?;
-    overlay(&plan.workdir, &plan.upper, &plan.overlay_work, &wd, exec)?;
+    let volatile = overlay(&plan.workdir, &plan.upper, &plan.overlay_work, &wd, exec)?;
     let mut o = observation(ControlMechanism::Overlay, ControlDimension::FilesystemWrite);
     o.details.insert("lower".into(), json!(plan.workdir));
     o.details.insert("upper".into(), json!(plan.upper));
+    o.details.insert("volatile".into(), json!(volatile));
     obs.push(o);
     let mut read_only = Vec::new();
     for p in &plan.read_only {
@@ -503,19 +504,30 @@ fn fold(path: &Path) -> PathBuf {
     out
 }
 
+/// Mount the workdir overlay; returns whether it is `volatile`.
+///
+/// `volatile` (Linux 5.10+; without it the mount goes on as before) skips the overlay's
+/// syncs: the unmount at the end of every run would otherwise flush the whole filesystem
+/// holding the stage, every dirty page of every program on it (measured: a `/bin/true` run
+/// took 160 ms with 400 MB of unrelated dirty data, 6 ms without), and an `fsync` inside
+/// the sandbox becomes a no-op. The stage was never durable across a host crash (a crash
+/// mid-run leaves the job interrupted), and its work directory, where the kernel marks a
+/// volatile overlay, is removed when the run ends and never mounted again.
 fn overlay(
     lower: &Path,
     upper: &Path,
     work: &Path,
     target: &Path,
     exec: MountAttrFlags,
-) -> Result<(), SetupError> {
+) -> Result<bool, SetupError> {
     let what = || format!("mount workdir overlay on {}", lower.display());
     let fs = rustix::mount::fsopen(c"overlay", FsOpenFlags::FSOPEN_CLOEXEC).step(what)?;
     rustix::mount::fsconfig_set_string(&fs, c"lowerdir+", lower).step(what)?;
     rustix::mount::fsconfig_set_string(&fs, c"upperdir", upper).step(what)?;
     rustix::mount::fsconfig_set_string(&fs, c"workdir", work).step(what)?;
     rustix::mount::fsconfig_set_flag(&fs, c"userxattr").step(what)?;
+    // An unknown option is refused at once (EINVAL), before anything is mounted.
+    let volatile = rustix::mount::fsconfig_set_flag(&fs, c"volatile").is_ok();
     rustix::mount::fsconfig_create(&fs).step(what)?;
     let mnt = rustix::mount::fsmount(
         &fs,
@@ -530,7 +542,8 @@ fn overlay(
         target,
         MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
     )
-    .step(what)
+    .step(what)?;
+    Ok(volatile)
 }
 
 fn minimal_dev(root: &Path) -> Result<ControlObservation, SetupError> {
