@@ -433,15 +433,18 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
         libc::close(cofferdam_net::handover::NET_FD);
     }
     set_handlers(&[libc::SIGINT, libc::SIGQUIT], libc::SIG_IGN);
-    // Only pid 1 reports from here on. Closing this copy lets the supervisor see the end of
-    // the status stream when pid 1 exits, and seal and write the records while this process
-    // tears the namespaces down.
+    // Only pid 1 reports from here on. This copy of the status channel is closed once pid 1
+    // is reaped, which the kernel allows only after every other process of the pid
+    // namespace is gone: the end of the status stream tells the supervisor that nothing of
+    // the run is left, and it seals and writes the records while this process tears the
+    // namespaces down.
+    let code = wait_for(pid);
     // SAFETY: STATUS_FD is open (inherited) and not used by this process after this point:
-    // `wait_for` and the exit below do not report.
+    // the exit below does not report.
     unsafe {
         libc::close(STATUS_FD);
     }
-    wait_for(pid)
+    code
 }
 
 /// Wait for `pid` and turn its end into an exit code (128+N for a signal).

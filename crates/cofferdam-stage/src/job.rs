@@ -14,7 +14,8 @@
 //!                                    `--stage PATH` directory that holds the same files
 //!     job.json                       JobState, rewritten atomically (0600)
 //!     lock                           the job lock (flock via File::lock)
-//!     upper/  work/                  the overlay's upperdir and workdir
+//!     upper/  work/                  the overlay's upperdir and workdir (`work/` stays
+//!                                    until `drop`: the run does not wait for the unmount)
 //!     root/                          empty mount point for the sandbox's new root
 //!     run-bundle.json  trace.jsonl  fingerprints.json  apply-ledger.json
 //!     reserve  reserve.drop          space held for the records until the command ends,

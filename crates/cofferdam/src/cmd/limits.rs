@@ -192,6 +192,11 @@ pub fn prepare(
 }
 
 impl Limits {
+    /// Whether the run has cgroups of its own (removed when this drops: they must be empty).
+    pub fn has_cgroup(&self) -> bool {
+        self.cgroup.is_some()
+    }
+
     /// The ending with its cause, and every limit the evidence shows was reached.
     pub fn conclude(
         &self,

@@ -290,19 +290,22 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     {
         eprintln!("cofferdam: {}", f.message);
     }
-    // While the stage is sealed and the records written, another thread releases the
-    // records reserve (when it is not needed for them: `store_full_warning`), waits for the
-    // init to let go of the overlay and removes the overlay's work directory.
+    // The end of the status stream says every process of the run is gone; the init may
+    // still be tearing its namespaces down (the overlay's unmount among them). It is waited
+    // for only when the run's cgroups, removed when `limits` drops, must be empty first;
+    // the overlay's work directory stays until `drop` (`Job::remove_stage`). While the
+    // stage is sealed and the records written, another thread releases the records reserve
+    // (when it is not needed for them: `store_full_warning`) and does that wait.
     let init = init.take();
+    let wait_for_init = limits.has_cgroup();
     let (bundle, code) = std::thread::scope(|scope| -> Result<_, Failure> {
         let cleanup = scope.spawn(|| {
             if !reserve_released {
                 job.release_reserve();
             }
-            if let Some(init) = init {
+            if let Some(init) = init.filter(|_| wait_for_init) {
                 let _ = init.wait();
             }
-            job.remove_overlay_work().ok();
         });
         let written = seal_and_record(SealInputs {
             job: &job,
