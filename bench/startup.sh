@@ -28,24 +28,32 @@ hyperfine -N --warmup 5 --runs "$runs" --export-json "$store/startup.json" \
   -n cofferdam "$bin run -q -- /bin/true" >/dev/null
 bare=$(median 0 "$store/startup.json"); bw=$(median 1 "$store/startup.json"); cd_=$(median 2 "$store/startup.json")
 
-# The write loop, timed by itself (date +%s%N around it) inside the stage and bare, each
-# round in a directory no file was ever deleted from: on ext4 without a journal (these test
-# machines) creating a file skips every inode of its block group freed in the last 60-360 s,
-# so a loop in a directory just emptied by `rm` measures the allocator, not the stage. The
-# rounds alternate; also timed whole, with the run's start and end (hyperfine).
+# The write loop, timed by itself (date +%s%N around it): bare, inside the stage, and in a
+# plain overlay mounted by hand (unshare -Urm, no cofferdam: what overlayfs itself costs).
+# Each round writes into directories nothing was ever deleted from, next to where the stage
+# lives (in the job store): on ext4 without a journal (these test machines) creating a file
+# skips every inode of its block group freed in the last 60-360 s, so a directory just
+# emptied by `rm`, or one in a churned part of the disk, measures the allocator instead.
+# The rounds alternate; the loop is also timed whole, with the run's start and end.
 loop='s=$(date +%s%N); i=0; while [ $i -lt 200 ]; do echo $i > f$i; i=$((i+1)); done; e=$(date +%s%N); echo $(((e - s) / 1000))'
 rounds=${LOOP_ROUNDS:-$((runs / 2))}
+mkdir -p "$store/jobs" "$store/plain"
 inner_bare=()
 inner_staged=()
+inner_overlay=()
 for r in $(seq "$rounds"); do
-  fresh=$(mktemp -d -p "$work")
+  fresh=$(mktemp -d -p "$store/jobs" .bench-XXXXXX)
   inner_bare+=("$(cd "$fresh" && sh -c "$loop")")
   round=$(mktemp -d -p "$work")
   inner_staged+=("$(cd "$round" && "$bin" run -q -- sh -c "$loop")")
+  o=$(mktemp -d -p "$store/plain")
+  mkdir "$o/lower" "$o/upper" "$o/work" "$o/merged"
+  inner_overlay+=("$(unshare -Urm sh -c "mount -t overlay overlay -o lowerdir=$o/lower,upperdir=$o/upper,workdir=$o/work,userxattr,volatile $o/merged && cd $o/merged && sh -c '$loop'" 2>/dev/null || echo 0)")
 done
 median_of() { printf '%s\n' "$@" | sort -n | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) / 1000}'; }
 ibare=$(median_of "${inner_bare[@]}")
 istaged=$(median_of "${inner_staged[@]}")
+ioverlay=$(median_of "${inner_overlay[@]}")
 mkdir "$work/whole"
 hyperfine -N --warmup 3 --runs "$((runs / 2))" --export-json "$store/writes.json" \
   -n staged-loop "$bin run -q --workdir $work/whole -- sh -c '$loop'" >/dev/null
@@ -57,11 +65,15 @@ printf '%-34s %10.2f %10s\n' "bwrap --unshare-all /bin/true" "$bw" "-"
 printf '%-34s %10.2f %9.2fx %s\n' "cofferdam run -- /bin/true" "$cd_" "$(echo "$cd_ / $bw" | bc -l)" "of bwrap (target <= 1.0)"
 printf '%-34s %10.2f %10s\n' "200-file loop, bare" "$ibare" "-"
 printf '%-34s %10.2f %9.2fx %s\n' "200-file loop, in the stage" "$istaged" "$(echo "$istaged / $ibare" | bc -l)" "of bare (target <= 1.2)"
+if [ "$ioverlay" != 0 ]; then
+  printf '%-34s %10.2f %9.2fx %s\n' "200-file loop, plain overlay" "$ioverlay" "$(echo "$ioverlay / $ibare" | bc -l)" "of bare (overlayfs alone, no cofferdam)"
+fi
 printf '%-34s %10.2f %9.2fx %s\n' "200-file loop, whole run" "$wstaged" "$(echo "$wstaged / $ibare" | bc -l)" "of the bare loop"
 record startup "cofferdam run -- /bin/true" 0 "$cd_" "bwrap --unshare-all /bin/true" "$bw"
 record startup "cofferdam run -- /bin/true" 0 "$cd_" "bare /bin/true" "$bare"
 record writes "200-file loop, in the stage" 0 "$istaged" "200-file loop, bare" "$ibare"
 record writes "200-file loop, whole run" 0 "$wstaged" "200-file loop, bare" "$ibare"
+[ "$ioverlay" = 0 ] || record writes "200-file loop, plain overlay (no cofferdam)" 0 "$ioverlay" "200-file loop, bare" "$ibare"
 
 # Startup against the workdir's size.
 for n in ${BENCH_SIZES:-}; do
