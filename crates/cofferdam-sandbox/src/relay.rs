@@ -380,6 +380,12 @@ impl Relay {
                 l.warnings.push(e.clone());
             }
         }
+        if crate::watch::is_subreaper() {
+            // The copy tiers: the init's end can be seen (its status channel closes) before
+            // the kernel has handed its orphans to this process; once it is reaped they are
+            // here, for `into_parts` to end.
+            let _ = child.wait();
+        }
         let (stop, watch_warnings) = l.watch.into_parts(child.id());
         l.warnings.extend(watch_warnings);
         Ok(Relayed {
