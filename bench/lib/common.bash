@@ -7,7 +7,8 @@ release_bin() {
   if [ -n "${COFFERDAM_BIN:-}" ]; then
     realpath "$COFFERDAM_BIN"
   else
-    cargo build-static --quiet >&2
+    # The alias ends in `-- <rustc flags>`: options cannot follow it, so quiet by variable.
+    CARGO_TERM_QUIET=true cargo build-static >&2 || return 1
     realpath target/release/cofferdam
   fi
 }
