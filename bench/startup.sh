@@ -79,6 +79,10 @@ record writes "200-file loop, whole run" 0 "$wstaged" "200-file loop, bare" "$ib
 for n in ${BENCH_SIZES:-}; do
   tree=$(mktemp -d)
   make_tree "$tree" "$n"
+  # The tree's own unwritten pages are the set-up's, not the run's: on ext4 without a
+  # journal (these machines) dirty inode tables make every new inode's allocation scan
+  # longer (recently_deleted), which a run that creates its job files would pay.
+  sync
   (
     cd "$tree"
     hyperfine -N --warmup 3 --runs "$((runs / 2 > 5 ? runs / 2 : 5))" --export-json "$store/startup-$n.json" \

@@ -3,8 +3,12 @@
 //! command as the child of its own pid 1.
 //!
 //! Process tree: the supervisor (`cofferdam run`) re-executes itself as the init; the init
-//! creates the user namespace and the other namespaces, then forks pid 1 of the new pid
-//! namespace. Pid 1 composes the root and pivots into it, brings up loopback, applies
+//! creates the user namespace and the other namespaces (named on its command line, before
+//! the job exists: see [`EarlyNamespaces`]), reads its plan, waits for the supervisor's go
+//! (the job is in place and the init is in the run's cgroups), makes the cgroup namespace,
+//! then forks pid 1 of the new pid namespace. It keeps its copy of the status channel until
+//! pid 1 is reaped, so the channel's end tells the supervisor that no process of the run is
+//! left. Pid 1 composes the root and pivots into it, brings up loopback, applies
 //! rlimits, closes inherited descriptors, drops capabilities, sets no_new_privs, installs
 //! Landlock and seccomp (last), sends the ready marker, then forks and execs the command. It
 //! reaps every process in the namespace, forwards termination signals, and exits with the

@@ -1,7 +1,9 @@
 //! The supervisor's side of the sealed tier: start the init (this same binary, re-executed
-//! with [`crate::init::INIT_ARG`]), hand it the plan over a pipe, relay the command's
-//! terminal or output while collecting the init's status messages (`crate::relay`), and wait
-//! for it. The supervisor may be multi-threaded; everything that needs a single thread
+//! with [`crate::init::INIT_ARG`]) as early as possible ([`spawn_init`]), hand it the plan
+//! over a pipe once there is one and the go once the job is in place ([`PendingInit`]),
+//! relay the command's terminal or output while collecting the init's status messages
+//! (`crate::relay`) until the status stream ends, which is when the last process of the
+//! run is gone. The supervisor may be multi-threaded; everything that needs a single thread
 //! happens in the init.
 //!
 //! The command's standard streams, by mode:
