@@ -57,9 +57,30 @@ pub(crate) fn resolve(address: &str) -> Result<(context::Env, Job), Failure> {
     Ok((env, job))
 }
 
-/// Take the job lock, or fail with exit 5 and why.
+/// How long [`lock`] waits for a job that is not running: its supervisor marks it staged
+/// just before it lets go of the lock, and a command started at that moment (a script
+/// applying each job the moment it is listed as staged) should not be refused for it.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Take the job lock, or fail with exit 5 and why. A job that is not `active` is waited for
+/// a moment ([`SETTLE_WAIT`]) first.
 pub(crate) fn lock(job: &Job, doing: &str) -> Result<JobLock, Failure> {
-    match job.try_lock() {
+    let deadline = std::time::Instant::now() + SETTLE_WAIT;
+    let mut attempt = job.try_lock();
+    while matches!(attempt, Err(JobError::Busy { .. }))
+        && std::time::Instant::now() < deadline
+        && !matches!(
+            job.state(),
+            Ok(JobState {
+                state: StageState::Active,
+                ..
+            })
+        )
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        attempt = job.try_lock();
+    }
+    match attempt {
         Ok(l) => Ok(l),
         Err(JobError::Busy { id }) => {
             let why = match job.state() {

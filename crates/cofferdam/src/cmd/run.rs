@@ -328,7 +328,8 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         written
     })?;
     // `staged` is the last change under the lock, which goes right after: a job listed as
-    // staged can be applied at once (the load test applies jobs the moment they are).
+    // staged can be applied at once (`apply` waits a moment for a lock held on a job that
+    // is not active; the load test applies jobs the moment they are listed staged).
     job.update_with(Durability::Prompt, |s| {
         s.pid = None;
         s.state = StageState::Staged;
