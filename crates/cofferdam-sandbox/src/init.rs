@@ -317,16 +317,7 @@ fn unsealed_main() -> i32 {
                 Err(code) => code,
             }
         }
-        Ok(_) => {
-            send(
-                status_fd(),
-                &StatusMessage::SetupFailed {
-                    step: "receive the plan".into(),
-                    error: "a sealed plan reached an init started without namespaces".into(),
-                },
-            );
-            SETUP_FAILED
-        }
+        Ok(_) => plan_failed("a sealed plan reached an init started without namespaces".into()),
         Err(e) => plan_failed(e),
     }
 }
@@ -377,16 +368,7 @@ fn await_go(channel: PlanChannel) -> Result<(), i32> {
     match channel.go() {
         Ok(()) => Ok(()),
         Err(e) if e == NO_GO => Err(SETUP_FAILED),
-        Err(e) => {
-            send(
-                status_fd(),
-                &StatusMessage::SetupFailed {
-                    step: "receive the plan".into(),
-                    error: e,
-                },
-            );
-            Err(SETUP_FAILED)
-        }
+        Err(e) => Err(plan_failed(e)),
     }
 }
 

@@ -432,6 +432,7 @@ impl PendingInit {
             err,
             signals: self.signals.take(),
             watch: Watch::new(watch),
+            subreaper: self.copy_tier,
         };
         let relayed = match relay.run(&mut child) {
             Ok(r) => r,

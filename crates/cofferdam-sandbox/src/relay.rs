@@ -231,6 +231,9 @@ pub(crate) struct Relay {
     pub(crate) signals: Option<SignalPipe>,
     /// The timeout, cancellation and stage cap.
     pub(crate) watch: Watch,
+    /// A tier without a pid namespace: this process is the command's child subreaper, and
+    /// orphans of the run reach it only once the init is reaped.
+    pub(crate) subreaper: bool,
 }
 
 /// What the loop collected.
@@ -332,6 +335,7 @@ impl Relay {
             err,
             signals,
             watch,
+            subreaper,
         } = self;
         let mut l = Loop {
             status: Some(status),
@@ -380,7 +384,7 @@ impl Relay {
                 l.warnings.push(e.clone());
             }
         }
-        if crate::watch::is_subreaper() {
+        if subreaper {
             // The copy tiers: the init's end can be seen (its status channel closes) before
             // the kernel has handed its orphans to this process; once it is reaped they are
             // here, for `into_parts` to end.

@@ -3,8 +3,9 @@
 //! Owns `unshare` of the user namespace with a single-id map (the caller's uid and gid map to
 //! themselves, `setgroups` denied) and of the mount, pid, network, IPC, UTS and cgroup
 //! namespaces, each reported as an observation. The cgroup namespace comes last, on its own,
-//! after the supervisor has placed the init in the run's cgroups. It must run in a single-threaded process (the
-//! re-executed init): `unshare(CLONE_NEWUSER)` refuses multi-threaded callers.
+//! after the supervisor has placed the init in the run's cgroups. It must run in a
+//! single-threaded process (the re-executed init): `unshare(CLONE_NEWUSER)` refuses
+//! multi-threaded callers.
 
 use crate::setup_error::{SetupError, StepContext};
 use cofferdam_record::bundle::{

@@ -271,22 +271,6 @@ pub fn become_subreaper() -> std::io::Result<()> {
     }
 }
 
-/// Whether this process is a child subreaper ([`become_subreaper`]).
-pub fn is_subreaper() -> bool {
-    let mut flag: libc::c_int = 0;
-    // SAFETY: PR_GET_CHILD_SUBREAPER writes one int through the pointer, which is live.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_GET_CHILD_SUBREAPER,
-            &mut flag as *mut libc::c_int as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
-    rc == 0 && flag != 0
-}
-
 /// Kill and reap every child of this process but `init_pid` (orphans of the run handed to
 /// the supervisor as their subreaper), round after round until none is left or the bound
 /// is reached; how many were killed. A child not yet reaped keeps its pid, so none can be a

@@ -373,8 +373,7 @@ impl Job {
         read_state(&self.state_path())
     }
 
-    /// Read `job.json`, let `f` change it, and rewrite it atomically and durably (this also
-    /// makes earlier [`Durability::FileOnly`] writes in the job directory last); the new
+    /// Read `job.json`, let `f` change it, and rewrite it atomically and durably; the new
     /// state. The id cannot be changed (it is restored). Call it while holding the job lock.
     pub fn update(&self, f: impl FnOnce(&mut JobState)) -> Result<JobState, JobError> {
         self.update_with(Durability::Durable, f)
@@ -982,9 +981,6 @@ fn now_unix_ms() -> u64 {
 pub enum Durability {
     /// The file and its rename are flushed (file fsync, directory fsync).
     Durable,
-    /// The file is flushed, its rename only by a later [`Durability::Durable`] write in the
-    /// same directory: for a set of files written together, the last one durable.
-    FileOnly,
     /// The file's writeback is started (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) but not
     /// waited for, nor is the rename flushed: the kernel writes it out at once, in the
     /// background, and a power loss in that moment can lose the write.
@@ -1033,7 +1029,7 @@ pub fn write_atomic_with(
         file.set_permissions(fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
         match durability {
-            Durability::Durable | Durability::FileOnly => file.sync_all()?,
+            Durability::Durable => file.sync_all()?,
             Durability::Prompt => {
                 // Only a hint: a filesystem that cannot start writeback here loses nothing
                 // but the promptness.
@@ -1050,7 +1046,7 @@ pub fn write_atomic_with(
         fs::rename(&tmp, path)?;
         match durability {
             Durability::Durable => File::open(dir)?.sync_all(),
-            Durability::FileOnly | Durability::Prompt | Durability::Volatile => Ok(()),
+            Durability::Prompt | Durability::Volatile => Ok(()),
         }
     })();
     if result.is_err() {
@@ -1083,7 +1079,7 @@ mod tests {
         let path = dir.path().join("record.json");
         for (i, d) in [
             Durability::Durable,
-            Durability::FileOnly,
+            Durability::Prompt,
             Durability::Volatile,
         ]
         .into_iter()

@@ -299,7 +299,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     let init = init.take();
     let wait_for_init = limits.has_cgroup();
     let (bundle, code) = std::thread::scope(|scope| -> Result<_, Failure> {
-        let cleanup = scope.spawn(|| {
+        scope.spawn(|| {
             if !reserve_released {
                 job.release_reserve();
             }
@@ -307,25 +307,59 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
                 let _ = init.wait();
             }
         });
-        let written = seal_and_record(SealInputs {
-            job: &job,
-            policy: &policy,
-            plan: &plan,
-            decision: &decision,
-            trace: &mut trace,
-            run_id: &run_id,
-            started,
-            finished,
-            argv: &args.command,
+        // The records of the end of the run: their writeback is started at once (see
+        // "Durability" in `cofferdam_stage::job`); then the provisional bundle goes. The
+        // scope joins the cleanup thread on every way out.
+        let sealed =
+            cofferdam_stage::seal::seal(&job.upper(), &policy.workdir).map_err(Failure::setup)?;
+        let mut fingerprints = sealed.fingerprints;
+        fingerprints.run_started_at_unix_ms = Some(started);
+        cofferdam_stage::fingerprint::write_fingerprints_with(
+            &job.fingerprints_path(),
+            &fingerprints,
+            Durability::Prompt,
+        )
+        .map_err(Failure::setup)?;
+        warnings.extend(sealed.warnings);
+        let _ = trace.append(
+            now_ms(),
+            TraceEventKind::StageSealed {
+                changed_files: sealed.changes.len(),
+                whiteouts: sealed.whiteouts,
+            },
+        );
+        let report = RunReport {
+            run_id: run_id.clone(),
+            started_at_unix_ms: started,
+            finished_at_unix_ms: finished,
+            argv: args.command.clone(),
             controls,
-            ending: &ending,
+            ending: ending.clone(),
+            changes: sealed.changes,
+            whiteouts: sealed.whiteouts,
+            upper: job.upper(),
+            trace_path: job.trace_path(),
             warnings,
-            output: &output,
-            egress,
-            relay_warnings,
-        });
-        let _ = cleanup.join();
-        written
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        };
+        let mut bundle = assemble_bundle(&policy, &plan, &decision, &report);
+        record_output(&mut bundle, &output);
+        if let Some(report) = egress {
+            crate::egress::record(&mut bundle, report);
+        }
+        bundle.run.warnings.extend(relay_warnings);
+        let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
+        cofferdam_stage::write_atomic_with(
+            &job.bundle_path(),
+            text.as_bytes(),
+            0o600,
+            Durability::Prompt,
+        )
+        .map_err(|e| {
+            Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
+        })?;
+        super::recover::remove_provisional(&job);
+        Ok((bundle, exit_code_of(&ending)))
     })?;
     // `staged` is the last change under the lock, which goes right after: a job listed as
     // staged can be applied at once (`apply` waits a moment for a lock held on a job that
@@ -361,96 +395,6 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         }
     }
     Ok(u8::try_from(code).unwrap_or(1))
-}
-
-/// What [`seal_and_record`] needs from the run.
-struct SealInputs<'a> {
-    job: &'a cofferdam_stage::Job,
-    policy: &'a cofferdam_policy::Policy,
-    plan: &'a cofferdam_policy::plan::SandboxPlan,
-    decision: &'a cofferdam_policy::ContainmentDecision,
-    trace: &'a mut TraceLog,
-    run_id: &'a str,
-    started: u64,
-    finished: u64,
-    argv: &'a [String],
-    controls: Vec<ControlObservation>,
-    ending: &'a Ending,
-    warnings: Vec<String>,
-    output: &'a CapturedOutput,
-    egress: Option<cofferdam_net::proxy::InterceptReport>,
-    relay_warnings: Vec<String>,
-}
-
-/// Seal the stage and write the records of the end of the run: fingerprints and bundle,
-/// their writeback started at once (see "Durability" in `cofferdam_stage::job`); then the
-/// provisional bundle goes. Returns the bundle and the exit code.
-fn seal_and_record(i: SealInputs<'_>) -> Result<(RunBundle, i32), Failure> {
-    let SealInputs {
-        job,
-        policy,
-        plan,
-        decision,
-        trace,
-        run_id,
-        started,
-        finished,
-        argv,
-        controls,
-        ending,
-        mut warnings,
-        output,
-        egress,
-        relay_warnings,
-    } = i;
-    let sealed =
-        cofferdam_stage::seal::seal(&job.upper(), &policy.workdir).map_err(Failure::setup)?;
-    let mut fingerprints = sealed.fingerprints;
-    fingerprints.run_started_at_unix_ms = Some(started);
-    cofferdam_stage::fingerprint::write_fingerprints_with(
-        &job.fingerprints_path(),
-        &fingerprints,
-        Durability::Prompt,
-    )
-    .map_err(Failure::setup)?;
-    warnings.extend(sealed.warnings);
-    let _ = trace.append(
-        now_ms(),
-        TraceEventKind::StageSealed {
-            changed_files: sealed.changes.len(),
-            whiteouts: sealed.whiteouts,
-        },
-    );
-    let report = RunReport {
-        run_id: run_id.to_owned(),
-        started_at_unix_ms: started,
-        finished_at_unix_ms: finished,
-        argv: argv.to_vec(),
-        controls,
-        ending: ending.clone(),
-        changes: sealed.changes,
-        whiteouts: sealed.whiteouts,
-        upper: job.upper(),
-        trace_path: job.trace_path(),
-        warnings,
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-    };
-    let mut bundle = assemble_bundle(policy, plan, decision, &report);
-    record_output(&mut bundle, output);
-    if let Some(report) = egress {
-        crate::egress::record(&mut bundle, report);
-    }
-    bundle.run.warnings.extend(relay_warnings);
-    let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
-    cofferdam_stage::write_atomic_with(
-        &job.bundle_path(),
-        text.as_bytes(),
-        0o600,
-        Durability::Prompt,
-    )
-    .map_err(|e| Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display())))?;
-    super::recover::remove_provisional(job);
-    Ok((bundle, exit_code_of(ending)))
 }
 
 /// The command has ended: release the space reserved for its job's records now, unless
