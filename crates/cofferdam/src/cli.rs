@@ -215,7 +215,7 @@ pub struct DiffArgs {
     #[arg(default_value = "last")]
     pub job: String,
     /// Only changes at or beneath PATH (relative to the current directory; repeatable).
-    #[arg(long = "path", value_name = "PATH")]
+    #[arg(long = "path", value_name = "PATH", allow_hyphen_values = true)]
     pub paths: Vec<PathBuf>,
     /// One line per path with the count of added and removed lines.
     #[arg(long)]
@@ -229,18 +229,18 @@ pub struct ApplyArgs {
     pub job: String,
     /// Apply only changes at or beneath PATH (repeatable; default: everything staged). New
     /// parent directories and directories replaced whole come along.
-    #[arg(long = "path", value_name = "PATH")]
+    #[arg(long = "path", value_name = "PATH", allow_hyphen_values = true)]
     pub paths: Vec<PathBuf>,
     /// Leave out paths matching GLOB (repeatable): `*.log` matches any component,
     /// `build/**` is anchored at the workdir.
-    #[arg(long = "exclude", value_name = "GLOB")]
+    #[arg(long = "exclude", value_name = "GLOB", allow_hyphen_values = true)]
     pub exclude: Vec<PathBuf>,
     /// Check and show what would be applied; write nothing.
     #[arg(long = "dry-run")]
     pub dry_run: bool,
     /// Apply PATH (and what is beneath it) even though it changed on the host since the run
     /// (repeatable). Never overrides a symlink on the way or a missing directory.
-    #[arg(long = "force", value_name = "PATH")]
+    #[arg(long = "force", value_name = "PATH", allow_hyphen_values = true)]
     pub force: Vec<PathBuf>,
     /// Recreate staged device nodes, fifos and sockets instead of refusing the apply.
     #[arg(long = "allow-special")]

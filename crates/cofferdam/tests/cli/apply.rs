@@ -294,6 +294,32 @@ fn apply_makes_the_host_what_the_command_made_and_records_it() {
     assert!(again.contains("nothing left to apply"), "{again}");
 }
 
+/// A path that starts with `-` is a value of `--path`, not an option.
+#[test]
+fn a_path_starting_with_a_dash_is_taken_as_a_path() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    run(&s, "echo a > -n; echo b > other");
+    let diff = ok(&s
+        .cmd()
+        .args(["diff", "last", "--stat", "--path", "-n"])
+        .output()
+        .unwrap());
+    assert!(diff.contains("-n") && !diff.contains("other"), "{diff}");
+    ok(&s
+        .cmd()
+        .args(["apply", "last", "--path", "-n", "--exclude", "-x"])
+        .output()
+        .unwrap());
+    assert_eq!(
+        std::fs::read_to_string(s.work.path().join("-n")).unwrap(),
+        "a\n"
+    );
+    assert!(!s.work.path().join("other").exists());
+}
+
 #[test]
 fn a_path_subset_applies_only_it_then_the_rest() {
     if !sealed_host() {
