@@ -75,20 +75,38 @@ impl TraceLog {
     /// full disk) is cut back off, so the file never keeps a torn line that a later append
     /// would turn into a corrupt one.
     pub fn append(&mut self, at_unix_ms: u64, kind: TraceEventKind) -> Result<(), TraceLogError> {
-        let event = TraceEvent::new(self.next, at_unix_ms, kind);
-        let line = encode_line(&event).map_err(|source| TraceLogError::Corrupt {
-            path: self.path.clone(),
-            source,
-        })?;
-        if let Err(source) = self.file.write_all(line.as_bytes()) {
+        self.append_all([(at_unix_ms, kind)])
+    }
+
+    /// Append `events` in order, numbered in sequence, with one write: a run's end reports
+    /// some twenty events at once. On a failure none of them is kept.
+    pub fn append_all(
+        &mut self,
+        events: impl IntoIterator<Item = (u64, TraceEventKind)>,
+    ) -> Result<(), TraceLogError> {
+        let mut text = String::new();
+        let mut next = self.next;
+        for (at_unix_ms, kind) in events {
+            let event = TraceEvent::new(next, at_unix_ms, kind);
+            let line = encode_line(&event).map_err(|source| TraceLogError::Corrupt {
+                path: self.path.clone(),
+                source,
+            })?;
+            text.push_str(&line);
+            next += 1;
+        }
+        if text.is_empty() {
+            return Ok(());
+        }
+        if let Err(source) = self.file.write_all(text.as_bytes()) {
             let _ = self.file.set_len(self.len);
             return Err(TraceLogError::Io {
                 path: self.path.clone(),
                 source,
             });
         }
-        self.len += line.len() as u64;
-        self.next += 1;
+        self.len += text.len() as u64;
+        self.next = next;
         Ok(())
     }
 }
@@ -135,6 +153,31 @@ mod tests {
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
             0o600
+        );
+    }
+
+    #[test]
+    fn a_batch_is_numbered_in_order_after_what_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("trace.jsonl");
+        let mut t = TraceLog::open(&p).unwrap();
+        t.append(1, TraceEventKind::ProcessStarted { pid: 7 })
+            .unwrap();
+        t.append_all((2..5).map(|pid| (u64::from(pid), TraceEventKind::ProcessStarted { pid })))
+            .unwrap();
+        t.append_all(Vec::new()).unwrap();
+        t.append(9, TraceEventKind::ProcessStarted { pid: 9 })
+            .unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let (events, torn) = parse_lines(&text).unwrap();
+        assert!(torn.is_none());
+        assert_eq!(
+            events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4, 5]
+        );
+        assert_eq!(
+            events.iter().map(|e| e.at_unix_ms).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4, 9]
         );
     }
 }

@@ -200,9 +200,11 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     let (store_full, reserve_released) = store_full_warning(&job);
 
     let mut controls: Vec<ControlObservation> = limits.controls.clone();
-    for o in &controls {
-        let _ = trace.append(started, TraceEventKind::ControlInstalled(o.clone()));
-    }
+    // What the run reported goes to the trace in one write (`TraceLog::append_all`).
+    let mut events: Vec<(u64, TraceEventKind)> = controls
+        .iter()
+        .map(|o| (started, TraceEventKind::ControlInstalled(o.clone())))
+        .collect();
     let mut warnings: Vec<String> = store_full.into_iter().collect();
     let mut ending: Option<Ending> = None;
     let SealedOutcome {
@@ -217,10 +219,10 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     for m in messages {
         match m {
             Ok(StatusMessage::Control { observation }) => {
-                let _ = trace.append(
+                events.push((
                     finished,
                     TraceEventKind::ControlInstalled(observation.clone()),
-                );
+                ));
                 controls.push(observation);
             }
             Ok(StatusMessage::SetupFailed { step, error }) => {
@@ -230,28 +232,29 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
                 ending.get_or_insert(Ending::ExecFailed { error, code });
             }
             Ok(StatusMessage::Started { pid }) => {
-                let _ = trace.append(
+                events.push((
                     finished,
                     TraceEventKind::ProcessStarted {
                         pid: u32::try_from(pid).unwrap_or(0),
                     },
-                );
+                ));
             }
             Ok(StatusMessage::Exited { code, signal }) => {
-                let _ = trace.append(
+                events.push((
                     finished,
                     TraceEventKind::ProcessExited {
                         exit_code: code,
                         signal,
                         duration_ms: finished.saturating_sub(started),
                     },
-                );
+                ));
                 ending.get_or_insert(Ending::Exited { code, signal });
             }
             Ok(StatusMessage::Ready | StatusMessage::Stopped { .. }) => {}
             Err(line) => warnings.push(line),
         }
     }
+    let _ = trace.append_all(events);
     let egress = egress.map(|e| e.finish(&mut controls, &mut trace));
     let ending = match ending {
         Some(e) => e,
