@@ -397,6 +397,58 @@ fn host_environment_values_reach_neither_the_sandbox_nor_the_bundle() {
     assert_eq!(b["environment"]["inherits_host"], false);
 }
 
+/// A network namespace the host refuses at run time (the cached host facts said it
+/// would be granted) stops the run before the command starts, naming the step, and the
+/// bundle claims no network namespace.
+#[test]
+fn a_network_namespace_the_host_refuses_stops_the_run_before_the_command() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    // In an enclosing user namespace: a first run records the host's facts (network
+    // namespaces work); then `user.max_net_namespaces` 0 makes every network namespace
+    // made below it fail (ENOSPC), and nothing else. The cached facts still say the
+    // sealed tier is available (a stale cache may only make the setup fail, never weaken
+    // it), so the second run gets as far as the init's network namespace.
+    let script = "\"$0\" run -q --pids none -- true \
+        && echo 0 > /proc/sys/user/max_net_namespaces \
+        && exec \"$0\" run -q --pids none -- sh -c 'echo ran > ran'";
+    let out = std::process::Command::new("unshare")
+        .env_clear()
+        .env("HOME", s.home.path())
+        .env("COFFERDAM_HOME", s.store.path())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(s.work.path())
+        .args(["-Ur", "sh", "-c", script])
+        .arg(assert_cmd::cargo::cargo_bin("cofferdam"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("CLONE_NEWNET"),
+        "{out:?}"
+    );
+    let b = last_bundle(&s);
+    assert_eq!(b["run"]["failure"]["kind"], "setup", "{b}");
+    assert!(
+        b["run"]["failure"]["step"]
+            .as_str()
+            .unwrap()
+            .contains("CLONE_NEWNET"),
+        "{b}"
+    );
+    assert_eq!(b["filesystem"]["changed_files"], 0, "{b}");
+    assert!(!s.work.path().join("ran").exists());
+    let netns: Vec<&Value> = b["executor_observations"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["mechanism"] == "netns" && o["status"] == "enforced")
+        .collect();
+    assert!(netns.is_empty(), "no network namespace is claimed: {b}");
+}
+
 #[test]
 fn exit_codes_and_typed_failures() {
     if !sealed_host() {
