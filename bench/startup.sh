@@ -19,7 +19,15 @@ store=$(mktemp -d)
 trap 'rm -rf "$work" "$store"' EXIT
 bin=$(release_bin)
 echo "binary: $bin ($(linkage "$bin") build)"
-export COFFERDAM_HOME="$store"
+# Each group of runs gets a job store of its own: on ext4 without a journal (these test
+# machines) every run leaves a few freed inodes that stay "recently deleted" for minutes,
+# and every later file created near them scans past them, so a store that already holds
+# hundreds of runs measures the allocator, not the run (17-32 ms against 6 ms here).
+fresh_store() {
+  COFFERDAM_HOME=$(mktemp -d -p "$store" home-XXXXXX)
+  export COFFERDAM_HOME
+}
+fresh_store
 cd "$work"
 
 hyperfine -N --warmup 5 --runs "$runs" --export-json "$store/startup.json" \
@@ -37,16 +45,17 @@ bare=$(median 0 "$store/startup.json"); bw=$(median 1 "$store/startup.json"); cd
 # The rounds alternate; the loop is also timed whole, with the run's start and end.
 loop='s=$(date +%s%N); i=0; while [ $i -lt 200 ]; do echo $i > f$i; i=$((i+1)); done; e=$(date +%s%N); echo $(((e - s) / 1000))'
 rounds=${LOOP_ROUNDS:-$((runs / 2))}
-mkdir -p "$store/jobs" "$store/plain"
+fresh_store
+mkdir -p "$COFFERDAM_HOME/jobs" "$COFFERDAM_HOME/plain"
 inner_bare=()
 inner_staged=()
 inner_overlay=()
 for r in $(seq "$rounds"); do
-  fresh=$(mktemp -d -p "$store/jobs" .bench-XXXXXX)
+  fresh=$(mktemp -d -p "$COFFERDAM_HOME/jobs" .bench-XXXXXX)
   inner_bare+=("$(cd "$fresh" && sh -c "$loop")")
   round=$(mktemp -d -p "$work")
   inner_staged+=("$(cd "$round" && "$bin" run -q -- sh -c "$loop")")
-  o=$(mktemp -d -p "$store/plain")
+  o=$(mktemp -d -p "$COFFERDAM_HOME/plain")
   mkdir "$o/lower" "$o/upper" "$o/work" "$o/merged"
   inner_overlay+=("$(unshare -Urm sh -c "mount -t overlay overlay -o lowerdir=$o/lower,upperdir=$o/upper,workdir=$o/work,userxattr,volatile $o/merged && cd $o/merged && sh -c '$loop'" 2>/dev/null || echo 0)")
 done
@@ -55,6 +64,7 @@ ibare=$(median_of "${inner_bare[@]}")
 istaged=$(median_of "${inner_staged[@]}")
 ioverlay=$(median_of "${inner_overlay[@]}")
 mkdir "$work/whole"
+fresh_store
 hyperfine -N --warmup 3 --runs "$((runs / 2))" --export-json "$store/writes.json" \
   -n staged-loop "$bin run -q --workdir $work/whole -- sh -c '$loop'" >/dev/null
 wstaged=$(median 0 "$store/writes.json")
@@ -83,6 +93,7 @@ for n in ${BENCH_SIZES:-}; do
   # journal (these machines) dirty inode tables make every new inode's allocation scan
   # longer (recently_deleted), which a run that creates its job files would pay.
   sync
+  fresh_store
   (
     cd "$tree"
     hyperfine -N --warmup 3 --runs "$((runs / 2 > 5 ? runs / 2 : 5))" --export-json "$store/startup-$n.json" \
