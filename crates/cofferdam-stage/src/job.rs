@@ -379,12 +379,6 @@ impl Job {
         self.update_with(Durability::Durable, f)
     }
 
-    /// [`Job::update`] for facts that only matter while the run lasts (its pid, its command
-    /// line for `status`): atomic, not flushed.
-    pub fn update_transient(&self, f: impl FnOnce(&mut JobState)) -> Result<JobState, JobError> {
-        self.update_with(Durability::Volatile, f)
-    }
-
     /// [`Job::update`] with the flushes `durability` asks for.
     pub fn update_with(
         &self,
@@ -666,10 +660,22 @@ impl JobStore {
         workdir: &Path,
         stage_dir: Option<&Path>,
     ) -> Result<(Job, JobLock), JobError> {
+        self.create_locked_with(workdir, stage_dir, |_| {})
+    }
+
+    /// [`JobStore::create_locked`], with `init` filling in the first `job.json` (a run's
+    /// command line and pid, known before the job exists: one write of `job.json` fewer
+    /// than an [`Job::update`] right after). The id, workdir and `active` state are kept.
+    pub fn create_locked_with(
+        &self,
+        workdir: &Path,
+        stage_dir: Option<&Path>,
+        init: impl FnOnce(&mut JobState),
+    ) -> Result<(Job, JobLock), JobError> {
         let id = format!("{ID_PREFIX}{}", uuid::Uuid::now_v7().hyphenated());
         let entry = self.jobs.join(&id);
         let workdir_canon = fs::canonicalize(workdir).unwrap_or_else(|_| workdir.to_path_buf());
-        let state = JobState {
+        let mut state = JobState {
             version: JOB_STATE_VERSION,
             id: id.clone(),
             created_at_unix_ms: now_unix_ms(),
@@ -683,6 +689,10 @@ impl JobStore {
             finished_at_unix_ms: None,
             changed_files: None,
         };
+        init(&mut state);
+        state.id.clone_from(&id);
+        state.workdir = workdir.to_path_buf();
+        state.state = StageState::Active;
         match stage_dir {
             None => {
                 let root_canon =

@@ -103,6 +103,29 @@ fn create_lays_out_a_job() {
 }
 
 #[test]
+fn a_job_can_start_with_its_command_and_keeps_its_own_id_state_and_workdir() {
+    let e = env();
+    let store = JobStore::open(&e.root).unwrap();
+    let (job, _lock) = store
+        .create_locked_with(&e.work_a, None, |s| {
+            s.command = vec!["claude".into()];
+            s.pid = Some(4242);
+            s.started_at_unix_ms = Some(s.created_at_unix_ms);
+            s.id = "run-hijack".into();
+            s.state = StageState::Staged;
+            s.workdir = "/elsewhere".into();
+        })
+        .unwrap();
+    let s = job.state().unwrap();
+    assert_eq!(s.id, job.id());
+    assert_eq!(s.state, StageState::Active);
+    assert_eq!(s.workdir, e.work_a);
+    assert_eq!(s.command, vec!["claude".to_owned()]);
+    assert_eq!(s.pid, Some(4242));
+    assert_eq!(s.started_at_unix_ms, Some(s.created_at_unix_ms));
+}
+
+#[test]
 fn update_rewrites_atomically() {
     let e = env();
     let store = JobStore::open(&e.root).unwrap();

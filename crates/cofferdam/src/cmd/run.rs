@@ -88,8 +88,15 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     .map_err(Failure::setup)?;
 
     let store = JobStore::open(&env.storage_root).map_err(Failure::setup)?;
+    // What `status` shows of a live job: the command line, and the supervisor's pid
+    // (`cofferdam kill` signals it; the lock proves it). The start time is the job's
+    // until the records give the run's own.
     let (job, lock) = store
-        .create_locked(&policy.workdir, args.stage.as_deref())
+        .create_locked_with(&policy.workdir, args.stage.as_deref(), |s| {
+            s.command = args.command.clone();
+            s.pid = Some(std::process::id());
+            s.started_at_unix_ms = Some(s.created_at_unix_ms);
+        })
         .map_err(Failure::setup)?;
     let run_id = job.id().to_owned();
     let mut trace = TraceLog::open(&job.trace_path()).map_err(Failure::setup)?;
@@ -185,14 +192,6 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             if let Some(e) = &egress {
                 e.started(pid);
             }
-            // Runs while the sandbox sets itself up. A failure only costs `status` the
-            // command line of a live job; the records at the end are written regardless.
-            let _ = job.update_transient(|s| {
-                s.command = args.command.clone();
-                s.started_at_unix_ms = Some(started);
-                // The supervisor's pid (`cofferdam kill` signals it; the lock proves it).
-                s.pid = Some(std::process::id());
-            });
         })
         .map_err(Failure::setup)?;
     drop(quiet);
@@ -370,6 +369,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     job.update_with(Durability::Prompt, |s| {
         s.pid = None;
         s.state = StageState::Staged;
+        s.started_at_unix_ms = Some(started);
         s.run_state = Some(bundle.run.state);
         s.exit_code = bundle.run.exit_code;
         s.finished_at_unix_ms = Some(finished);
