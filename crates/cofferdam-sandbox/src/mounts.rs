@@ -5,23 +5,27 @@
 //!
 //! Owns every mount of the sandbox. It runs in the sandbox's pid 1 (a new /proc must be
 //! mounted from inside the pid namespace), after the namespaces exist, and decides nothing:
-//! the paths come from the plan. Host paths are read through the old root before the pivot.
+//! the paths come from the plan. Host paths are read through the old root before the pivot;
+//! paths under the new root are resolved from its tmpfs's descriptor ([`Root`]), never from
+//! the host's `/`, so a symlink in a lower tree cannot make a step land outside it.
 
 use crate::setup_error::{SetupError, StepContext};
 use cofferdam_policy::plan::{FsPlan, PlanMountMode};
 use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
 };
-use rustix::fs::{CWD, FileType, Mode};
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use rustix::mount::{
     FsMountFlags, FsOpenFlags, MountAttrFlags, MountFlags, MountPropagationFlags, MoveMountFlags,
     OpenTreeFlags, UnmountFlags,
 };
 use serde_json::json;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::ffi::CStr;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// `/proc` files replaced by an empty read-only file.
 const PROC_MASKED_FILES: &[&str] = &[
@@ -57,7 +61,7 @@ struct MountAttr {
 
 /// `mount_setattr(2)` (not in rustix): set `attrs` on the mount at `fd` (and, with
 /// `recursive`, every mount below it).
-fn mount_setattr(fd: &OwnedFd, attrs: MountAttrFlags, recursive: bool) -> Result<(), Errno> {
+fn mount_setattr(fd: BorrowedFd<'_>, attrs: MountAttrFlags, recursive: bool) -> Result<(), Errno> {
     let attr = MountAttr {
         attr_set: u64::from(attrs.bits()),
         attr_clr: 0,
@@ -91,28 +95,139 @@ fn mount_setattr(fd: &OwnedFd, attrs: MountAttrFlags, recursive: bool) -> Result
     }
 }
 
-/// Where a host path lands under the new root.
-fn under(root: &Path, host: &Path) -> PathBuf {
-    root.join(host.strip_prefix("/").unwrap_or(host))
+/// A host path as a path relative to the new root (`/etc/shadow` -> `etc/shadow`).
+fn rel(host: &Path) -> &Path {
+    host.strip_prefix("/").unwrap_or(host)
 }
 
-/// `mkdir -p`: the directory itself first, its parents only when it has none (most mount
-/// points' parents exist, so one system call instead of one per component).
-fn mkdir_p(path: &Path) -> Result<(), SetupError> {
+/// The new root while it is being composed: its path, for messages a person recognises, and
+/// a descriptor of its tmpfs that every path under it is resolved from (short relative
+/// walks instead of the job directory's 8-12 components each time). A path of more than one
+/// component may cross a tree the host or the user controls (the workdir, a lent path, the
+/// system binds): it is resolved with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, so
+/// a symlink or `..` in it is resolved as the sandbox will see it after the pivot and can
+/// never land outside the new root. [`Root::open`] does not follow the final component (as
+/// `lstat` and `move_mount` do not); then something is created or mounted by name in a
+/// directory so reached, or on the descriptor itself.
+struct Root<'a> {
+    path: &'a Path,
+    fd: OwnedFd,
+}
+
+impl Root<'_> {
+    /// The full host path of `rel` under the new root, for messages.
+    fn shown(&self, rel: &Path) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    /// `rel` itself (a final symlink not followed), as an `O_PATH` descriptor.
+    fn open(&self, rel: &Path) -> Result<OwnedFd, Errno> {
+        self.resolve(rel, OFlags::NOFOLLOW)
+    }
+
+    /// The directory `rel` (symlinks followed, inside the new root), as an `O_PATH`
+    /// descriptor.
+    fn open_dir(&self, rel: &Path) -> Result<OwnedFd, Errno> {
+        self.resolve(rel, OFlags::DIRECTORY)
+    }
+
+    fn resolve(&self, rel: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
+        let rel = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
+        // EAGAIN: a rename or mount anywhere on the host raced a `..`; the lookup may be
+        // retried.
+        let mut tries = 0;
+        loop {
+            match rustix::fs::openat2(
+                &self.fd,
+                rel,
+                OFlags::PATH | OFlags::CLOEXEC | flags,
+                Mode::empty(),
+                ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+            ) {
+                Err(Errno::AGAIN) if tries < 16 => tries += 1,
+                r => return r,
+            }
+        }
+    }
+
+    /// Where to attach a mount at `rel`: one component is named relative to the root's
+    /// descriptor (`move_mount` does not follow a final symlink); a longer path is opened
+    /// first, so that no component on the way leaves the new root.
+    fn place<'p>(&'p self, rel: &'p Path) -> Result<Place<'p>, Errno> {
+        let mut components = rel.components();
+        match (components.next(), components.next()) {
+            (Some(Component::Normal(_)), None) => Ok(Place::Named(self.fd.as_fd(), rel)),
+            _ => self.open(rel).map(Place::Opened),
+        }
+    }
+}
+
+/// A mount point: a directory descriptor and a name in it, or a descriptor of the point
+/// itself.
+enum Place<'a> {
+    Named(BorrowedFd<'a>, &'a Path),
+    Opened(OwnedFd),
+}
+
+impl Place<'_> {
+    fn at(&self) -> (BorrowedFd<'_>, &Path) {
+        match self {
+            Place::Named(dir, name) => (*dir, name),
+            Place::Opened(fd) => (fd.as_fd(), Path::new("")),
+        }
+    }
+}
+
+/// `move_mount` the detached mount `mnt` onto `name` in `dir` (`""`: onto `dir` itself).
+fn attach(mnt: &OwnedFd, (dir, name): (BorrowedFd<'_>, &Path)) -> Result<(), Errno> {
+    let mut flags = MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH;
+    if name.as_os_str().is_empty() {
+        flags |= MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH;
+    }
+    rustix::mount::move_mount(mnt, c"", dir, name, flags)
+}
+
+/// `open_tree(OPEN_TREE_CLONE)` of `name` in `dir` (`""`: `dir` itself) and, with
+/// `recursive`, every mount below it.
+fn clone_tree((dir, name): (BorrowedFd<'_>, &Path), recursive: bool) -> Result<OwnedFd, Errno> {
+    let mut flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC;
+    if recursive {
+        flags |= OpenTreeFlags::AT_RECURSIVE;
+    }
+    if name.as_os_str().is_empty() {
+        flags |= OpenTreeFlags::AT_EMPTY_PATH;
+    }
+    rustix::mount::open_tree(dir, name, flags)
+}
+
+/// `mkdir -p` under the new root: the directory itself first, its parents only when it has
+/// none (most mount points' parents exist). The parent is reached through [`Root::open_dir`]
+/// (nothing for a child of the root), the directory is made by name in it.
+fn mkdir_p(root: &Root<'_>, rel: &Path) -> Result<(), SetupError> {
     let err = |e| SetupError {
-        step: format!("mkdir {}", path.display()),
+        step: format!("mkdir {}", root.shown(rel).display()),
         errno: e,
     };
-    match rustix::fs::mkdir(path, Mode::from_raw_mode(0o755)) {
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(err(Errno::INVAL));
+    };
+    let mode = Mode::from_raw_mode(0o755);
+    let make = || -> Result<(), Errno> {
+        if parent.as_os_str().is_empty() {
+            rustix::fs::mkdirat(&root.fd, name, mode)
+        } else {
+            rustix::fs::mkdirat(root.open_dir(parent)?, name, mode)
+        }
+    };
+    match make() {
         Ok(()) | Err(Errno::EXIST) => Ok(()),
-        Err(Errno::NOENT) => {
-            match path.parent() {
-                Some(parent) if parent != path && !parent.as_os_str().is_empty() => {
-                    mkdir_p(parent)?;
-                }
-                _ => return Err(err(Errno::NOENT)),
-            }
-            match rustix::fs::mkdir(path, Mode::from_raw_mode(0o755)) {
+        Err(Errno::NOENT) if !parent.as_os_str().is_empty() => {
+            mkdir_p(root, parent)?;
+            match make() {
                 Ok(()) | Err(Errno::EXIST) => Ok(()),
                 Err(e) => Err(err(e)),
             }
@@ -121,26 +236,54 @@ fn mkdir_p(path: &Path) -> Result<(), SetupError> {
     }
 }
 
-/// Create an empty file to bind a file over.
-fn touch(path: &Path) -> Result<(), SetupError> {
-    if let Some(parent) = path.parent() {
-        mkdir_p(parent)?;
-    }
-    match rustix::fs::open(
-        path,
-        rustix::fs::OFlags::CREATE | rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+/// Create an empty file named `name` in `dir` to bind a file over (`mknodat(S_IFREG)`: no
+/// descriptor to close). One that exists already serves, unless it is a directory.
+fn make_file(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
+    match rustix::fs::mknodat(
+        dir,
+        name,
+        FileType::RegularFile,
         Mode::from_raw_mode(0o644),
+        0,
     ) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(SetupError {
-            step: format!("create mount point {}", path.display()),
-            errno: e,
-        }),
+        Err(Errno::EXIST) => {
+            let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                Err(Errno::ISDIR)
+            } else {
+                Ok(())
+            }
+        }
+        r => r,
     }
 }
 
-fn tmpfs(target: &Path, options: &str, attrs: MountAttrFlags) -> Result<(), SetupError> {
-    let what = || format!("mount tmpfs on {}", target.display());
+/// Create an empty file at `rel` under the new root (and its missing parents) to bind a
+/// file over.
+fn touch(root: &Root<'_>, rel: &Path) -> Result<(), SetupError> {
+    let err = |e| SetupError {
+        step: format!("create mount point {}", root.shown(rel).display()),
+        errno: e,
+    };
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(err(Errno::INVAL));
+    };
+    if parent.as_os_str().is_empty() {
+        return make_file(root.fd.as_fd(), Path::new(name)).map_err(err);
+    }
+    mkdir_p(root, parent)?;
+    let dir = root.open_dir(parent).map_err(err)?;
+    make_file(dir.as_fd(), Path::new(name)).map_err(err)
+}
+
+/// Mount a new tmpfs at `at`; returns the mount's descriptor (its root directory).
+fn tmpfs(
+    at: (BorrowedFd<'_>, &Path),
+    shown: &Path,
+    options: &str,
+    attrs: MountAttrFlags,
+) -> Result<OwnedFd, SetupError> {
+    let what = || format!("mount tmpfs on {}", shown.display());
     let fs = rustix::mount::fsopen(c"tmpfs", FsOpenFlags::FSOPEN_CLOEXEC).step(what)?;
     for opt in options.split(',').filter(|o| !o.is_empty()) {
         let (k, v) = opt.split_once('=').unwrap_or((opt, ""));
@@ -148,19 +291,18 @@ fn tmpfs(target: &Path, options: &str, attrs: MountAttrFlags) -> Result<(), Setu
     }
     rustix::mount::fsconfig_create(&fs).step(what)?;
     let mnt = rustix::mount::fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, attrs).step(what)?;
-    rustix::mount::move_mount(
-        &mnt,
-        c"",
-        CWD,
-        target,
-        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-    )
-    .step(what)
+    attach(&mnt, at).step(what)?;
+    Ok(mnt)
 }
 
-/// Bind `source` (a whole tree) onto `target` with `attrs` set on every mount in it.
-fn bind(source: &Path, target: &Path, attrs: MountAttrFlags) -> Result<(), SetupError> {
-    let what = || format!("bind {} on {}", source.display(), target.display());
+/// Bind the host's `source` (a whole tree) onto `at` with `attrs` set on every mount in it.
+fn bind(
+    source: &Path,
+    at: (BorrowedFd<'_>, &Path),
+    shown: &Path,
+    attrs: MountAttrFlags,
+) -> Result<(), SetupError> {
+    let what = || format!("bind {} on {}", source.display(), shown.display());
     let tree = rustix::mount::open_tree(
         CWD,
         source,
@@ -170,65 +312,72 @@ fn bind(source: &Path, target: &Path, attrs: MountAttrFlags) -> Result<(), Setup
     )
     .step(what)?;
     if !attrs.is_empty() {
-        mount_setattr(&tree, attrs, true).step(what)?;
+        mount_setattr(tree.as_fd(), attrs, true).step(what)?;
     }
-    rustix::mount::move_mount(
-        &tree,
-        c"",
-        CWD,
-        target,
-        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-    )
-    .step(what)
+    attach(&tree, at).step(what)
 }
 
-/// Make the mount at `path` read-only in place, with every mount below it.
-fn make_read_only(path: &Path) -> Result<(), SetupError> {
-    bind(
-        path,
-        path,
-        MountAttrFlags::MOUNT_ATTR_RDONLY
-            | MountAttrFlags::MOUNT_ATTR_NOSUID
-            | MountAttrFlags::MOUNT_ATTR_NODEV,
-    )
+/// Make the mount tree at `at` read-only in place (a recursive bind onto itself).
+fn make_read_only(at: (BorrowedFd<'_>, &Path), shown: &Path) -> Result<(), SetupError> {
+    let what = || format!("bind {} on {}", shown.display(), shown.display());
+    let tree = clone_tree(at, true).step(what)?;
+    mount_setattr(tree.as_fd(), RO, true).step(what)?;
+    attach(&tree, at).step(what)
 }
 
 const RO: MountAttrFlags = MountAttrFlags::MOUNT_ATTR_RDONLY
     .union(MountAttrFlags::MOUNT_ATTR_NOSUID)
     .union(MountAttrFlags::MOUNT_ATTR_NODEV);
 
-/// Hide `target` (which exists under the new root): an empty file for files, an empty
-/// read-only tmpfs for directories. Returns false when there was nothing to hide.
-fn mask(target: &Path) -> Result<bool, SetupError> {
-    let st = match rustix::fs::lstat(target) {
+/// The attributes of a mask.
+const MASK: MountAttrFlags = RO.union(MountAttrFlags::MOUNT_ATTR_NOEXEC);
+
+/// Hide `name` in `dir` (`""`: `dir` itself): an empty file (the host's `/dev/null`, bound
+/// with [`MASK`]) for files, an empty read-only tmpfs for directories. Returns false when
+/// there was nothing to hide (absent, or a symlink: its target is hidden on its own).
+fn mask(at: (BorrowedFd<'_>, &Path), shown: &Path) -> Result<bool, SetupError> {
+    let (dir, name) = at;
+    let flags = if name.as_os_str().is_empty() {
+        AtFlags::SYMLINK_NOFOLLOW | AtFlags::EMPTY_PATH
+    } else {
+        AtFlags::SYMLINK_NOFOLLOW
+    };
+    let st = match rustix::fs::statat(dir, name, flags) {
         Ok(st) => st,
         Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::ACCESS) => return Ok(false),
         Err(e) => {
             return Err(SetupError {
-                step: format!("stat {}", target.display()),
+                step: format!("stat {}", shown.display()),
                 errno: e,
             });
         }
     };
     match FileType::from_raw_mode(st.st_mode) {
         FileType::Directory => {
-            tmpfs(
-                target,
-                "mode=000,size=4k",
-                RO | MountAttrFlags::MOUNT_ATTR_NOEXEC,
-            )?;
+            tmpfs(at, shown, "mode=000,size=4k", MASK)?;
             Ok(true)
         }
         FileType::Symlink => Ok(false),
         _ => {
-            bind(
-                Path::new("/dev/null"),
-                target,
-                RO | MountAttrFlags::MOUNT_ATTR_NOEXEC,
-            )?;
+            bind(Path::new("/dev/null"), at, shown, MASK)?;
             Ok(true)
         }
     }
+}
+
+/// Hide `rel` under the new root, reached through [`Root::open`].
+fn mask_path(root: &Root<'_>, rel: &Path) -> Result<bool, SetupError> {
+    let fd = match root.open(rel) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::ACCESS) => return Ok(false),
+        Err(e) => {
+            return Err(SetupError {
+                step: format!("stat {}", root.shown(rel).display()),
+                errno: e,
+            });
+        }
+    };
+    mask((fd.as_fd(), Path::new("")), &root.shown(rel))
 }
 
 fn observation(mechanism: ControlMechanism, dimension: ControlDimension) -> ControlObservation {
@@ -248,12 +397,18 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     o.details.insert("propagation".into(), json!("private"));
     obs.push(o);
 
-    let root = plan.new_root.as_path();
-    tmpfs(
-        root,
-        "mode=0755",
-        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
-    )?;
+    // The tmpfs's own descriptor is the new root's: every later step works relative to it.
+    // The cwd moves there too, for `mount(2)` (no directory descriptor) and `pivot_root`.
+    let root = Root {
+        path: plan.new_root.as_path(),
+        fd: tmpfs(
+            (CWD, plan.new_root.as_path()),
+            &plan.new_root,
+            "mode=0755",
+            MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
+        )?,
+    };
+    rustix::process::fchdir(&root.fd).step(|| format!("chdir {}", root.path.display()))?;
 
     // The read-only system view.
     let mut system = Vec::new();
@@ -262,17 +417,20 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
             Ok(st) => st,
             Err(_) => continue,
         };
-        let target = under(root, dir);
+        let target = rel(dir);
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Symlink => {
                 let link = rustix::fs::readlink(dir, Vec::new())
                     .step(|| format!("readlink {}", dir.display()))?;
-                rustix::fs::symlink(link.as_c_str(), &target)
-                    .step(|| format!("symlink {}", target.display()))?;
+                symlink_in(&root, link.as_c_str(), target)
+                    .step(|| format!("symlink {}", root.shown(target).display()))?;
             }
             FileType::Directory => {
-                mkdir_p(&target)?;
-                bind(dir, &target, RO)?;
+                mkdir_p(&root, target)?;
+                let place = root.place(target).step(|| {
+                    format!("bind {} on {}", dir.display(), root.shown(target).display())
+                })?;
+                bind(dir, place.at(), &root.shown(target), RO)?;
             }
             _ => continue,
         }
@@ -285,24 +443,27 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     } else {
         MountAttrFlags::MOUNT_ATTR_NOEXEC
     };
-    let tmp = under(root, Path::new("/tmp"));
-    mkdir_p(&tmp)?;
     let tmp_opts = match plan.tmp_size {
         Some(bytes) => format!("mode=1777,size={bytes}"),
         None => "mode=1777".to_owned(),
     };
-    tmpfs(
-        &tmp,
-        &tmp_opts,
-        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV | exec,
-    )?;
-    let home = under(root, &plan.home);
-    mkdir_p(&home)?;
-    tmpfs(
-        &home,
-        "mode=0700",
-        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV | exec,
-    )?;
+    for (dir, opts) in [
+        (Path::new("/tmp"), tmp_opts.as_str()),
+        (plan.home.as_path(), "mode=0700"),
+    ] {
+        let target = rel(dir);
+        mkdir_p(&root, target)?;
+        let shown = root.shown(target);
+        let place = root
+            .place(target)
+            .step(|| format!("mount tmpfs on {}", shown.display()))?;
+        tmpfs(
+            place.at(),
+            &shown,
+            opts,
+            MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV | exec,
+        )?;
+    }
     let mut o = observation(ControlMechanism::Tmpfs, ControlDimension::FilesystemWrite);
     o.details
         .insert("tmp_size_bytes".into(), json!(plan.tmp_size));
@@ -310,9 +471,9 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     obs.push(o);
 
     // The workdir overlay.
-    let wd = under(root, &plan.workdir);
-    mkdir_p(&wd)?;
-    let volatile = overlay(&plan.workdir, &plan.upper, &plan.overlay_work, &wd, exec)?;
+    let wd = rel(&plan.workdir);
+    mkdir_p(&root, wd)?;
+    let volatile = overlay(&root, plan, wd, exec)?;
     let mut o = observation(ControlMechanism::Overlay, ControlDimension::FilesystemWrite);
     o.details.insert("lower".into(), json!(plan.workdir));
     o.details.insert("upper".into(), json!(plan.upper));
@@ -320,10 +481,11 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     obs.push(o);
     let mut read_only = Vec::new();
     for p in &plan.read_only {
-        let target = under(root, p);
-        match rustix::fs::lstat(&target) {
+        let target = rel(p);
+        let Ok(fd) = root.open(target) else { continue };
+        match rustix::fs::fstat(&fd) {
             Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::Symlink => {
-                make_read_only(&target)?;
+                make_read_only((fd.as_fd(), Path::new("")), &root.shown(target))?;
                 read_only.push(p.display().to_string());
             }
             _ => {}
@@ -333,7 +495,7 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     // Lent host paths.
     let mut lent = Vec::new();
     for m in &plan.mounts {
-        let target = under(root, &m.target);
+        let target = rel(&m.target);
         match m.mode {
             PlanMountMode::Hide => continue,
             PlanMountMode::Stage => {
@@ -349,16 +511,20 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
                 let st = rustix::fs::stat(&m.source)
                     .step(|| format!("stat mount source {}", m.source.display()))?;
                 if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                    mkdir_p(&target)?;
+                    mkdir_p(&root, target)?;
                 } else {
-                    touch(&target)?;
+                    touch(&root, target)?;
                 }
                 let attrs = if m.mode == PlanMountMode::Read {
                     RO
                 } else {
                     MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV
                 };
-                bind(&m.source, &target, attrs)?;
+                let shown = root.shown(target);
+                let fd = root
+                    .open(target)
+                    .step(|| format!("bind {} on {}", m.source.display(), shown.display()))?;
+                bind(&m.source, (fd.as_fd(), Path::new("")), &shown, attrs)?;
             }
         }
         lent.push(m.target.display().to_string());
@@ -372,8 +538,8 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     o.details.insert("mounts".into(), json!(lent));
     obs.push(o);
 
-    obs.push(minimal_dev(root)?);
-    obs.push(new_proc(root)?);
+    obs.push(minimal_dev(&root)?);
+    obs.push(new_proc(&root)?);
 
     // Secrets, the job store and hidden mounts: masked wherever they are visible.
     // A secret that is a symlink (a dotfile manager's `~/.ssh -> dotfiles/ssh`) is hidden at
@@ -388,7 +554,7 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
             targets.push(real);
         }
         for t in targets {
-            if mask(&under(root, &t))? {
+            if mask_path(&root, rel(&t))? {
                 masked.push(t.display().to_string());
             }
         }
@@ -425,26 +591,32 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     obs.push(o);
 
     if let Some(text) = &plan.resolv_conf {
-        resolv_conf(root, text)?;
+        resolv_conf(&root, text)?;
     }
 
-    // Enter it.
-    rustix::process::chdir(root).step(|| format!("chdir {}", root.display()))?;
+    // Enter it (the cwd is the new root since its tmpfs was mounted).
     rustix::process::pivot_root(".", ".").step(|| "pivot_root(., .)".into())?;
     rustix::mount::unmount(".", UnmountFlags::DETACH).step(|| "detach the old root".into())?;
     rustix::process::chdir("/").step(|| "chdir /".into())?;
     // The root tmpfs itself holds only mount points: make it read-only.
-    let top = rustix::mount::open_tree(CWD, "/", OpenTreeFlags::OPEN_TREE_CLOEXEC)
-        .step(|| "open /".into())?;
-    mount_setattr(&top, RO, false).step(|| "make / read-only".into())?;
+    mount_setattr(root.fd.as_fd(), RO, false).step(|| "make / read-only".into())?;
     rustix::process::chdir(&plan.workdir).step(|| format!("chdir {}", plan.workdir.display()))?;
     Ok(obs)
 }
 
-/// Show `text` as `/etc/resolv.conf` inside (`allow` mode: the sandbox's own resolver).
-/// When the host's `/etc/resolv.conf` is a symlink (systemd-resolved's stub), the file is
-/// bound where the link points, created in the root's tmpfs when that lies outside the
-/// system view. The source is written to the root tmpfs, bound read-only, and unlinked.
+/// `symlink` `target` (the link's text) at `rel` under the new root, made by name in its
+/// parent.
+fn symlink_in(root: &Root<'_>, target: &CStr, rel: &Path) -> Result<(), Errno> {
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(Errno::INVAL);
+    };
+    if parent.as_os_str().is_empty() {
+        rustix::fs::symlinkat(target, &root.fd, name)
+    } else {
+        rustix::fs::symlinkat(target, root.open_dir(parent)?, name)
+    }
+}
+
 /// Where `path` really is (`canonicalize`), with the canonical parent directories
 /// remembered in `dirs`: the hidden paths share a few parents (home, `~/.config`, `/etc`), and
 /// only a path that is itself a symlink needs resolving whole. `None` when it does not
@@ -467,7 +639,14 @@ fn real_path(
     Some(real_parent.join(name))
 }
 
-fn resolv_conf(root: &Path, text: &str) -> Result<(), SetupError> {
+/// The name of the resolver file written to the root tmpfs, bound, and unlinked.
+const RESOLV_SOURCE: &str = ".cofferdam-resolv.conf";
+
+/// Show `text` as `/etc/resolv.conf` inside (`allow` mode: the sandbox's own resolver).
+/// When the host's `/etc/resolv.conf` is a symlink (systemd-resolved's stub), the file is
+/// bound where the link points, created in the root's tmpfs when that lies outside the
+/// system view. The source is written to the root tmpfs, bound read-only, and unlinked.
+fn resolv_conf(root: &Root<'_>, text: &str) -> Result<(), SetupError> {
     let etc = Path::new("/etc/resolv.conf");
     let inside = match rustix::fs::readlink(etc, Vec::new()) {
         Ok(link) => {
@@ -476,17 +655,32 @@ fn resolv_conf(root: &Path, text: &str) -> Result<(), SetupError> {
         }
         Err(_) => etc.to_path_buf(),
     };
-    let target = under(root, &inside);
-    if rustix::fs::stat(&target).is_err() {
-        touch(&target)?;
+    let target = rel(&inside);
+    if root.resolve(target, OFlags::empty()).is_err() {
+        touch(root, target)?;
     }
-    let source = root.join(".cofferdam-resolv.conf");
-    std::fs::write(&source, text).map_err(|e| SetupError {
+    let source = root.shown(Path::new(RESOLV_SOURCE));
+    let write = || -> std::io::Result<()> {
+        let fd = rustix::fs::openat(
+            &root.fd,
+            RESOLV_SOURCE,
+            OFlags::CREATE | OFlags::WRONLY | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o666),
+        )?;
+        std::fs::File::from(fd).write_all(text.as_bytes())
+    };
+    write().map_err(|e| SetupError {
         step: format!("write {}", source.display()),
         errno: Errno::from_io_error(&e).unwrap_or(Errno::IO),
     })?;
-    bind(&source, &target, RO)?;
-    rustix::fs::unlink(&source).step(|| format!("unlink {}", source.display()))
+    let shown = root.shown(target);
+    let what = || format!("bind {} on {}", source.display(), shown.display());
+    let file = clone_tree((root.fd.as_fd(), Path::new(RESOLV_SOURCE)), true).step(what)?;
+    mount_setattr(file.as_fd(), RO, true).step(what)?;
+    let fd = root.open(target).step(what)?;
+    attach(&file, (fd.as_fd(), Path::new(""))).step(what)?;
+    rustix::fs::unlinkat(&root.fd, RESOLV_SOURCE, AtFlags::empty())
+        .step(|| format!("unlink {}", source.display()))
 }
 
 /// `path` with `.` and `..` folded lexically (absolute in, absolute out).
@@ -504,7 +698,8 @@ fn fold(path: &Path) -> PathBuf {
     out
 }
 
-/// Mount the workdir overlay; returns whether it is `volatile`.
+/// Mount the workdir overlay at `wd` (relative to the new root); returns whether it is
+/// `volatile`.
 ///
 /// `volatile` (Linux 5.10+; without it the mount goes on as before) skips the overlay's
 /// syncs: the unmount at the end of every run would otherwise flush the whole filesystem
@@ -514,17 +709,16 @@ fn fold(path: &Path) -> PathBuf {
 /// mid-run leaves the job interrupted), and its work directory, where the kernel marks a
 /// volatile overlay, is removed when the run ends and never mounted again.
 fn overlay(
-    lower: &Path,
-    upper: &Path,
-    work: &Path,
-    target: &Path,
+    root: &Root<'_>,
+    plan: &FsPlan,
+    wd: &Path,
     exec: MountAttrFlags,
 ) -> Result<bool, SetupError> {
-    let what = || format!("mount workdir overlay on {}", lower.display());
+    let what = || format!("mount workdir overlay on {}", plan.workdir.display());
     let fs = rustix::mount::fsopen(c"overlay", FsOpenFlags::FSOPEN_CLOEXEC).step(what)?;
-    rustix::mount::fsconfig_set_string(&fs, c"lowerdir+", lower).step(what)?;
-    rustix::mount::fsconfig_set_string(&fs, c"upperdir", upper).step(what)?;
-    rustix::mount::fsconfig_set_string(&fs, c"workdir", work).step(what)?;
+    rustix::mount::fsconfig_set_string(&fs, c"lowerdir+", &plan.workdir).step(what)?;
+    rustix::mount::fsconfig_set_string(&fs, c"upperdir", &plan.upper).step(what)?;
+    rustix::mount::fsconfig_set_string(&fs, c"workdir", &plan.overlay_work).step(what)?;
     rustix::mount::fsconfig_set_flag(&fs, c"userxattr").step(what)?;
     // An unknown option is refused at once (EINVAL), before anything is mounted.
     let volatile = rustix::mount::fsconfig_set_flag(&fs, c"volatile").is_ok();
@@ -535,55 +729,64 @@ fn overlay(
         MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV | exec,
     )
     .step(what)?;
-    rustix::mount::move_mount(
-        mnt.as_fd(),
-        c"",
-        CWD,
-        target,
-        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-    )
-    .step(what)?;
+    let place = root.place(wd).step(what)?;
+    attach(&mnt, place.at()).step(what)?;
     Ok(volatile)
 }
 
-fn minimal_dev(root: &Path) -> Result<ControlObservation, SetupError> {
-    let dev = root.join("dev");
-    mkdir_p(&dev)?;
-    tmpfs(
-        &dev,
+fn minimal_dev(root: &Root<'_>) -> Result<ControlObservation, SetupError> {
+    let shown = |name: &str| root.shown(Path::new("dev")).join(name);
+    mkdir_p(root, Path::new("dev"))?;
+    let dev = tmpfs(
+        (root.fd.as_fd(), Path::new("dev")),
+        &root.shown(Path::new("dev")),
         "mode=0755",
         MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NOEXEC,
     )?;
     let mut bound = Vec::new();
     for name in DEVICES {
         let host = Path::new("/dev").join(name);
-        if rustix::fs::stat(&host).is_err() {
-            continue;
-        }
-        let target = dev.join(name);
-        touch(&target)?;
-        bind(
+        let what = || format!("bind {} on {}", host.display(), shown(name).display());
+        // A device the host lacks is left out.
+        let tree = match rustix::mount::open_tree(
+            CWD,
             &host,
-            &target,
+            OpenTreeFlags::OPEN_TREE_CLONE
+                | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                | OpenTreeFlags::AT_RECURSIVE,
+        ) {
+            Ok(tree) => tree,
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::ACCESS) => continue,
+            Err(e) => return Err(e).step(what),
+        };
+        make_file(dev.as_fd(), Path::new(name))
+            .step(|| format!("create mount point {}", shown(name).display()))?;
+        mount_setattr(
+            tree.as_fd(),
             MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NOEXEC,
-        )?;
+            true,
+        )
+        .step(what)?;
+        attach(&tree, (dev.as_fd(), Path::new(name))).step(what)?;
         bound.push(*name);
     }
-    let pts = dev.join("pts");
-    mkdir_p(&pts)?;
+    rustix::fs::mkdirat(&dev, "pts", Mode::from_raw_mode(0o755))
+        .step(|| format!("mkdir {}", shown("pts").display()))?;
+    // `mount(2)` has no directory descriptor: the path is relative to the cwd, the new root.
     rustix::mount::mount(
         "devpts",
-        &pts,
+        "dev/pts",
         "devpts",
         MountFlags::NOSUID | MountFlags::NOEXEC,
         c"newinstance,ptmxmode=0666,mode=0620",
     )
     .step(|| "mount devpts".into())?;
-    rustix::fs::symlink("pts/ptmx", dev.join("ptmx")).step(|| "symlink /dev/ptmx".into())?;
-    let shm = dev.join("shm");
-    mkdir_p(&shm)?;
+    rustix::fs::symlinkat("pts/ptmx", &dev, "ptmx").step(|| "symlink /dev/ptmx".into())?;
+    rustix::fs::mkdirat(&dev, "shm", Mode::from_raw_mode(0o755))
+        .step(|| format!("mkdir {}", shown("shm").display()))?;
     tmpfs(
-        &shm,
+        (dev.as_fd(), Path::new("shm")),
+        &shown("shm"),
         "mode=1777",
         MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
     )?;
@@ -593,11 +796,9 @@ fn minimal_dev(root: &Path) -> Result<ControlObservation, SetupError> {
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
     ] {
-        rustix::fs::symlink(target, dev.join(name)).step(|| format!("symlink /dev/{name}"))?;
+        rustix::fs::symlinkat(target, &dev, name).step(|| format!("symlink /dev/{name}"))?;
     }
-    let top = rustix::mount::open_tree(CWD, &dev, OpenTreeFlags::OPEN_TREE_CLOEXEC)
-        .step(|| "open /dev".into())?;
-    mount_setattr(&top, MountAttrFlags::MOUNT_ATTR_RDONLY, false)
+    mount_setattr(dev.as_fd(), MountAttrFlags::MOUNT_ATTR_RDONLY, false)
         .step(|| "make /dev read-only".into())?;
     let mut o = observation(
         ControlMechanism::MinimalDev,
@@ -608,38 +809,193 @@ fn minimal_dev(root: &Path) -> Result<ControlObservation, SetupError> {
     Ok(o)
 }
 
-fn new_proc(root: &Path) -> Result<ControlObservation, SetupError> {
-    let proc = root.join("proc");
-    mkdir_p(&proc)?;
+fn new_proc(root: &Root<'_>) -> Result<ControlObservation, SetupError> {
+    let shown = |name: &str| root.shown(Path::new("proc")).join(name);
+    mkdir_p(root, Path::new("proc"))?;
+    // `mount(2)` has no directory descriptor: the path is relative to the cwd, the new root.
     rustix::mount::mount(
         "proc",
-        &proc,
+        "proc",
         "proc",
         MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
         c"",
     )
     .step(|| "mount a new /proc".into())?;
+    let proc = rustix::fs::openat(
+        &root.fd,
+        "proc",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .step(|| format!("open {}", root.shown(Path::new("proc")).display()))?;
     let mut masked = Vec::new();
-    for f in PROC_MASKED_FILES {
-        if mask(&proc.join(f))? {
-            masked.push(format!("/proc/{f}"));
-        }
-    }
-    for d in PROC_MASKED_DIRS {
-        if mask(&proc.join(d))? {
-            masked.push(format!("/proc/{d}"));
+    for name in PROC_MASKED_FILES.iter().chain(PROC_MASKED_DIRS) {
+        if mask((proc.as_fd(), Path::new(name)), &shown(name))? {
+            masked.push(format!("/proc/{name}"));
         }
     }
     let mut read_only = Vec::new();
-    for d in PROC_READ_ONLY_DIRS {
-        let p = proc.join(d);
-        if rustix::fs::stat(&p).is_ok() {
-            make_read_only(&p)?;
-            read_only.push(format!("/proc/{d}"));
+    for name in PROC_READ_ONLY_DIRS {
+        let at = (proc.as_fd(), Path::new(name));
+        match rustix::fs::statat(proc.as_fd(), *name, AtFlags::empty()) {
+            Ok(_) => {
+                make_read_only(at, &shown(name))?;
+                read_only.push(format!("/proc/{name}"));
+            }
+            Err(_) => continue,
         }
     }
     let mut o = observation(ControlMechanism::ProcMask, ControlDimension::KernelSurface);
     o.details.insert("masked".into(), json!(masked));
     o.details.insert("read_only".into(), json!(read_only));
     Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A directory standing in for the new root (no mount needed: only resolution and
+    /// creation are exercised), and a directory outside it.
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        root_path: PathBuf,
+        outside: PathBuf,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let tmp = tempfile::tempdir().unwrap();
+            let root_path = tmp.path().join("root");
+            let outside = tmp.path().join("outside");
+            std::fs::create_dir_all(root_path.join("work")).unwrap();
+            std::fs::create_dir_all(outside.join("dir")).unwrap();
+            std::fs::write(outside.join("secret"), "s").unwrap();
+            Fixture {
+                _tmp: tmp,
+                root_path,
+                outside,
+            }
+        }
+
+        fn root(&self) -> Root<'_> {
+            let fd = rustix::fs::open(
+                &self.root_path,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
+            Root {
+                path: &self.root_path,
+                fd,
+            }
+        }
+    }
+
+    #[test]
+    fn host_paths_become_relative() {
+        assert_eq!(rel(Path::new("/etc/shadow")), Path::new("etc/shadow"));
+        assert_eq!(rel(Path::new("tmp")), Path::new("tmp"));
+        assert_eq!(fold(Path::new("/etc/../run/./x")), Path::new("/run/x"));
+    }
+
+    #[test]
+    fn symlinks_and_dotdot_resolve_inside_the_new_root() {
+        let f = Fixture::new();
+        // An absolute symlink and a climbing relative one, as a lower tree could hold them.
+        symlink(&f.outside, f.root_path.join("work/abs")).unwrap();
+        symlink("../../../outside", f.root_path.join("work/rel")).unwrap();
+        let root = f.root();
+        for p in ["work/abs/secret", "work/rel/secret", "../outside/secret"] {
+            assert_eq!(root.open(Path::new(p)).unwrap_err(), Errno::NOENT, "{p}");
+        }
+        // The absolute link resolves as it will after the pivot: inside the root.
+        std::fs::create_dir_all(f.root_path.join(rel(&f.outside))).unwrap();
+        std::fs::write(f.root_path.join(rel(&f.outside)).join("secret"), "inside").unwrap();
+        let fd = root.open(Path::new("work/abs/secret")).unwrap();
+        let inside = rustix::fs::fstat(&fd).unwrap();
+        let real = rustix::fs::stat(f.outside.join("secret")).unwrap();
+        assert_ne!(inside.st_ino, real.st_ino);
+        // The final component is not followed.
+        let fd = root.open(Path::new("work/abs")).unwrap();
+        let st = rustix::fs::fstat(&fd).unwrap();
+        assert_eq!(FileType::from_raw_mode(st.st_mode), FileType::Symlink);
+    }
+
+    #[test]
+    fn mkdir_p_and_touch_never_create_outside_the_new_root() {
+        let f = Fixture::new();
+        symlink(f.outside.join("dir"), f.root_path.join("work/link")).unwrap();
+        let root = f.root();
+        mkdir_p(&root, Path::new("a/b/c")).unwrap();
+        assert!(f.root_path.join("a/b/c").is_dir());
+        mkdir_p(&root, Path::new("a/b/c")).unwrap();
+        touch(&root, Path::new("a/x/file")).unwrap();
+        assert!(f.root_path.join("a/x/file").is_file());
+        touch(&root, Path::new("a/x/file")).unwrap();
+        // Through the link: the target does not exist inside, and nothing appears outside.
+        let e = mkdir_p(&root, Path::new("work/link/new")).unwrap_err();
+        assert_eq!(e.errno, Errno::NOENT);
+        assert_eq!(
+            e.step,
+            format!("mkdir {}", f.root_path.join("work/link/new").display())
+        );
+        assert!(touch(&root, Path::new("work/link/file")).is_err());
+        assert_eq!(std::fs::read_dir(f.outside.join("dir")).unwrap().count(), 0);
+        // A directory where a file mount point is wanted is refused, naming the full path.
+        let e = touch(&root, Path::new("a/b")).unwrap_err();
+        assert_eq!(e.errno, Errno::ISDIR);
+        assert_eq!(
+            e.step,
+            format!("create mount point {}", f.root_path.join("a/b").display())
+        );
+    }
+
+    #[test]
+    fn symlinks_are_made_by_name_in_their_parent() {
+        let f = Fixture::new();
+        let root = f.root();
+        symlink_in(&root, c"usr/bin", Path::new("bin")).unwrap();
+        symlink_in(&root, c"/proc/self/fd", Path::new("work/fd")).unwrap();
+        assert_eq!(
+            std::fs::read_link(f.root_path.join("bin")).unwrap(),
+            Path::new("usr/bin")
+        );
+        assert_eq!(
+            std::fs::read_link(f.root_path.join("work/fd")).unwrap(),
+            Path::new("/proc/self/fd")
+        );
+    }
+
+    #[test]
+    fn a_single_component_is_named_a_longer_path_opened() {
+        let f = Fixture::new();
+        let root = f.root();
+        assert!(matches!(
+            root.place(Path::new("tmp")).unwrap(),
+            Place::Named(_, n) if n == Path::new("tmp")
+        ));
+        let place = root.place(Path::new("work")).unwrap();
+        assert!(matches!(place, Place::Named(..)));
+        assert!(matches!(
+            root.place(Path::new("work/.")).unwrap(),
+            Place::Named(..)
+        ));
+        let place = root.place(Path::new("work/../work")).unwrap();
+        assert!(matches!(place, Place::Opened(_)));
+        assert_eq!(place.at().1, Path::new(""));
+        assert_eq!(root.place(Path::new("no/such")).err(), Some(Errno::NOENT));
+    }
+
+    #[test]
+    fn nothing_to_mask_is_not_masked() {
+        let f = Fixture::new();
+        symlink(&f.outside, f.root_path.join("work/abs")).unwrap();
+        let root = f.root();
+        // Absent (also behind a link leading nowhere inside), or a symlink: no mount tried.
+        for p in ["work/none", "work/abs/secret", "work/abs", "nodir/x"] {
+            assert!(!mask_path(&root, Path::new(p)).unwrap(), "{p}");
+        }
+    }
 }
