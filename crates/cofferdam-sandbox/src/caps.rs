@@ -10,11 +10,13 @@
 //! the order `close_fds`, `drop_all`, `no_new_privs`, before Landlock and seccomp.
 
 use std::collections::BTreeMap;
-use std::os::fd::RawFd;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, RawFd};
 
 use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
 };
+use rustix::fs::{Mode, OFlags, RawDir};
 use rustix::io::Errno;
 use rustix::thread::{CapabilitySet, CapabilitySets};
 use serde_json::{Value, json};
@@ -381,17 +383,34 @@ fn close_range(first: u32, last: u32) -> Result<(), Errno> {
 }
 
 /// Descriptors open in this process, from `/proc/self/fd` (without the listing's own).
+///
+/// Read with `getdents64` into a buffer on the stack, knowing the listing's own descriptor:
+/// `std::fs::read_dir` (libc's `opendir`) allocates a 32 KiB buffer and left an `fcntl` per
+/// descriptor to tell the listing's own apart. `None` when the directory cannot be read.
 fn open_fds() -> Option<Vec<RawFd>> {
-    let dir = std::fs::read_dir("/proc/self/fd").ok()?;
-    let mut fds: Vec<RawFd> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let dir = rustix::fs::open(
+        "/proc/self/fd",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let own = dir.as_raw_fd();
+    let mut buf = [MaybeUninit::<u8>::uninit(); 2048];
+    let mut entries = RawDir::new(&dir, &mut buf);
+    let mut fds = Vec::new();
+    while let Some(entry) = entries.next() {
+        let entry = entry.ok()?;
+        if let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .ok()
+            .and_then(|n| n.parse::<RawFd>().ok())
+            .filter(|&fd| fd != own)
+        {
+            fds.push(fd);
+        }
+    }
     fds.sort_unstable();
-    // The listing's own descriptor is closed by now: keep only those still valid.
-    fds.retain(|&fd| {
-        // SAFETY: F_GETFD reads the descriptor flags; an invalid fd yields EBADF, no effect.
-        unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
-    });
     Some(fds)
 }
 
@@ -538,6 +557,14 @@ CapBnd:\t000001fffeffffff\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t
     fn last_cap_matches_the_kernel() {
         let file = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").unwrap();
         assert_eq!(last_cap(), file.trim().parse::<u32>().unwrap());
+    }
+
+    #[test]
+    fn open_fds_lists_open_descriptors_in_order() {
+        let f = tempfile::tempfile().unwrap();
+        let open = open_fds().unwrap();
+        assert!(open.contains(&f.as_raw_fd()), "{open:?}");
+        assert!(open.windows(2).all(|w| w[0] < w[1]), "{open:?}");
     }
 
     #[test]
