@@ -107,8 +107,8 @@ fn rel(host: &Path) -> &Path {
 /// system binds): it is resolved with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, so
 /// a symlink or `..` in it is resolved as the sandbox will see it after the pivot and can
 /// never land outside the new root. [`Root::open`] does not follow the final component (as
-/// `lstat` and `move_mount` do not); then something is created or mounted by name in a
-/// directory so reached, or on the descriptor itself.
+/// `lstat` and `move_mount` do not). [`mkdir_p`] and [`touch`] reach the parent so, make the
+/// entry by name in it and open it from there ([`Dir::place`]), where it is then mounted.
 struct Root<'a> {
     path: &'a Path,
     fd: OwnedFd,
@@ -153,24 +153,49 @@ impl Root<'_> {
             }
         }
     }
+}
 
-    /// Where to attach a mount at `rel`: one component is named relative to the root's
-    /// descriptor (`move_mount` does not follow a final symlink); a longer path is opened
-    /// first, so that no component on the way leaves the new root.
-    fn place<'p>(&'p self, rel: &'p Path) -> Result<Place<'p>, Errno> {
-        let mut components = rel.components();
-        match (components.next(), components.next()) {
-            // The component itself: `usr/.` would have `move_mount` follow a symlink `usr`.
-            (Some(Component::Normal(name)), None) => {
-                Ok(Place::Named(self.fd.as_fd(), Path::new(name)))
-            }
-            _ => self.open(rel).map(Place::Opened),
+/// `rel`'s parent and final name (`usr/.`: `""` and `usr`); `None` when it ends in no name
+/// (`..`, `/`, empty).
+fn split(rel: &Path) -> Option<(&Path, &Path)> {
+    Some((rel.parent()?, Path::new(rel.file_name()?)))
+}
+
+/// A directory under the new root that an entry is made in: the root itself, or one opened
+/// on the way.
+enum Dir<'a> {
+    Root(BorrowedFd<'a>),
+    Opened(OwnedFd),
+}
+
+impl<'a> Dir<'a> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Dir::Root(fd) => *fd,
+            Dir::Opened(fd) => fd.as_fd(),
+        }
+    }
+
+    /// Where to attach a mount at `name` in this directory: named in the root's descriptor
+    /// (`move_mount` does not follow a final symlink), else opened here without following
+    /// it. The path is not resolved a second time.
+    fn place(self, name: &'a Path) -> Result<Place<'a>, Errno> {
+        match self {
+            Dir::Root(fd) => Ok(Place::Named(fd, name)),
+            Dir::Opened(dir) => rustix::fs::openat(
+                &dir,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map(Place::Opened),
         }
     }
 }
 
 /// A mount point: a directory descriptor and a name in it, or a descriptor of the point
 /// itself.
+#[derive(Debug)]
 enum Place<'a> {
     Named(BorrowedFd<'a>, &'a Path),
     Opened(OwnedFd),
@@ -207,36 +232,49 @@ fn clone_tree((dir, name): (BorrowedFd<'_>, &Path), recursive: bool) -> Result<O
     rustix::mount::open_tree(dir, name, flags)
 }
 
-/// `mkdir -p` under the new root: the directory itself first, its parents only when it has
-/// none (most mount points' parents exist). The parent is reached through [`Root::open_dir`]
-/// (nothing for a child of the root), the directory is made by name in it.
-fn mkdir_p(root: &Root<'_>, rel: &Path) -> Result<(), SetupError> {
-    let err = |e| SetupError {
+/// The directory `rel` under the new root (`""`: the root), made with its missing parents:
+/// one [`Root::open_dir`] when it exists, as most mount points' parents do.
+fn make_dirs<'r>(root: &'r Root<'_>, rel: &Path) -> Result<Dir<'r>, Errno> {
+    if rel.as_os_str().is_empty() {
+        return Ok(Dir::Root(root.fd.as_fd()));
+    }
+    match root.open_dir(rel) {
+        Err(Errno::NOENT) => {}
+        r => return r.map(Dir::Opened),
+    }
+    let (parent, name) = split(rel).ok_or(Errno::INVAL)?;
+    let dir = make_dirs(root, parent)?;
+    make_dir(dir.fd(), name)?;
+    rustix::fs::openat(
+        dir.fd(),
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map(Dir::Opened)
+}
+
+/// `mkdirat` `name` in `dir`; one that exists already serves.
+fn make_dir(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
+    match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)) {
+        Err(Errno::EXIST) => Ok(()),
+        r => r,
+    }
+}
+
+/// `mkdir -p` under the new root: the parent is reached (made when missing), the directory
+/// made by name in it; returns where to mount on it, opened from that parent.
+fn mkdir_p<'r>(root: &'r Root<'_>, rel: &'r Path) -> Result<Place<'r>, SetupError> {
+    let made = || -> Result<Place<'r>, Errno> {
+        let (parent, name) = split(rel).ok_or(Errno::INVAL)?;
+        let dir = make_dirs(root, parent)?;
+        make_dir(dir.fd(), name)?;
+        dir.place(name)
+    };
+    made().map_err(|e| SetupError {
         step: format!("mkdir {}", root.shown(rel).display()),
         errno: e,
-    };
-    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
-        return Err(err(Errno::INVAL));
-    };
-    let mode = Mode::from_raw_mode(0o755);
-    let make = || -> Result<(), Errno> {
-        if parent.as_os_str().is_empty() {
-            rustix::fs::mkdirat(&root.fd, name, mode)
-        } else {
-            rustix::fs::mkdirat(root.open_dir(parent)?, name, mode)
-        }
-    };
-    match make() {
-        Ok(()) | Err(Errno::EXIST) => Ok(()),
-        Err(Errno::NOENT) if !parent.as_os_str().is_empty() => {
-            mkdir_p(root, parent)?;
-            match make() {
-                Ok(()) | Err(Errno::EXIST) => Ok(()),
-                Err(e) => Err(err(e)),
-            }
-        }
-        Err(e) => Err(err(e)),
-    }
+    })
 }
 
 /// Create an empty file named `name` in `dir` to bind a file over (`mknodat(S_IFREG)`: no
@@ -262,21 +300,18 @@ fn make_file(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
 }
 
 /// Create an empty file at `rel` under the new root (and its missing parents) to bind a
-/// file over.
-fn touch(root: &Root<'_>, rel: &Path) -> Result<(), SetupError> {
-    let err = |e| SetupError {
+/// file over; returns where to mount on it, opened from its parent.
+fn touch<'r>(root: &'r Root<'_>, rel: &'r Path) -> Result<Place<'r>, SetupError> {
+    let made = || -> Result<Place<'r>, Errno> {
+        let (parent, name) = split(rel).ok_or(Errno::INVAL)?;
+        let dir = make_dirs(root, parent)?;
+        make_file(dir.fd(), name)?;
+        dir.place(name)
+    };
+    made().map_err(|e| SetupError {
         step: format!("create mount point {}", root.shown(rel).display()),
         errno: e,
-    };
-    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
-        return Err(err(Errno::INVAL));
-    };
-    if parent.as_os_str().is_empty() {
-        return make_file(root.fd.as_fd(), Path::new(name)).map_err(err);
-    }
-    mkdir_p(root, parent)?;
-    let dir = root.open_dir(parent).map_err(err)?;
-    make_file(dir.as_fd(), Path::new(name)).map_err(err)
+    })
 }
 
 /// Mount a new tmpfs at `at`; returns the mount's descriptor (its root directory).
@@ -470,10 +505,7 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
                     .step(|| format!("symlink {}", root.shown(target).display()))?;
             }
             FileType::Directory => {
-                mkdir_p(&root, target)?;
-                let place = root.place(target).step(|| {
-                    format!("bind {} on {}", dir.display(), root.shown(target).display())
-                })?;
+                let place = mkdir_p(&root, target)?;
                 bind(dir, place.at(), &root.shown(target), RO)?;
             }
             _ => continue,
@@ -496,11 +528,8 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
         (plan.home.as_path(), "mode=0700"),
     ] {
         let target = rel(dir);
-        mkdir_p(&root, target)?;
+        let place = mkdir_p(&root, target)?;
         let shown = root.shown(target);
-        let place = root
-            .place(target)
-            .step(|| format!("mount tmpfs on {}", shown.display()))?;
         tmpfs(
             place.at(),
             &shown,
@@ -515,9 +544,8 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     obs.push(o);
 
     // The workdir overlay.
-    let wd = rel(&plan.workdir);
-    mkdir_p(&root, wd)?;
-    let volatile = overlay(&root, plan, wd, exec)?;
+    let place = mkdir_p(&root, rel(&plan.workdir))?;
+    let volatile = overlay(plan, place.at(), exec)?;
     let mut o = observation(ControlMechanism::Overlay, ControlDimension::FilesystemWrite);
     o.details.insert("lower".into(), json!(plan.workdir));
     o.details.insert("upper".into(), json!(plan.upper));
@@ -554,21 +582,17 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
             PlanMountMode::Read | PlanMountMode::Write => {
                 let st = rustix::fs::stat(&m.source)
                     .step(|| format!("stat mount source {}", m.source.display()))?;
-                if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                    mkdir_p(&root, target)?;
+                let place = if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                    mkdir_p(&root, target)?
                 } else {
-                    touch(&root, target)?;
-                }
+                    touch(&root, target)?
+                };
                 let attrs = if m.mode == PlanMountMode::Read {
                     RO
                 } else {
                     MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV
                 };
-                let shown = root.shown(target);
-                let fd = root
-                    .open(target)
-                    .step(|| format!("bind {} on {}", m.source.display(), shown.display()))?;
-                bind(&m.source, (fd.as_fd(), Path::new("")), &shown, attrs)?;
+                bind(&m.source, place.at(), &root.shown(target), attrs)?;
             }
         }
         lent.push(m.target.display().to_string());
@@ -702,10 +726,14 @@ fn resolv_conf(root: &Root<'_>, text: &str) -> Result<(), SetupError> {
         Err(_) => etc.to_path_buf(),
     };
     let target = rel(&inside);
-    if root.resolve(target, OFlags::empty()).is_err() {
-        touch(root, target)?;
-    }
+    let shown = root.shown(target);
     let source = root.shown(Path::new(RESOLV_SOURCE));
+    let what = || format!("bind {} on {}", source.display(), shown.display());
+    let place = if root.resolve(target, OFlags::empty()).is_ok() {
+        Place::Opened(root.open(target).step(what)?)
+    } else {
+        touch(root, target)?
+    };
     let write = || -> std::io::Result<()> {
         let fd = rustix::fs::openat(
             &root.fd,
@@ -719,12 +747,9 @@ fn resolv_conf(root: &Root<'_>, text: &str) -> Result<(), SetupError> {
         step: format!("write {}", source.display()),
         errno: Errno::from_io_error(&e).unwrap_or(Errno::IO),
     })?;
-    let shown = root.shown(target);
-    let what = || format!("bind {} on {}", source.display(), shown.display());
     let file = clone_tree((root.fd.as_fd(), Path::new(RESOLV_SOURCE)), true).step(what)?;
     mount_setattr(file.as_fd(), RO, true).step(what)?;
-    let fd = root.open(target).step(what)?;
-    attach(&file, (fd.as_fd(), Path::new(""))).step(what)?;
+    attach(&file, place.at()).step(what)?;
     rustix::fs::unlinkat(&root.fd, RESOLV_SOURCE, AtFlags::empty())
         .step(|| format!("unlink {}", source.display()))
 }
@@ -734,17 +759,17 @@ fn fold(path: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
     for c in path.components() {
         match c {
-            std::path::Component::ParentDir => {
+            Component::ParentDir => {
                 out.pop();
             }
-            std::path::Component::Normal(n) => out.push(n),
+            Component::Normal(n) => out.push(n),
             _ => {}
         }
     }
     out
 }
 
-/// Mount the workdir overlay at `wd` (relative to the new root); returns whether it is
+/// Mount the workdir overlay at `at` (its place under the new root); returns whether it is
 /// `volatile`.
 ///
 /// `volatile` (Linux 5.10+; without it the mount goes on as before) skips the overlay's
@@ -755,9 +780,8 @@ fn fold(path: &Path) -> PathBuf {
 /// mid-run leaves the job interrupted), and its work directory, where the kernel marks a
 /// volatile overlay, is removed when the run ends and never mounted again.
 fn overlay(
-    root: &Root<'_>,
     plan: &FsPlan,
-    wd: &Path,
+    at: (BorrowedFd<'_>, &Path),
     exec: MountAttrFlags,
 ) -> Result<bool, SetupError> {
     let what = || format!("mount workdir overlay on {}", plan.workdir.display());
@@ -775,8 +799,7 @@ fn overlay(
         MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV | exec,
     )
     .step(what)?;
-    let place = root.place(wd).step(what)?;
-    attach(&mnt, place.at()).step(what)?;
+    attach(&mnt, at).step(what)?;
     Ok(volatile)
 }
 
@@ -982,7 +1005,8 @@ mod tests {
         touch(&root, Path::new("a/x/file")).unwrap();
         // Through the link: the target does not exist inside, and nothing appears outside.
         let e = mkdir_p(&root, Path::new("work/link/new")).unwrap_err();
-        assert_eq!(e.errno, Errno::NOENT);
+        // The link leads nowhere inside; it is not a directory to make `new` in either.
+        assert_eq!(e.errno, Errno::NOTDIR);
         assert_eq!(
             e.step,
             format!("mkdir {}", f.root_path.join("work/link/new").display())
@@ -1015,23 +1039,35 @@ mod tests {
     }
 
     #[test]
-    fn a_single_component_is_named_a_longer_path_opened() {
+    fn a_single_component_is_named_a_longer_path_opened_from_its_parent() {
         let f = Fixture::new();
         let root = f.root();
         assert!(matches!(
-            root.place(Path::new("tmp")).unwrap(),
+            mkdir_p(&root, Path::new("tmp")).unwrap(),
             Place::Named(_, n) if n == Path::new("tmp")
         ));
-        let place = root.place(Path::new("work")).unwrap();
-        assert!(matches!(place, Place::Named(..)));
         assert!(matches!(
-            root.place(Path::new("work/.")).unwrap(),
+            mkdir_p(&root, Path::new("work/.")).unwrap(),
             Place::Named(_, n) if n == Path::new("work")
         ));
-        let place = root.place(Path::new("work/../work")).unwrap();
-        assert!(matches!(place, Place::Opened(_)));
-        assert_eq!(place.at().1, Path::new(""));
-        assert_eq!(root.place(Path::new("no/such")).err(), Some(Errno::NOENT));
+        assert!(matches!(
+            touch(&root, Path::new("file")).unwrap(),
+            Place::Named(_, n) if n == Path::new("file")
+        ));
+        let ino = |p: &str| rustix::fs::stat(f.root_path.join(p)).unwrap().st_ino;
+        for (place, made) in [
+            (mkdir_p(&root, Path::new("a/b")).unwrap(), "a/b"),
+            (mkdir_p(&root, Path::new("work/../work")).unwrap(), "work"),
+            (touch(&root, Path::new("a/b/f")).unwrap(), "a/b/f"),
+        ] {
+            assert_eq!(place.at().1, Path::new(""), "{made}");
+            assert_eq!(rustix::fs::fstat(place.at().0).unwrap().st_ino, ino(made));
+        }
+        // A final symlink is opened, not followed.
+        symlink(f.outside.join("secret"), f.root_path.join("work/ln")).unwrap();
+        let place = touch(&root, Path::new("work/ln")).unwrap();
+        let st = rustix::fs::fstat(place.at().0).unwrap();
+        assert_eq!(FileType::from_raw_mode(st.st_mode), FileType::Symlink);
     }
 
     #[test]
