@@ -7,7 +7,10 @@
 //! mounted from inside the pid namespace), after the namespaces exist, and decides nothing:
 //! the paths come from the plan. Host paths are read through the old root before the pivot;
 //! paths under the new root are resolved from its tmpfs's descriptor ([`Root`]), never from
-//! the host's `/`, so a symlink in a lower tree cannot make a step land outside it.
+//! the host's `/`, so a symlink in a lower tree cannot make a step land outside it. When an
+//! entry on the way stands in a path's way (a symlink leading nowhere inside, a file where a
+//! directory is needed), the refusal names that entry by its path inside, the one the user
+//! wrote, and says what to change ([`refusal`]).
 
 use crate::setup_error::{SetupError, StepContext};
 use cofferdam_policy::plan::{FsPlan, PlanMountMode};
@@ -155,6 +158,266 @@ impl Root<'_> {
     }
 }
 
+/// What a path under the new root is for: a refusal names it so and says what to change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// `/tmp`, `/dev`, `/proc` or a system directory: the host's own layout.
+    System,
+    Home,
+    Workdir,
+    Lent,
+    /// Where the host's `/etc/resolv.conf` points.
+    Resolver,
+}
+
+impl Purpose {
+    fn noun(self) -> &'static str {
+        match self {
+            Purpose::System => "system path",
+            Purpose::Home => "HOME",
+            Purpose::Workdir => "workdir",
+            Purpose::Lent => "mount target",
+            Purpose::Resolver => "resolver file",
+        }
+    }
+
+    /// What to change when `cause` stands in the way.
+    fn fix(self, cause: &Cause) -> String {
+        const REPORT: &str = "the host's own layout puts it there: please report this";
+        match (self, cause) {
+            (
+                Purpose::Lent,
+                Cause::Symlink {
+                    real: Some(real), ..
+                },
+            ) => format!(
+                "lend at the real path (`{}`), or choose a target without symlinks",
+                real.display()
+            ),
+            (Purpose::Lent, Cause::Symlink { .. }) => {
+                "lend at the real path, or choose a target without symlinks".into()
+            }
+            (Purpose::Lent, Cause::Kind { .. }) => "choose another target".into(),
+            (Purpose::Home, Cause::Symlink { .. }) => {
+                "set HOME to its real path (`realpath \"$HOME\"`)".into()
+            }
+            (Purpose::Home, Cause::Kind { .. }) => "set HOME to a directory".into(),
+            (Purpose::Workdir, Cause::Symlink { .. }) => {
+                "give the workdir by its real path (`realpath`)".into()
+            }
+            (Purpose::Workdir, Cause::Kind { .. }) => "choose a directory as the workdir".into(),
+            (Purpose::System | Purpose::Resolver, _) => REPORT.into(),
+        }
+    }
+}
+
+/// What the final component of a path must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// A directory made or found there by [`mkdir_p`] (not a symlink to one).
+    Dir,
+    /// A file made or found there by [`touch`] (anything but a directory).
+    File,
+}
+
+/// What a symlink on the way leads to inside the new root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leads {
+    /// Its resolution as a directory failed with this errno (ENOENT: to nothing, ENOTDIR:
+    /// to something else).
+    Nowhere(Errno),
+    /// A directory, but it is the final component, where a directory is made.
+    Final,
+}
+
+/// What stands in the way of a path under the new root, found by [`Root::explain`]; `at`
+/// is the entry's path inside, as the plan and the user name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cause {
+    /// A symlink whose text is `to`; `real`: where the whole path leads through it, folded
+    /// lexically (none when it loops).
+    Symlink {
+        at: PathBuf,
+        to: PathBuf,
+        leads: Leads,
+        real: Option<PathBuf>,
+    },
+    /// An entry of another kind than the path needs there.
+    Kind {
+        at: PathBuf,
+        is: &'static str,
+        wanted: &'static str,
+    },
+}
+
+impl Cause {
+    /// The kernel's answer that goes with it, when it is a failed resolution.
+    fn errno(&self) -> Option<Errno> {
+        match self {
+            Cause::Symlink {
+                leads: Leads::Nowhere(e),
+                ..
+            } => Some(*e),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const INSIDE: &str = "(the path resolves as the sandbox sees it)";
+        match self {
+            Cause::Symlink { at, to, leads, .. } => {
+                write!(f, "`{}` is a symlink to `{}`", at.display(), to.display())?;
+                match leads {
+                    Leads::Nowhere(Errno::NOENT) => {
+                        write!(f, ", which does not exist inside the sandbox {INSIDE}")
+                    }
+                    Leads::Nowhere(Errno::LOOP) => write!(
+                        f,
+                        ", which loops (or passes too many symlinks) inside the sandbox {INSIDE}"
+                    ),
+                    Leads::Nowhere(Errno::NOTDIR) => {
+                        write!(f, ", which is not a directory inside the sandbox {INSIDE}")
+                    }
+                    Leads::Nowhere(e) => write!(
+                        f,
+                        ", which cannot be resolved inside the sandbox ({}) {INSIDE}",
+                        crate::probe::names::errno_name(e.raw_os_error())
+                    ),
+                    Leads::Final => write!(f, ": a mount point is never reached through a symlink"),
+                }
+            }
+            Cause::Kind { at, is, wanted } => {
+                write!(f, "`{}` is a {is}, not a {wanted}", at.display())
+            }
+        }
+    }
+}
+
+/// A file type as a person names it.
+fn kind_name(t: FileType) -> &'static str {
+    match t {
+        FileType::RegularFile => "regular file",
+        FileType::Directory => "directory",
+        FileType::Symlink => "symlink",
+        FileType::Fifo => "fifo",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice => "character device",
+        FileType::BlockDevice => "block device",
+        FileType::Unknown => "file of unknown type",
+    }
+}
+
+impl Root<'_> {
+    /// What stands in the way of `rel` (whose final component must be `want`): the first
+    /// symlink on the way that does not lead to a directory inside the new root, or at the
+    /// end where a directory or file is made, or an entry of the wrong kind. Walks the
+    /// components with `openat(O_PATH | O_NOFOLLOW)`, a symlink read with `readlinkat` and
+    /// resolved as [`Root::open_dir`] does. `None` when nothing is found (an entry missing
+    /// or unreadable, a `..` in `rel`). Only on the error path.
+    fn explain(&self, rel: &Path, want: Want) -> Option<Cause> {
+        let names: Vec<&std::ffi::OsStr> = rel
+            .components()
+            .map(|c| match c {
+                Component::Normal(n) => Some(n),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        let mut dir = Dir::Root(self.fd.as_fd());
+        let mut at = PathBuf::from("/");
+        for (i, name) in names.iter().enumerate() {
+            at.push(name);
+            let last = i + 1 == names.len();
+            let fd = rustix::fs::openat(
+                dir.fd(),
+                *name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()?;
+            let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd).ok()?.st_mode);
+            if kind == FileType::Symlink {
+                // A file mount point may be a symlink ([`make_file`]).
+                if last && want != Want::Dir {
+                    return None;
+                }
+                let prefix: PathBuf = names[..=i].iter().collect();
+                let leads = match self.open_dir(&prefix) {
+                    Ok(_) if last => Leads::Final,
+                    // A directory inside: the walk goes on from there.
+                    Ok(resolved) => {
+                        dir = Dir::Opened(resolved);
+                        continue;
+                    }
+                    Err(e) => Leads::Nowhere(e),
+                };
+                let to = rustix::fs::readlinkat(&fd, c"", Vec::new()).ok()?;
+                let to = PathBuf::from(std::ffi::OsStr::from_bytes(to.as_bytes()));
+                let real = (leads != Leads::Nowhere(Errno::LOOP)).then(|| {
+                    let rest: PathBuf = names[i + 1..].iter().collect();
+                    let base = at.parent().unwrap_or(Path::new("/"));
+                    fold(&base.join(&to).join(rest))
+                });
+                return Some(Cause::Symlink {
+                    at,
+                    to,
+                    leads,
+                    real,
+                });
+            } else if !last {
+                if kind != FileType::Directory {
+                    return Some(Cause::Kind {
+                        at,
+                        is: kind_name(kind),
+                        wanted: "directory",
+                    });
+                }
+                dir = Dir::Opened(fd);
+            } else {
+                return match (want, kind == FileType::Directory) {
+                    (Want::Dir, false) => Some(Cause::Kind {
+                        at,
+                        is: kind_name(kind),
+                        wanted: "directory",
+                    }),
+                    (Want::File, true) => Some(Cause::Kind {
+                        at,
+                        is: "directory",
+                        wanted: "file",
+                    }),
+                    _ => None,
+                };
+            }
+        }
+        None
+    }
+}
+
+/// `e`, or, when [`Root::explain`] finds what stands in the way of `rel`, a refusal that
+/// names it by its path inside (the plan's, as the user wrote it, not the job directory's)
+/// and says what to change. Only the errors that a path's entries cause are explained.
+fn refusal(root: &Root<'_>, rel: &Path, purpose: Purpose, want: Want, e: SetupError) -> SetupError {
+    if !matches!(
+        e.errno,
+        Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::ISDIR
+    ) {
+        return e;
+    }
+    let Some(cause) = root.explain(rel, want) else {
+        return e;
+    };
+    SetupError {
+        step: format!(
+            "{} {}: {cause}; {}",
+            purpose.noun(),
+            Path::new("/").join(rel).display(),
+            purpose.fix(&cause)
+        ),
+        errno: cause.errno().unwrap_or(e.errno),
+    }
+}
+
 /// `rel`'s parent and final name (`usr/.`: `""` and `usr`); `None` when it ends in no name
 /// (`..`, `/`, empty).
 fn split(rel: &Path) -> Option<(&Path, &Path)> {
@@ -254,26 +517,42 @@ fn make_dirs<'r>(root: &'r Root<'_>, rel: &Path) -> Result<Dir<'r>, Errno> {
     .map(Dir::Opened)
 }
 
-/// `mkdirat` `name` in `dir`; one that exists already serves.
+/// `mkdirat` `name` in `dir`. A directory there already serves; anything else (a symlink
+/// too, even to a directory: a mount point is never reached through one) is ENOTDIR.
 fn make_dir(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
     match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)) {
-        Err(Errno::EXIST) => Ok(()),
+        Err(Errno::EXIST) => {
+            let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                Ok(())
+            } else {
+                Err(Errno::NOTDIR)
+            }
+        }
         r => r,
     }
 }
 
 /// `mkdir -p` under the new root: the parent is reached (made when missing), the directory
-/// made by name in it; returns where to mount on it, opened from that parent.
-fn mkdir_p<'r>(root: &'r Root<'_>, rel: &'r Path) -> Result<Place<'r>, SetupError> {
+/// made by name in it; returns where to mount on it, opened from that parent. A failure
+/// that an entry on the way causes names it ([`refusal`]).
+fn mkdir_p<'r>(
+    root: &'r Root<'_>,
+    rel: &'r Path,
+    purpose: Purpose,
+) -> Result<Place<'r>, SetupError> {
     let made = || -> Result<Place<'r>, Errno> {
         let (parent, name) = split(rel).ok_or(Errno::INVAL)?;
         let dir = make_dirs(root, parent)?;
         make_dir(dir.fd(), name)?;
         dir.place(name)
     };
-    made().map_err(|e| SetupError {
-        step: format!("mkdir {}", root.shown(rel).display()),
-        errno: e,
+    made().map_err(|e| {
+        let e = SetupError {
+            step: format!("mkdir {}", root.shown(rel).display()),
+            errno: e,
+        };
+        refusal(root, rel, purpose, Want::Dir, e)
     })
 }
 
@@ -300,17 +579,21 @@ fn make_file(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
 }
 
 /// Create an empty file at `rel` under the new root (and its missing parents) to bind a
-/// file over; returns where to mount on it, opened from its parent.
-fn touch<'r>(root: &'r Root<'_>, rel: &'r Path) -> Result<Place<'r>, SetupError> {
+/// file over; returns where to mount on it, opened from its parent. A failure that an
+/// entry on the way causes names it ([`refusal`]).
+fn touch<'r>(root: &'r Root<'_>, rel: &'r Path, purpose: Purpose) -> Result<Place<'r>, SetupError> {
     let made = || -> Result<Place<'r>, Errno> {
         let (parent, name) = split(rel).ok_or(Errno::INVAL)?;
         let dir = make_dirs(root, parent)?;
         make_file(dir.fd(), name)?;
         dir.place(name)
     };
-    made().map_err(|e| SetupError {
-        step: format!("create mount point {}", root.shown(rel).display()),
-        errno: e,
+    made().map_err(|e| {
+        let e = SetupError {
+            step: format!("create mount point {}", root.shown(rel).display()),
+            errno: e,
+        };
+        refusal(root, rel, purpose, Want::File, e)
     })
 }
 
@@ -505,7 +788,7 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
                     .step(|| format!("symlink {}", root.shown(target).display()))?;
             }
             FileType::Directory => {
-                let place = mkdir_p(&root, target)?;
+                let place = mkdir_p(&root, target, Purpose::System)?;
                 bind(dir, place.at(), &root.shown(target), RO)?;
             }
             _ => continue,
@@ -523,12 +806,12 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
         Some(bytes) => format!("mode=1777,size={bytes}"),
         None => "mode=1777".to_owned(),
     };
-    for (dir, opts) in [
-        (Path::new("/tmp"), tmp_opts.as_str()),
-        (plan.home.as_path(), "mode=0700"),
+    for (dir, opts, purpose) in [
+        (Path::new("/tmp"), tmp_opts.as_str(), Purpose::System),
+        (plan.home.as_path(), "mode=0700", Purpose::Home),
     ] {
         let target = rel(dir);
-        let place = mkdir_p(&root, target)?;
+        let place = mkdir_p(&root, target, purpose)?;
         let shown = root.shown(target);
         tmpfs(
             place.at(),
@@ -544,7 +827,7 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     obs.push(o);
 
     // The workdir overlay.
-    let place = mkdir_p(&root, rel(&plan.workdir))?;
+    let place = mkdir_p(&root, rel(&plan.workdir), Purpose::Workdir)?;
     let volatile = overlay(plan, place.at(), exec)?;
     let mut o = observation(ControlMechanism::Overlay, ControlDimension::FilesystemWrite);
     o.details.insert("lower".into(), json!(plan.workdir));
@@ -583,9 +866,9 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
                 let st = rustix::fs::stat(&m.source)
                     .step(|| format!("stat mount source {}", m.source.display()))?;
                 let place = if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                    mkdir_p(&root, target)?
+                    mkdir_p(&root, target, Purpose::Lent)?
                 } else {
-                    touch(&root, target)?
+                    touch(&root, target, Purpose::Lent)?
                 };
                 let attrs = if m.mode == PlanMountMode::Read {
                     RO
@@ -732,7 +1015,7 @@ fn resolv_conf(root: &Root<'_>, text: &str) -> Result<(), SetupError> {
     let place = if root.resolve(target, OFlags::empty()).is_ok() {
         Place::Opened(root.open(target).step(what)?)
     } else {
-        touch(root, target)?
+        touch(root, target, Purpose::Resolver)?
     };
     let write = || -> std::io::Result<()> {
         let fd = rustix::fs::openat(
@@ -805,7 +1088,7 @@ fn overlay(
 
 fn minimal_dev(root: &Root<'_>) -> Result<ControlObservation, SetupError> {
     let shown = |name: &str| root.shown(Path::new("dev")).join(name);
-    mkdir_p(root, Path::new("dev"))?;
+    mkdir_p(root, Path::new("dev"), Purpose::System)?;
     let dev = tmpfs(
         (root.fd.as_fd(), Path::new("dev")),
         &root.shown(Path::new("dev")),
@@ -880,7 +1163,7 @@ fn minimal_dev(root: &Root<'_>) -> Result<ControlObservation, SetupError> {
 
 fn new_proc(root: &Root<'_>, masker: &mut Masker) -> Result<ControlObservation, SetupError> {
     let shown = |name: &str| root.shown(Path::new("proc")).join(name);
-    mkdir_p(root, Path::new("proc"))?;
+    mkdir_p(root, Path::new("proc"), Purpose::System)?;
     // `mount(2)` has no directory descriptor: the path is relative to the cwd, the new root.
     rustix::mount::mount(
         "proc",
@@ -997,29 +1280,154 @@ mod tests {
         let f = Fixture::new();
         symlink(f.outside.join("dir"), f.root_path.join("work/link")).unwrap();
         let root = f.root();
-        mkdir_p(&root, Path::new("a/b/c")).unwrap();
+        let lent = Purpose::Lent;
+        mkdir_p(&root, Path::new("a/b/c"), lent).unwrap();
         assert!(f.root_path.join("a/b/c").is_dir());
-        mkdir_p(&root, Path::new("a/b/c")).unwrap();
-        touch(&root, Path::new("a/x/file")).unwrap();
+        mkdir_p(&root, Path::new("a/b/c"), lent).unwrap();
+        touch(&root, Path::new("a/x/file"), lent).unwrap();
         assert!(f.root_path.join("a/x/file").is_file());
-        touch(&root, Path::new("a/x/file")).unwrap();
+        touch(&root, Path::new("a/x/file"), lent).unwrap();
         // Through the link: the target does not exist inside, and nothing appears outside.
-        let e = mkdir_p(&root, Path::new("work/link/new")).unwrap_err();
-        // The link leads nowhere inside; it is not a directory to make `new` in either.
-        assert_eq!(e.errno, Errno::NOTDIR);
-        assert_eq!(
-            e.step,
-            format!("mkdir {}", f.root_path.join("work/link/new").display())
-        );
-        assert!(touch(&root, Path::new("work/link/file")).is_err());
+        for p in ["work/link/new", "work/link/sub/lent"] {
+            assert!(mkdir_p(&root, Path::new(p), lent).is_err(), "{p}");
+        }
+        assert!(touch(&root, Path::new("work/link/file"), lent).is_err());
         assert_eq!(std::fs::read_dir(f.outside.join("dir")).unwrap().count(), 0);
-        // A directory where a file mount point is wanted is refused, naming the full path.
-        let e = touch(&root, Path::new("a/b")).unwrap_err();
-        assert_eq!(e.errno, Errno::ISDIR);
+    }
+
+    #[test]
+    fn a_refusal_names_what_stands_in_the_way_by_its_path_inside_and_the_fix() {
+        let f = Fixture::new();
+        let o = f.outside.display();
+        let w = f.root_path.join("work");
+        symlink(f.outside.join("dir"), w.join("link")).unwrap();
+        symlink("../../../outside", w.join("rel")).unwrap();
+        symlink("loop", w.join("loop")).unwrap();
+        std::fs::write(w.join("f"), "").unwrap();
+        std::fs::create_dir(w.join("real")).unwrap();
+        symlink("/work/real", w.join("d")).unwrap();
+        std::fs::create_dir(f.root_path.join("a")).unwrap();
+        symlink("/a", w.join("ok")).unwrap();
+        symlink("/nowhere", f.root_path.join("a/bad")).unwrap();
+        let root = f.root();
+        let inside = "(the path resolves as the sandbox sees it)";
+        let lend = "or choose a target without symlinks";
+        let refused = |p: &str, purpose, dir: bool| {
+            let e = if dir {
+                mkdir_p(&root, Path::new(p), purpose).unwrap_err()
+            } else {
+                touch(&root, Path::new(p), purpose).unwrap_err()
+            };
+            (e.step, e.errno)
+        };
+        // An absolute symlink to a host directory that does not exist inside: named by the
+        // path the user wrote, with where it really leads.
         assert_eq!(
-            e.step,
-            format!("create mount point {}", f.root_path.join("a/b").display())
+            refused("work/link/sub/lent", Purpose::Lent, true),
+            (
+                format!(
+                    "mount target /work/link/sub/lent: `/work/link` is a symlink to `{o}/dir`, \
+                     which does not exist inside the sandbox {inside}; lend at the real path \
+                     (`{o}/dir/sub/lent`), {lend}"
+                ),
+                Errno::NOENT
+            )
         );
+        assert_eq!(
+            refused("work/link/lent", Purpose::Lent, false),
+            (
+                format!(
+                    "mount target /work/link/lent: `/work/link` is a symlink to `{o}/dir`, \
+                     which does not exist inside the sandbox {inside}; lend at the real path \
+                     (`{o}/dir/lent`), {lend}"
+                ),
+                Errno::NOENT
+            )
+        );
+        // A relative one climbing out, for HOME and the workdir.
+        assert_eq!(
+            refused("work/rel/x", Purpose::Home, true),
+            (
+                format!(
+                    "HOME /work/rel/x: `/work/rel` is a symlink to `../../../outside`, which \
+                     does not exist inside the sandbox {inside}; set HOME to its real path \
+                     (`realpath \"$HOME\"`)"
+                ),
+                Errno::NOENT
+            )
+        );
+        let (step, _) = refused("work/rel", Purpose::Workdir, true);
+        assert!(
+            step.starts_with("workdir /work/rel: `/work/rel` is a symlink")
+                && step.ends_with("give the workdir by its real path (`realpath`)"),
+            "{step}"
+        );
+        // A loop.
+        assert_eq!(
+            refused("work/loop/x", Purpose::Lent, true),
+            (
+                format!(
+                    "mount target /work/loop/x: `/work/loop` is a symlink to `loop`, which loops \
+                     (or passes too many symlinks) inside the sandbox {inside}; lend at the real \
+                     path, {lend}"
+                ),
+                Errno::LOOP
+            )
+        );
+        // A symlink that leads inside is followed on the way; the next one is named.
+        let (step, errno) = refused("work/ok/bad/x", Purpose::Lent, true);
+        assert!(
+            step.starts_with(
+                "mount target /work/ok/bad/x: `/work/ok/bad` is a symlink to `/nowhere`, which"
+            ) && step.contains("(`/nowhere/x`)"),
+            "{step}"
+        );
+        assert_eq!(errno, Errno::NOENT);
+        mkdir_p(&root, Path::new("work/d/x"), Purpose::Lent).unwrap();
+        assert!(w.join("real/x").is_dir());
+        // At the end, a symlink is never a directory mount point, even to a directory.
+        assert_eq!(
+            refused("work/d", Purpose::Lent, true),
+            (
+                format!(
+                    "mount target /work/d: `/work/d` is a symlink to `/work/real`: a mount point \
+                     is never reached through a symlink; lend at the real path (`/work/real`), \
+                     {lend}"
+                ),
+                Errno::NOTDIR
+            )
+        );
+        // Entries of the wrong kind, at the end or on the way.
+        assert_eq!(
+            refused("work/f", Purpose::Lent, true),
+            (
+                "mount target /work/f: `/work/f` is a regular file, not a directory; choose \
+                 another target"
+                    .to_owned(),
+                Errno::NOTDIR
+            )
+        );
+        assert_eq!(
+            refused("work/f/x", Purpose::Workdir, true),
+            (
+                "workdir /work/f/x: `/work/f` is a regular file, not a directory; choose a \
+                 directory as the workdir"
+                    .to_owned(),
+                Errno::NOTDIR
+            )
+        );
+        assert_eq!(
+            refused("work/real", Purpose::Lent, false),
+            (
+                "mount target /work/real: `/work/real` is a directory, not a file; choose \
+                 another target"
+                    .to_owned(),
+                Errno::ISDIR
+            )
+        );
+        // Nothing was made outside, nor through the links.
+        assert_eq!(std::fs::read_dir(f.outside.join("dir")).unwrap().count(), 0);
+        assert!(!f.root_path.join("nowhere").exists());
     }
 
     #[test]
@@ -1043,29 +1451,38 @@ mod tests {
         let f = Fixture::new();
         let root = f.root();
         assert!(matches!(
-            mkdir_p(&root, Path::new("tmp")).unwrap(),
+            mkdir_p(&root, Path::new("tmp"), Purpose::System).unwrap(),
             Place::Named(_, n) if n == Path::new("tmp")
         ));
         assert!(matches!(
-            mkdir_p(&root, Path::new("work/.")).unwrap(),
+            mkdir_p(&root, Path::new("work/."), Purpose::System).unwrap(),
             Place::Named(_, n) if n == Path::new("work")
         ));
         assert!(matches!(
-            touch(&root, Path::new("file")).unwrap(),
+            touch(&root, Path::new("file"), Purpose::Lent).unwrap(),
             Place::Named(_, n) if n == Path::new("file")
         ));
         let ino = |p: &str| rustix::fs::stat(f.root_path.join(p)).unwrap().st_ino;
         for (place, made) in [
-            (mkdir_p(&root, Path::new("a/b")).unwrap(), "a/b"),
-            (mkdir_p(&root, Path::new("work/../work")).unwrap(), "work"),
-            (touch(&root, Path::new("a/b/f")).unwrap(), "a/b/f"),
+            (
+                mkdir_p(&root, Path::new("a/b"), Purpose::Lent).unwrap(),
+                "a/b",
+            ),
+            (
+                mkdir_p(&root, Path::new("work/../work"), Purpose::Lent).unwrap(),
+                "work",
+            ),
+            (
+                touch(&root, Path::new("a/b/f"), Purpose::Lent).unwrap(),
+                "a/b/f",
+            ),
         ] {
             assert_eq!(place.at().1, Path::new(""), "{made}");
             assert_eq!(rustix::fs::fstat(place.at().0).unwrap().st_ino, ino(made));
         }
         // A final symlink is opened, not followed.
         symlink(f.outside.join("secret"), f.root_path.join("work/ln")).unwrap();
-        let place = touch(&root, Path::new("work/ln")).unwrap();
+        let place = touch(&root, Path::new("work/ln"), Purpose::Lent).unwrap();
         let st = rustix::fs::fstat(place.at().0).unwrap();
         assert_eq!(FileType::from_raw_mode(st.st_mode), FileType::Symlink);
     }
