@@ -165,6 +165,7 @@ enum Purpose {
     System,
     Home,
     Workdir,
+    ReadOnly,
     Lent,
     /// Where the host's `/etc/resolv.conf` points.
     Resolver,
@@ -176,6 +177,7 @@ impl Purpose {
             Purpose::System => "system path",
             Purpose::Home => "HOME",
             Purpose::Workdir => "workdir",
+            Purpose::ReadOnly => "read-only path",
             Purpose::Lent => "mount target",
             Purpose::Resolver => "resolver file",
         }
@@ -198,6 +200,9 @@ impl Purpose {
                 "lend at the real path, or choose a target without symlinks".into()
             }
             (Purpose::Lent, Cause::Kind { .. }) => "choose another target".into(),
+            (Purpose::ReadOnly, _) => {
+                "name a path without symlinks with --read-only (or the manifest's read_only)".into()
+            }
             (Purpose::Home, Cause::Symlink { .. }) => {
                 "set HOME to its real path (`realpath \"$HOME\"`)".into()
             }
@@ -218,6 +223,8 @@ enum Want {
     Dir,
     /// A file made or found there by [`touch`] (anything but a directory).
     File,
+    /// Whatever is there, not followed ([`Root::open`]).
+    Any,
 }
 
 /// What a symlink on the way leads to inside the new root.
@@ -338,7 +345,7 @@ impl Root<'_> {
             .ok()?;
             let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd).ok()?.st_mode);
             if kind == FileType::Symlink {
-                // A file mount point may be a symlink ([`make_file`]).
+                // A file mount point may be a symlink ([`make_file`]), an opened path is one.
                 if last && want != Want::Dir {
                     return None;
                 }
@@ -638,6 +645,24 @@ fn bind(
     attach(&tree, at).step(what)
 }
 
+/// The read-only path `rel` under the new root, opened without following it. `None` when
+/// there is nothing there to protect: absent from the sandbox's view (ENOENT, ENOTDIR) or a
+/// symlink (not followed, as nowhere under the new root). Any other error is a refusal (an
+/// entry in the way named, [`refusal`]): a requested protection never vanishes silently.
+fn read_only_target(root: &Root<'_>, rel: &Path) -> Result<Option<OwnedFd>, SetupError> {
+    let err = |e| SetupError {
+        step: format!("make {} read-only", root.shown(rel).display()),
+        errno: e,
+    };
+    let fd = match root.open(rel) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR) => return Ok(None),
+        Err(e) => return Err(refusal(root, rel, Purpose::ReadOnly, Want::Any, err(e))),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(err)?;
+    Ok((FileType::from_raw_mode(st.st_mode) != FileType::Symlink).then_some(fd))
+}
+
 /// Make the mount tree at `at` read-only in place (a recursive bind onto itself).
 fn make_read_only(at: (BorrowedFd<'_>, &Path), shown: &Path) -> Result<(), SetupError> {
     let what = || format!("bind {} on {}", shown.display(), shown.display());
@@ -837,13 +862,9 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     let mut read_only = Vec::new();
     for p in &plan.read_only {
         let target = rel(p);
-        let Ok(fd) = root.open(target) else { continue };
-        match rustix::fs::fstat(&fd) {
-            Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::Symlink => {
-                make_read_only((fd.as_fd(), Path::new("")), &root.shown(target))?;
-                read_only.push(p.display().to_string());
-            }
-            _ => {}
+        if let Some(fd) = read_only_target(&root, target)? {
+            make_read_only((fd.as_fd(), Path::new("")), &root.shown(target))?;
+            read_only.push(p.display().to_string());
         }
     }
 
@@ -1428,6 +1449,38 @@ mod tests {
         // Nothing was made outside, nor through the links.
         assert_eq!(std::fs::read_dir(f.outside.join("dir")).unwrap().count(), 0);
         assert!(!f.root_path.join("nowhere").exists());
+    }
+
+    #[test]
+    fn a_read_only_path_is_skipped_only_when_absent_or_a_symlink() {
+        let f = Fixture::new();
+        let w = f.root_path.join("work");
+        symlink(f.outside.join("dir"), w.join("link")).unwrap();
+        symlink("loop", w.join("loop")).unwrap();
+        std::fs::write(w.join("f"), "").unwrap();
+        std::fs::create_dir(w.join("locked")).unwrap();
+        let root = f.root();
+        for p in ["work/none", "work/link/x", "work/f/x", "work/link"] {
+            assert!(
+                read_only_target(&root, Path::new(p)).unwrap().is_none(),
+                "{p}"
+            );
+        }
+        let fd = read_only_target(&root, Path::new("work/locked")).unwrap();
+        let ino = rustix::fs::stat(w.join("locked")).unwrap().st_ino;
+        assert_eq!(rustix::fs::fstat(fd.unwrap()).unwrap().st_ino, ino);
+        // Any other error refuses the run, naming the cause.
+        let e = read_only_target(&root, Path::new("work/loop/x")).unwrap_err();
+        assert_eq!(e.errno, Errno::LOOP);
+        assert!(
+            e.step.starts_with(
+                "read-only path /work/loop/x: `/work/loop` is a symlink to `loop`, which loops"
+            ) && e.step.ends_with(
+                "name a path without symlinks with --read-only (or the manifest's read_only)"
+            ),
+            "{}",
+            e.step
+        );
     }
 
     #[test]

@@ -528,6 +528,53 @@ fn read_only_paths_are_enforced_by_the_kernel() {
 }
 
 #[test]
+fn a_read_only_path_is_skipped_only_when_absent_never_when_it_cannot_be_resolved() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    // Absent: nothing to protect, the run goes on.
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--read-only", "none", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // A symlink loop on the way: the protection cannot be placed, so the run is refused
+    // (it used to be skipped in silence), naming the link and the fix.
+    std::os::unix::fs::symlink("loop", s.work.path().join("loop")).unwrap();
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--read-only",
+            "loop/x",
+            "--",
+            "sh",
+            "-c",
+            "echo ran > marker",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let b = last_bundle(&s);
+    assert_eq!(b["run"]["failure"]["kind"], "setup", "{b}");
+    let step = b["run"]["failure"]["step"].as_str().unwrap();
+    let link = s.work.path().join("loop");
+    assert!(
+        step.starts_with("read-only path ")
+            && step.contains(&format!(
+                "`{}` is a symlink to `loop`, which loops",
+                link.display()
+            ))
+            && step.contains("name a path without symlinks with --read-only"),
+        "{step}"
+    );
+    assert!(changes(&b).is_empty(), "the command ran: {b}");
+}
+
+#[test]
 fn status_review_and_jobs_describe_the_run() {
     if !sealed_host() {
         return;
