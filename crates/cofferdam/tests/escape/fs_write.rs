@@ -132,6 +132,13 @@ pub const ATTACKS: &[Attack] = &[
         on: SEALED_MUST,
         probe: lent_read_mount,
     },
+    Attack {
+        id: "fw.lent-target-through-symlink",
+        boundary: FsWrite,
+        description: "lend a mount at $WD/link/sub/lent with link -> a host directory, to have the mount point made there",
+        on: SEALED_MUST,
+        probe: lent_target_through_symlink,
+    },
 ];
 
 fn nonce() -> String {
@@ -598,4 +605,64 @@ fn lent_read_mount(ctx: &Ctx) -> Outcome {
         "readable, and every write refused; the host directory is unchanged",
         format!("allowed: {through:?}; host now {host:?}, {listing} entries"),
     )
+}
+
+fn lent_target_through_symlink(ctx: &Ctx) -> Outcome {
+    // The repository plants `link -> <host dir>`; the user lends a path at a target under
+    // it. The mount point must never be made (nor the mount placed) on the host through the
+    // link: the target resolves as the sandbox sees it, where the link leads nowhere.
+    ctx.put(&ctx.outside().join("lent/file"), "lent\n");
+    let elsewhere = ctx.outside().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let link = ctx.work().join("link");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    let lend = format!(
+        "{}:{}:read",
+        ctx.outside().join("lent").display(),
+        link.join("sub/lent").display()
+    );
+    let r = ctx.run(
+        &["--mount", &lend],
+        &["sh", "-c", "echo ran=yes; cat link/sub/lent/file"],
+    );
+    let made: Vec<String> = walkdir(&elsewhere);
+    if !made.is_empty() || r.value("ran").is_some() {
+        return Outcome::Escaped(format!(
+            "the run went on (exit {:?}) and made {made:?} on the host under the link's target",
+            r.code
+        ));
+    }
+    assert_eq!(r.code, Some(125), "{}", r.err);
+    let failure = &r.bundle["run"]["failure"];
+    assert_eq!(failure["kind"], "setup", "{failure}");
+    let cause = format!(
+        "`{}` is a symlink to `{}`, which does not exist inside the sandbox",
+        link.display(),
+        elsewhere.display()
+    );
+    let step = failure["step"].as_str().unwrap_or("");
+    assert!(
+        step.contains(&cause) && step.contains("choose a target without symlinks"),
+        "the failure names the link and the fix: {failure}"
+    );
+    assert!(r.err.contains(&cause), "{}", r.err);
+    Outcome::Denied(format!(
+        "refused (exit 125): {cause}; nothing made under it on the host"
+    ))
+}
+
+/// Every path under `dir` on the host, relative to it.
+fn walkdir(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            if p.symlink_metadata().unwrap().is_dir() {
+                todo.push(p);
+            }
+        }
+    }
+    out
 }
