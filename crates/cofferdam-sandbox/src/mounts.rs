@@ -623,6 +623,26 @@ fn tmpfs(
     Ok(mnt)
 }
 
+/// `p`, a host path that the plan passes after the cwd moved into the new root, where a
+/// relative path would be resolved (the mount sources, the overlay's layers, the system
+/// directories, the hidden paths). The plan holds absolute paths only: a relative one is a
+/// bug, asserted in debug builds and refused in release ones.
+fn host_path<'p>(p: &'p Path, what: &str) -> Result<&'p Path, SetupError> {
+    debug_assert!(p.is_absolute(), "{what} {} is not absolute", p.display());
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err(SetupError {
+            step: format!(
+                "{what} {}: not an absolute path, which would be resolved inside the new root \
+                 (the plan holds absolute paths only: please report this)",
+                p.display()
+            ),
+            errno: Errno::INVAL,
+        })
+    }
+}
+
 /// Bind the host's `source` (a whole tree) onto `at` with `attrs` set on every mount in it.
 fn bind(
     source: &Path,
@@ -630,6 +650,7 @@ fn bind(
     shown: &Path,
     attrs: MountAttrFlags,
 ) -> Result<(), SetupError> {
+    let source = host_path(source, "bind source")?;
     let what = || format!("bind {} on {}", source.display(), shown.display());
     let tree = rustix::mount::open_tree(
         CWD,
@@ -800,6 +821,7 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     // The read-only system view.
     let mut system = Vec::new();
     for dir in &plan.system_ro {
+        let dir = host_path(dir, "system directory")?;
         let st = match rustix::fs::lstat(dir) {
             Ok(st) => st,
             Err(_) => continue,
@@ -884,6 +906,7 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
                 });
             }
             PlanMountMode::Read | PlanMountMode::Write => {
+                host_path(&m.source, "mount source")?;
                 let st = rustix::fs::stat(&m.source)
                     .step(|| format!("stat mount source {}", m.source.display()))?;
                 let place = if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
@@ -920,6 +943,8 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     let mut masked = Vec::new();
     let mut real_dirs = std::collections::HashMap::new();
     for h in &plan.hidden {
+        // Its real path is asked of the host, relative to the cwd.
+        host_path(h, "hidden path")?;
         let mut targets = vec![h.clone()];
         if let Some(real) = real_path(h, &mut real_dirs)
             && real != *h
@@ -1089,10 +1114,14 @@ fn overlay(
     exec: MountAttrFlags,
 ) -> Result<bool, SetupError> {
     let what = || format!("mount workdir overlay on {}", plan.workdir.display());
+    // Its layers are named by path, resolved from the cwd (the new root) when relative.
+    let lower = host_path(&plan.workdir, "overlay lowerdir")?;
+    let upper = host_path(&plan.upper, "overlay upperdir")?;
+    let work = host_path(&plan.overlay_work, "overlay workdir")?;
     let fs = rustix::mount::fsopen(c"overlay", FsOpenFlags::FSOPEN_CLOEXEC).step(what)?;
-    rustix::mount::fsconfig_set_string(&fs, c"lowerdir+", &plan.workdir).step(what)?;
-    rustix::mount::fsconfig_set_string(&fs, c"upperdir", &plan.upper).step(what)?;
-    rustix::mount::fsconfig_set_string(&fs, c"workdir", &plan.overlay_work).step(what)?;
+    rustix::mount::fsconfig_set_string(&fs, c"lowerdir+", lower).step(what)?;
+    rustix::mount::fsconfig_set_string(&fs, c"upperdir", upper).step(what)?;
+    rustix::mount::fsconfig_set_string(&fs, c"workdir", work).step(what)?;
     rustix::mount::fsconfig_set_flag(&fs, c"userxattr").step(what)?;
     // An unknown option is refused at once (EINVAL), before anything is mounted.
     let volatile = rustix::mount::fsconfig_set_flag(&fs, c"volatile").is_ok();
@@ -1478,6 +1507,34 @@ mod tests {
             ) && e.step.ends_with(
                 "name a path without symlinks with --read-only (or the manifest's read_only)"
             ),
+            "{}",
+            e.step
+        );
+    }
+
+    #[test]
+    #[cfg_attr(
+        debug_assertions,
+        should_panic(expected = "bind source usr is not absolute")
+    )]
+    fn a_relative_host_path_is_never_resolved_inside_the_new_root() {
+        let f = Fixture::new();
+        let root = f.root();
+        assert_eq!(
+            host_path(Path::new("/usr"), "x").unwrap(),
+            Path::new("/usr")
+        );
+        // Refused before any syscall (a debug build asserts).
+        let e = bind(
+            Path::new("usr"),
+            (root.fd.as_fd(), Path::new("work")),
+            Path::new("/work"),
+            RO,
+        )
+        .unwrap_err();
+        assert_eq!(e.errno, Errno::INVAL);
+        assert!(
+            e.step.starts_with("bind source usr: not an absolute path"),
             "{}",
             e.step
         );
