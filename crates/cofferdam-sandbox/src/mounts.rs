@@ -540,6 +540,20 @@ fn make_dir(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
     }
 }
 
+/// `rel`'s parent and the name of the entry to make there; a path that ends in no name
+/// (`..`: the plan's paths are folded where they enter, HOME too) is refused naming it.
+fn named(rel: &Path, purpose: Purpose) -> Result<(&Path, &Path), SetupError> {
+    split(rel).ok_or_else(|| SetupError {
+        step: format!(
+            "{} {}: the path ends in `..` (or names no entry) where a mount point is made; give \
+             the directory itself, without `..`",
+            purpose.noun(),
+            Path::new("/").join(rel).display()
+        ),
+        errno: Errno::INVAL,
+    })
+}
+
 /// `mkdir -p` under the new root: the parent is reached (made when missing), the directory
 /// made by name in it; returns where to mount on it, opened from that parent. A failure
 /// that an entry on the way causes names it ([`refusal`]).
@@ -548,8 +562,8 @@ fn mkdir_p<'r>(
     rel: &'r Path,
     purpose: Purpose,
 ) -> Result<Place<'r>, SetupError> {
+    let (parent, name) = named(rel, purpose)?;
     let made = || -> Result<Place<'r>, Errno> {
-        let (parent, name) = split(rel).ok_or(Errno::INVAL)?;
         let dir = make_dirs(root, parent)?;
         make_dir(dir.fd(), name)?;
         dir.place(name)
@@ -589,8 +603,8 @@ fn make_file(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
 /// file over; returns where to mount on it, opened from its parent. A failure that an
 /// entry on the way causes names it ([`refusal`]).
 fn touch<'r>(root: &'r Root<'_>, rel: &'r Path, purpose: Purpose) -> Result<Place<'r>, SetupError> {
+    let (parent, name) = named(rel, purpose)?;
     let made = || -> Result<Place<'r>, Errno> {
-        let (parent, name) = split(rel).ok_or(Errno::INVAL)?;
         let dir = make_dirs(root, parent)?;
         make_file(dir.fd(), name)?;
         dir.place(name)
@@ -1478,6 +1492,21 @@ mod tests {
         // Nothing was made outside, nor through the links.
         assert_eq!(std::fs::read_dir(f.outside.join("dir")).unwrap().count(), 0);
         assert!(!f.root_path.join("nowhere").exists());
+    }
+
+    #[test]
+    fn a_mount_point_ending_in_dotdot_is_refused_naming_it() {
+        let f = Fixture::new();
+        let root = f.root();
+        let e = mkdir_p(&root, Path::new("work/.."), Purpose::Home).unwrap_err();
+        assert_eq!(e.errno, Errno::INVAL);
+        assert!(
+            e.step.starts_with("HOME /work/..: the path ends in `..`"),
+            "{}",
+            e.step
+        );
+        let e = touch(&root, Path::new(""), Purpose::Lent).unwrap_err();
+        assert!(e.step.starts_with("mount target /: "), "{}", e.step);
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub fn env() -> Result<Env, Failure> {
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())
         .ok_or_else(|| Failure::setup("HOME is not set to an absolute path: set it and retry"))?;
+    let home = fold_home(home).map_err(Failure::setup)?;
     let storage_root = cofferdam_stage::storage_root(
         std::env::var_os("COFFERDAM_HOME"),
         std::env::var_os("XDG_DATA_HOME"),
@@ -34,6 +35,31 @@ pub fn env() -> Result<Env, Failure> {
         places: Places { cwd, home },
         storage_root,
     })
+}
+
+/// HOME with its `..` folded lexically (`/home/u/..` is `/home`): the sandbox mounts a
+/// private HOME at that path, and a path ending in `..` names no entry to mount on. Refused
+/// when the fold names another directory than the kernel reaches (a symlink before the
+/// `..`): the secrets hidden under HOME would then be looked for in the wrong place.
+fn fold_home(home: PathBuf) -> Result<PathBuf, String> {
+    if !home
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Ok(home);
+    }
+    let folded = cofferdam_policy::policy::normalize(&home);
+    match std::fs::canonicalize(&home) {
+        Ok(real) if std::fs::canonicalize(&folded).ok().as_ref() != Some(&real) => Err(format!(
+            "HOME={} passes a symlink before `..`: it is {} on this host, not {}; set HOME to {} \
+             and retry",
+            home.display(),
+            real.display(),
+            folded.display(),
+            real.display()
+        )),
+        _ => Ok(folded),
+    }
 }
 
 /// The host facts: probed, or read from `file`.
@@ -115,4 +141,36 @@ fn load_manifest(
         path: cofferdam_policy::policy::normalize(&path),
         manifest,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_is_folded_where_it_enters_unless_a_symlink_makes_that_another_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir_all(t.join("u")).unwrap();
+        std::fs::create_dir_all(t.join("deep/er")).unwrap();
+        std::os::unix::fs::symlink(t.join("deep/er"), t.join("link")).unwrap();
+        assert_eq!(fold_home(t.join("u")).unwrap(), t.join("u"));
+        assert_eq!(fold_home(t.join("u/..")).unwrap(), t);
+        assert_eq!(fold_home(t.join("u/../u/./")).unwrap(), t.join("u"));
+        assert_eq!(fold_home("/..".into()).unwrap(), Path::new("/"));
+        // Absent: nothing to disagree with.
+        assert_eq!(fold_home(t.join("none/..")).unwrap(), t);
+        // A symlink is not folded away without a word: the kernel goes to deep/.
+        let e = fold_home(t.join("link/..")).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "HOME={}/link/.. passes a symlink before `..`: it is {}/deep on this host",
+                t.display(),
+                t.display()
+            )),
+            "{e}"
+        );
+        // A symlink without `..` is HOME as given.
+        assert_eq!(fold_home(t.join("link")).unwrap(), t.join("link"));
+    }
 }

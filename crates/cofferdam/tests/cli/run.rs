@@ -575,6 +575,53 @@ fn a_read_only_path_is_skipped_only_when_absent_never_when_it_cannot_be_resolved
 }
 
 #[test]
+fn a_home_ending_in_dotdot_is_folded_where_it_enters() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let home = std::fs::canonicalize(s.home.path()).unwrap();
+    std::fs::create_dir(home.join("sub")).unwrap();
+    let out = s
+        .cmd()
+        .env("HOME", home.join("sub/.."))
+        .args([
+            "run",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$HOME\"; test -d \"$HOME\"",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}\n", home.display())
+    );
+    // Through a symlink the fold would name another directory than the kernel reaches.
+    std::fs::create_dir_all(home.join("deep/er")).unwrap();
+    std::os::unix::fs::symlink(home.join("deep/er"), home.join("link")).unwrap();
+    let out = s
+        .cmd()
+        .env("HOME", home.join("link/.."))
+        .args(["run", "-q", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "HOME={}/link/.. passes a symlink before `..`: it is {}/deep on this host",
+            home.display(),
+            home.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
 fn status_review_and_jobs_describe_the_run() {
     if !sealed_host() {
         return;
