@@ -98,6 +98,10 @@ fn mount_setattr(fd: BorrowedFd<'_>, attrs: MountAttrFlags, recursive: bool) -> 
     }
 }
 
+/// How often a lookup under the new root is retried when `openat2` answers EAGAIN (a rename
+/// or mount on the host raced a `..` in it); then the EAGAIN is the step's error.
+const RESOLVE_RETRIES: u32 = 16;
+
 /// A host path as a path relative to the new root (`/etc/shadow` -> `etc/shadow`).
 fn rel(host: &Path) -> &Path {
     host.strip_prefix("/").unwrap_or(host)
@@ -134,6 +138,12 @@ impl Root<'_> {
         self.resolve(rel, OFlags::DIRECTORY)
     }
 
+    /// Whatever `rel` leads to (symlinks followed, inside the new root), as an `O_PATH`
+    /// descriptor.
+    fn open_follow(&self, rel: &Path) -> Result<OwnedFd, Errno> {
+        self.resolve(rel, OFlags::empty())
+    }
+
     fn resolve(&self, rel: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
         let rel = if rel.as_os_str().is_empty() {
             Path::new(".")
@@ -151,7 +161,7 @@ impl Root<'_> {
                 Mode::empty(),
                 ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
             ) {
-                Err(Errno::AGAIN) if tries < 16 => tries += 1,
+                Err(Errno::AGAIN) if tries < RESOLVE_RETRIES => tries += 1,
                 r => return r,
             }
         }
@@ -836,9 +846,8 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     let mut system = Vec::new();
     for dir in &plan.system_ro {
         let dir = host_path(dir, "system directory")?;
-        let st = match rustix::fs::lstat(dir) {
-            Ok(st) => st,
-            Err(_) => continue,
+        let Ok(st) = rustix::fs::lstat(dir) else {
+            continue;
         };
         let target = rel(dir);
         match FileType::from_raw_mode(st.st_mode) {
@@ -947,8 +956,8 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     o.details.insert("mounts".into(), json!(lent));
     obs.push(o);
 
-    let mut masker = Masker::default();
     obs.push(minimal_dev(&root)?);
+    let mut masker = Masker::default();
     obs.push(new_proc(&root, &mut masker)?);
 
     // Secrets, the job store and hidden mounts: masked wherever they are visible.
@@ -1072,7 +1081,7 @@ fn resolv_conf(root: &Root<'_>, text: &str) -> Result<(), SetupError> {
     let shown = root.shown(target);
     let source = root.shown(Path::new(RESOLV_SOURCE));
     let what = || format!("bind {} on {}", source.display(), shown.display());
-    let place = if root.resolve(target, OFlags::empty()).is_ok() {
+    let place = if root.open_follow(target).is_ok() {
         Place::Opened(root.open(target).step(what)?)
     } else {
         touch(root, target, Purpose::Resolver)?
@@ -1252,13 +1261,9 @@ fn new_proc(root: &Root<'_>, masker: &mut Masker) -> Result<ControlObservation, 
     }
     let mut read_only = Vec::new();
     for name in PROC_READ_ONLY_DIRS {
-        let at = (proc.as_fd(), Path::new(name));
-        match rustix::fs::statat(proc.as_fd(), *name, AtFlags::empty()) {
-            Ok(_) => {
-                make_read_only(at, &shown(name))?;
-                read_only.push(format!("/proc/{name}"));
-            }
-            Err(_) => continue,
+        if rustix::fs::statat(proc.as_fd(), *name, AtFlags::empty()).is_ok() {
+            make_read_only((proc.as_fd(), Path::new(name)), &shown(name))?;
+            read_only.push(format!("/proc/{name}"));
         }
     }
     let mut o = observation(ControlMechanism::ProcMask, ControlDimension::KernelSurface);
