@@ -5,12 +5,14 @@
 //!
 //! Owns every mount of the sandbox. It runs in the sandbox's pid 1 (a new /proc must be
 //! mounted from inside the pid namespace), after the namespaces exist, and decides nothing:
-//! the paths come from the plan. Host paths are read through the old root before the pivot;
-//! paths under the new root are resolved from its tmpfs's descriptor ([`Root`]), never from
-//! the host's `/`, so a symlink in a lower tree cannot make a step land outside it. When an
-//! entry on the way stands in a path's way (a symlink leading nowhere inside, a file where a
-//! directory is needed), the refusal names that entry by its path inside, the one the user
-//! wrote, and says what to change ([`refusal`]).
+//! the paths come from the plan. Host paths (absolute, [`host_path`]) are read through the
+//! old root before the pivot; paths under the new root are resolved from its tmpfs's
+//! descriptor ([`Root`]), never from the host's `/`, so a symlink in a lower tree cannot make
+//! a step land outside it. When something in such a path stands in the way (a symlink that
+//! leads nowhere inside, a file where a directory is needed), the refusal names it by its
+//! path inside, the one the user wrote, and says what to change ([`refusal`]). A secret that
+//! a lent mount shows, lent on purpose or through a symlinked source, is not masked there
+//! but reported: `secrets_hidden` is then partial ([`shows_secret`]).
 
 use crate::setup_error::{SetupError, StepContext};
 use cofferdam_policy::plan::{FsPlan, PlanMountMode};
@@ -913,7 +915,11 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
         }
     }
 
-    // Lent host paths.
+    // Lent host paths. Each source is bound as the host resolves it (through symlinks: a
+    // workdir's `cache -> ~/.ssh` lends ~/.ssh), so where it really is, asked just before
+    // the bind, is what the secrets are checked against below.
+    let mut real_dirs = std::collections::HashMap::new();
+    let mut sources = Vec::new();
     let mut lent = Vec::new();
     for m in &plan.mounts {
         let target = rel(&m.target);
@@ -942,7 +948,9 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
                 } else {
                     MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV
                 };
+                let real = real_path(&m.source, &mut real_dirs).unwrap_or(m.source.clone());
                 bind(&m.source, place.at(), &root.shown(target), attrs)?;
+                sources.push((m, real));
             }
         }
         lent.push(m.target.display().to_string());
@@ -964,7 +972,7 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     // A secret that is a symlink (a dotfile manager's `~/.ssh -> dotfiles/ssh`) is hidden at
     // its host target too, which may lie inside a visible tree such as the workdir.
     let mut masked = Vec::new();
-    let mut real_dirs = std::collections::HashMap::new();
+    let mut secrets = Vec::new();
     for h in &plan.hidden {
         // Its real path is asked of the host, relative to the cwd.
         host_path(h, "hidden path")?;
@@ -974,11 +982,12 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
         {
             targets.push(real);
         }
-        for t in targets {
-            if masker.mask_path(&root, rel(&t))? {
+        for t in &targets {
+            if masker.mask_path(&root, rel(t))? {
                 masked.push(t.display().to_string());
             }
         }
+        secrets.push(targets);
     }
     let mut o = observation(
         ControlMechanism::SecretsHidden,
@@ -986,20 +995,20 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     );
     o.details.insert("masked".into(), json!(masked));
     o.details.insert("hidden".into(), json!(plan.hidden.len()));
-    // A secret lent on purpose (`--mount ~/.aws:/creds:read`) is visible at its target: the
-    // control then holds only partly, and says which.
-    let lent: Vec<String> = plan
-        .mounts
+    // A secret lent on purpose (`--mount ~/.aws:/creds:read`), or through a symlink
+    // (`--mount ./cache:/cache` with `cache -> ~/.ssh`), is visible at its target: the
+    // control then holds only partly, and says which, and where the source really is.
+    let lent: Vec<String> = sources
         .iter()
-        .filter(|m| matches!(m.mode, PlanMountMode::Read | PlanMountMode::Write))
-        // At its own path the masks above cover it; only a remapped target shows it.
-        .filter(|m| m.source != m.target)
-        .filter(|m| {
-            plan.hidden
-                .iter()
-                .any(|h| m.source.starts_with(h) || h.starts_with(&m.source))
+        .filter(|(m, real)| shows_secret(real, &m.target, &secrets))
+        .map(|(m, real)| {
+            let resolves = if *real == m.source {
+                String::new()
+            } else {
+                format!(" (resolves to {})", real.display())
+            };
+            format!("{}{resolves} -> {}", m.source.display(), m.target.display())
         })
-        .map(|m| format!("{} -> {}", m.source.display(), m.target.display()))
         .collect();
     if !lent.is_empty() {
         o.status = ControlStatus::Partial;
@@ -1024,6 +1033,30 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     mount_setattr(root.fd.as_fd(), RO, false).step(|| "make / read-only".into())?;
     rustix::process::chdir(&plan.workdir).step(|| format!("chdir {}", plan.workdir.display()))?;
     Ok(obs)
+}
+
+/// Whether a mount of the host's `real` (a lent source where it really is) at `target`
+/// shows a secret that the masks do not cover. `secrets`: per hidden path, the paths
+/// masked for it, itself and its real path when that differs (where its content is).
+///
+/// Both ways: the source lies in a secret (all of the mount is secret), or a secret lies
+/// under the source (it shows at the same place under the target). It is covered when it
+/// shows at or under a masked path: a secret lent at its own path, or a parent lent at its
+/// own. Compared lexically, real paths against real paths: a remapped target, or a source
+/// reached through a symlink, is never taken for its own path.
+fn shows_secret(real: &Path, target: &Path, secrets: &[Vec<PathBuf>]) -> bool {
+    secrets.iter().any(|masked| {
+        let covered = |at: &Path| masked.iter().any(|m| at.starts_with(m));
+        masked.iter().any(|secret| {
+            if real.starts_with(secret) {
+                !covered(target)
+            } else if let Ok(below) = secret.strip_prefix(real) {
+                !covered(&target.join(below))
+            } else {
+                false
+            }
+        })
+    })
 }
 
 /// `symlink` `target` (the link's text) at `rel` under the new root, made by name in its
@@ -1572,6 +1605,39 @@ mod tests {
             "{}",
             e.step
         );
+    }
+
+    #[test]
+    fn a_lent_secret_is_shown_unless_at_a_masked_path() {
+        let p = |s: &str| PathBuf::from(s);
+        let secrets = vec![
+            vec![p("/h/.aws")],
+            // `~/.ssh -> dotfiles/ssh`: masked at both.
+            vec![p("/h/.ssh"), p("/h/dotfiles/ssh")],
+            vec![p("/store")],
+        ];
+        let shows =
+            |real: &str, target: &str| shows_secret(Path::new(real), Path::new(target), &secrets);
+        // A secret lent at another target, or a tree holding one; the store too.
+        assert!(shows("/h/.aws", "/creds"));
+        assert!(shows("/h/.aws/credentials", "/creds"));
+        assert!(shows("/h", "/home-copy"));
+        assert!(shows("/h/dotfiles", "/dots"));
+        assert!(shows("/", "/host"));
+        assert!(shows("/store/jobs", "/jobs"));
+        // `./cache -> ~/.ssh` lent as /cache, or at its own (symlink's) path: its real path
+        // is the secret's, the target no masked path.
+        assert!(shows("/h/dotfiles/ssh", "/cache"));
+        assert!(shows("/h/dotfiles/ssh", "/w/cache"));
+        // At its own path, or a parent at its own: the masks cover it.
+        assert!(!shows("/h/.aws", "/h/.aws"));
+        assert!(!shows("/h", "/h"));
+        assert!(!shows("/h/dotfiles", "/h/dotfiles"));
+        assert!(!shows("/h/dotfiles/ssh", "/h/.ssh"));
+        // Nothing secret in it.
+        assert!(!shows("/data", "/data"));
+        assert!(!shows("/h/project", "/p"));
+        assert!(!shows("/h/.aws-not", "/x"));
     }
 
     #[test]

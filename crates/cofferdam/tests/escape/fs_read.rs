@@ -1,8 +1,8 @@
 //! Filesystem read: secrets, the job store and host files outside the view stay unreadable.
 
 use crate::harness::{
-    ALL_THREE, Attack, BOTH_MUST, Boundary::FsRead, Ctx, Outcome, SCOPED_READS, Tier, Tier::Scoped,
-    Tier::Sealed, Verdict::Documented, Verdict::Must, check,
+    ALL_THREE, Attack, BOTH_MUST, Boundary::FsRead, Ctx, Outcome, SCOPED_READS, SEALED_MUST, Tier,
+    Tier::Scoped, Tier::Sealed, Verdict::Documented, Verdict::Must, check,
 };
 use std::path::Path;
 
@@ -79,6 +79,13 @@ pub const ATTACKS: &[Attack] = &[
             (Scoped, Documented(SCOPED_READS)),
         ],
         probe: root_private_files,
+    },
+    Attack {
+        id: "fr.secret-lent-through-symlink",
+        boundary: FsRead,
+        description: "plant cache -> ~/.ssh in the workdir; the user lends ./cache:/cache: the bundle must not claim secrets hidden",
+        on: SEALED_MUST,
+        probe: secret_lent_through_symlink,
     },
     Attack {
         id: "fr.secret-hard-linked-into-workdir",
@@ -403,5 +410,46 @@ fn secret_hard_linked(ctx: &Ctx) -> Outcome {
         no_secret(&r),
         "not readable through the link",
         "the key is readable through the workdir's hard link (a file in the workdir)",
+    )
+}
+
+fn secret_lent_through_symlink(ctx: &Ctx) -> Outcome {
+    // A repository plants `cache -> ~/.ssh`; a user lends what looks like a cache. The bind
+    // follows the link (lending is the user's call), so the key is readable inside: what
+    // must not happen is a bundle that says the secrets were hidden.
+    ctx.put(&ctx.home().join(".ssh/id_ed25519"), SECRET);
+    let cache = ctx.work().join("cache");
+    std::os::unix::fs::symlink(ctx.home().join(".ssh"), &cache).unwrap();
+    let r = ctx.run(
+        &["--mount", "./cache:/cache:read"],
+        &["sh", "-c", "cat /cache/id_ed25519"],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    assert!(
+        r.out.contains(SECRET),
+        "the lent link shows the key: {}",
+        r.out
+    );
+    let secrets = crate::harness::controls_of(&r.bundle, "secrets_hidden");
+    assert_eq!(secrets.len(), 1, "{secrets:?}");
+    let o = &secrets[0];
+    let real = std::fs::canonicalize(ctx.home().join(".ssh")).unwrap();
+    let named = format!(
+        "{} (resolves to {}) -> /cache",
+        cache.display(),
+        real.display()
+    );
+    let reason = o["reason"].as_str().unwrap_or("");
+    check(
+        o["status"] == "partial"
+            && reason.contains(&named)
+            && r.safety("filesystem_read_non_bypassable") == false,
+        format!("read through the lent link, and the bundle says so: {reason}"),
+        format!(
+            "secrets_hidden is {} ({reason:?}) while ~/.ssh was read through ./cache; read \
+             non-bypassable: {}",
+            o["status"],
+            r.safety("filesystem_read_non_bypassable")
+        ),
     )
 }
