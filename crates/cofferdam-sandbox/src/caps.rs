@@ -124,7 +124,7 @@ fn cap(n: u32) -> CapabilitySet {
 const KNOWN_LAST_CAP: u32 = 40;
 
 /// The highest capability number the kernel knows, asked of the kernel: `PR_CAPBSET_READ`
-/// fails with `EINVAL` past it ([`search_last_cap`]). `/proc/sys/kernel/cap_last_cap` only
+/// fails with `EINVAL` past it (`search_last_cap`). `/proc/sys/kernel/cap_last_cap` only
 /// when the kernel answers no question (reading that file took ~13 µs in the sandbox's
 /// pid 1, the two questions of the usual case ~1 µs).
 pub fn last_cap() -> u32 {

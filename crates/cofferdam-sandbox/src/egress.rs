@@ -5,7 +5,7 @@
 //!   (`local 0.0.0.0/0 dev lo` in the local table), so any `connect(2)` lands on a listener
 //!   in this namespace or is refused at once; then the listeners (DNS on 127.0.0.1:53 UDP
 //!   and TCP, the HTTP proxy on 127.0.0.1, one transparent TCP listener per allowed port on
-//!   every address, IPv4 and IPv6, and the catch-all: an nf_tables rule, [`nft`], diverting
+//!   every address, IPv4 and IPv6, and the catch-all: an nf_tables rule, `nft`, diverting
 //!   every TCP connection nothing in the namespace listens for to one more listener per IP
 //!   family, so the supervisor sees, names and refuses it) are created and handed to the
 //!   supervisor over the network socket ([`NET_FD`]) and pid 1's copies closed: nothing

@@ -159,7 +159,7 @@ struct PlanChannel {
     rest: Vec<u8>,
 }
 
-/// The byte that releases the init after the plan (see [`PlanChannel`]).
+/// The byte that releases the init after the plan (see `PlanChannel`).
 pub const GO: u8 = b'G';
 
 /// What ended the wait for the supervisor's go without one.

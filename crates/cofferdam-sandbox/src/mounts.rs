@@ -5,14 +5,14 @@
 //!
 //! Owns every mount of the sandbox. It runs in the sandbox's pid 1 (a new /proc must be
 //! mounted from inside the pid namespace), after the namespaces exist, and decides nothing:
-//! the paths come from the plan. Host paths (absolute, [`host_path`]) are read through the
+//! the paths come from the plan. Host paths (absolute, `host_path`) are read through the
 //! old root before the pivot; paths under the new root are resolved from its tmpfs's
-//! descriptor ([`Root`]), never from the host's `/`, so a symlink in a lower tree cannot make
+//! descriptor (`Root`), never from the host's `/`, so a symlink in a lower tree cannot make
 //! a step land outside it. When something in such a path stands in the way (a symlink that
 //! leads nowhere inside, a file where a directory is needed), the refusal names it by its
-//! path inside, the one the user wrote, and says what to change ([`refusal`]). A secret that
+//! path inside, the one the user wrote, and says what to change (`refusal`). A secret that
 //! a lent mount shows, lent on purpose or through a symlinked source, is not masked there
-//! but reported: `secrets_hidden` is then partial ([`shows_secret`]).
+//! but reported: `secrets_hidden` is then partial (`shows_secret`).
 
 use crate::setup_error::{SetupError, StepContext};
 use cofferdam_policy::plan::{FsPlan, PlanMountMode};

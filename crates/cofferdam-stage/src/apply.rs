@@ -4,7 +4,7 @@
 //!
 //! Owns the check ([`check`]: conflicts, refusals, the plan of [`Unit`]s), the batch
 //! ([`execute`]) and crash recovery ([`inspect`], [`recover`]). It reads the stage
-//! (`upper/`) and the host through directory fds ([`fsops`]); it writes only the host
+//! (`upper/`) and the host through directory fds (`fsops`); it writes only the host
 //! workdir (temporary names `.cofferdam-<batch>-<n>` next to their targets) and the
 //! job's `apply-ledger.json` (through [`crate::ledger`]). It may not change the stage, the
 //! Run Bundle, `job.json` or the trace: the CLI does that with what this module returns.

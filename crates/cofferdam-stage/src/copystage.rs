@@ -1,6 +1,6 @@
 //! The copy stage of the tiers without a mount namespace (scoped and advisory, DESIGN.md
 //! §2–3): copy the workdir into the job, snapshot the copy, and after the run turn what the
-//! command changed in the copy into an overlay-style upper directory that [`crate::seal`]
+//! command changed in the copy into an overlay-style upper directory that [`mod@crate::seal`]
 //! classifies exactly as it does the sealed tier's stage.
 //!
 //! Owns [`copy_workdir`] (the copy and its [`Snapshot`]), [`compare`] (the [`Delta`] between

@@ -139,7 +139,7 @@ impl RunFailure {
     /// The status `cofferdam run` exits with for this failure (DESIGN.md §7): the workload's
     /// own status for `process_exit`, 128 + signal for deaths by signal, 124 for `timeout`,
     /// 130 for `cancelled`, 125 for `setup` (126/127 when the exec itself failed), and for a
-    /// `limit` the workload's non-zero status, else [`LIMIT_AFTER_EXIT`].
+    /// `limit` the workload's non-zero status, else `LIMIT_AFTER_EXIT`.
     pub fn exit_status(&self) -> i32 {
         let by_signal = self.signal.map(|s| 128 + s).or(self.exit_code);
         match self.kind {
