@@ -574,18 +574,39 @@ fn mkdir_p<'r>(
     rel: &'r Path,
     purpose: Purpose,
 ) -> Result<Place<'r>, SetupError> {
+    mount_point(root, rel, purpose, Want::Dir)
+}
+
+/// [`mkdir_p`] and [`touch`]: the missing parents of `rel`, then a directory (`Want::Dir`)
+/// or a file (otherwise) at its last component, opened from its parent.
+fn mount_point<'r>(
+    root: &'r Root<'_>,
+    rel: &'r Path,
+    purpose: Purpose,
+    want: Want,
+) -> Result<Place<'r>, SetupError> {
+    let dir_wanted = matches!(want, Want::Dir);
     let (parent, name) = named(rel, purpose)?;
     let made = || -> Result<Place<'r>, Errno> {
         let dir = make_dirs(root, parent)?;
-        make_dir(dir.fd(), name)?;
+        if dir_wanted {
+            make_dir(dir.fd(), name)?;
+        } else {
+            make_file(dir.fd(), name)?;
+        }
         dir.place(name)
     };
     made().map_err(|e| {
+        let verb = if dir_wanted {
+            "mkdir"
+        } else {
+            "create mount point"
+        };
         let e = SetupError {
-            step: format!("mkdir {}", root.shown(rel).display()),
+            step: format!("{verb} {}", root.shown(rel).display()),
             errno: e,
         };
-        refusal(root, rel, purpose, Want::Dir, e)
+        refusal(root, rel, purpose, want, e)
     })
 }
 
@@ -615,19 +636,7 @@ fn make_file(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
 /// file over; returns where to mount on it, opened from its parent. A failure that an
 /// entry on the way causes names it ([`refusal`]).
 fn touch<'r>(root: &'r Root<'_>, rel: &'r Path, purpose: Purpose) -> Result<Place<'r>, SetupError> {
-    let (parent, name) = named(rel, purpose)?;
-    let made = || -> Result<Place<'r>, Errno> {
-        let dir = make_dirs(root, parent)?;
-        make_file(dir.fd(), name)?;
-        dir.place(name)
-    };
-    made().map_err(|e| {
-        let e = SetupError {
-            step: format!("create mount point {}", root.shown(rel).display()),
-            errno: e,
-        };
-        refusal(root, rel, purpose, Want::File, e)
-    })
+    mount_point(root, rel, purpose, Want::File)
 }
 
 /// Mount a new tmpfs at `at`; returns the mount's descriptor (its root directory).
