@@ -15,7 +15,9 @@ for tool in hyperfine bwrap jq; do
 done
 runs=${RUNS:-50}
 work=$(mktemp -d)
-store=$(mktemp -d)
+# The job stores go in a new top-level directory where that is allowed (ext4 places those
+# in little-used block groups), else in $TMPDIR: see fresh_store.
+store=$(mktemp -d -p / cofferdam-bench-XXXXXX 2>/dev/null || mktemp -d)
 trap 'rm -rf "$work" "$store"' EXIT
 bin=$(release_bin)
 echo "binary: $bin ($(linkage "$bin") build)"
