@@ -417,6 +417,18 @@ impl Root<'_> {
 /// names it by its path inside (the plan's, as the user wrote it, not the job directory's)
 /// and says what to change. Only the errors that a path's entries cause are explained.
 fn refusal(root: &Root<'_>, rel: &Path, purpose: Purpose, want: Want, e: SetupError) -> SetupError {
+    if e.errno == Errno::ROFS {
+        // Nothing can be made inside the read-only system view (/usr, /etc, /opt…): a lent
+        // target there that does not exist on the host cannot get a mount point.
+        return SetupError {
+            step: format!(
+                "{} {}: it lies in the sandbox's read-only system view, where nothing new can                  be made; choose a target outside the system directories (for example under                  /mnt) or one that already exists on the host",
+                purpose.noun(),
+                Path::new("/").join(rel).display()
+            ),
+            errno: e.errno,
+        };
+    }
     if !matches!(
         e.errno,
         Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::ISDIR

@@ -449,6 +449,34 @@ fn a_network_namespace_the_host_refuses_stops_the_run_before_the_command() {
     assert!(netns.is_empty(), "no network namespace is claimed: {b}");
 }
 
+/// A lent target inside the read-only system view (here under /usr) cannot get a mount
+/// point: the run stops before the command, and says why and what to do instead.
+#[test]
+fn a_lent_target_in_the_read_only_system_view_is_refused_with_the_fix() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let src = s.write("lent", "data\n");
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--mount"])
+        .arg(format!("{}:/usr/cofferdam-test-lent:read", src.display()))
+        .args(["--", "sh", "-c", "echo ran > ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("mount target /usr/cofferdam-test-lent")
+            && err.contains("read-only system view")
+            && err.contains("/mnt"),
+        "{err}"
+    );
+    assert!(!s.work.path().join("ran").exists());
+    assert!(!Path::new("/usr/cofferdam-test-lent").exists());
+}
+
 #[test]
 fn exit_codes_and_typed_failures() {
     if !sealed_host() {
