@@ -16,6 +16,7 @@
 
 use crate::setup_error::{SetupError, StepContext};
 use cofferdam_policy::plan::{FsPlan, PlanMountMode};
+use cofferdam_policy::policy::normalize;
 use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
 };
@@ -376,7 +377,7 @@ impl Root<'_> {
                 let real = (leads != Leads::Nowhere(Errno::LOOP)).then(|| {
                     let rest: PathBuf = names[i + 1..].iter().collect();
                     let base = at.parent().unwrap_or(Path::new("/"));
-                    fold(&base.join(&to).join(rest))
+                    normalize(&base.join(&to).join(rest))
                 });
                 return Some(Cause::Symlink {
                     at,
@@ -1127,7 +1128,7 @@ fn resolv_conf(root: &Root<'_>, text: &str) -> Result<(), SetupError> {
     let inside = match rustix::fs::readlink(etc, Vec::new()) {
         Ok(link) => {
             let link = PathBuf::from(std::ffi::OsStr::from_bytes(link.as_bytes()));
-            fold(&Path::new("/etc").join(link))
+            normalize(&Path::new("/etc").join(link))
         }
         Err(_) => etc.to_path_buf(),
     };
@@ -1158,21 +1159,6 @@ fn resolv_conf(root: &Root<'_>, text: &str) -> Result<(), SetupError> {
     attach(&file, place.at()).step(what)?;
     rustix::fs::unlinkat(&root.fd, RESOLV_SOURCE, AtFlags::empty())
         .step(|| format!("unlink {}", source.display()))
-}
-
-/// `path` with `.` and `..` folded lexically (absolute in, absolute out).
-fn fold(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            _ => {}
-        }
-    }
-    out
 }
 
 /// Mount the workdir overlay at `at` (its place under the new root); returns whether it is
@@ -1372,7 +1358,7 @@ mod tests {
     fn host_paths_become_relative() {
         assert_eq!(rel(Path::new("/etc/shadow")), Path::new("etc/shadow"));
         assert_eq!(rel(Path::new("tmp")), Path::new("tmp"));
-        assert_eq!(fold(Path::new("/etc/../run/./x")), Path::new("/run/x"));
+        assert_eq!(normalize(Path::new("/etc/../run/./x")), Path::new("/run/x"));
     }
 
     #[test]
