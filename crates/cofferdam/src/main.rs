@@ -10,7 +10,7 @@ mod exit;
 mod signals;
 mod style;
 
-use clap::{CommandFactory, Parser};
+use clap::CommandFactory;
 use cli::{BundleCommand, Cli, Command};
 use exit::Failure;
 use std::io::Write as _;
@@ -22,7 +22,7 @@ fn main() -> ExitCode {
     {
         cofferdam_sandbox::init::init_main();
     }
-    let cli = Cli::parse();
+    let cli = cli::parse();
     match dispatch(&cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
@@ -33,24 +33,30 @@ fn main() -> ExitCode {
 }
 
 fn dispatch(cli: &Cli) -> Result<u8, Failure> {
-    let style = style::Style::new(cli.color);
+    let style = style::Style::new(cli.global.color);
     match &cli.command {
-        Command::Scope(a) => {
-            cmd::scope::run(&a.policy, a.host_facts.as_deref(), a.tier, cli.json, style)
-        }
+        Command::Scope(a) => cmd::scope::run(
+            &a.policy,
+            a.host_facts.as_deref(),
+            a.tier,
+            cli.global.json,
+            style,
+        ),
         Command::Run(a) if a.explain_scope => {
-            cmd::scope::run(&a.policy, None, a.tier, cli.json, style)
+            cmd::scope::run(&a.policy, None, a.tier, cli.global.json, style)
         }
-        Command::Run(a) => cmd::run::run(a, cli.json),
-        Command::Status(a) => cmd::status::status(a, cli.json, style),
-        Command::Jobs => cmd::status::jobs(cli.json, style),
-        Command::Diff(a) => cmd::diff::diff(a, cli.json, style),
-        Command::Apply(a) => cmd::apply::apply(a, cli.json, style),
-        Command::Drop(a) => cmd::drop::drop_job(a, cli.json, style),
-        Command::Kill(a) => cmd::kill::kill(a, cli.json),
+        Command::Run(a) => cmd::run::run(a, cli.global.json),
+        Command::Status(a) => cmd::status::status(a, cli.global.json, style),
+        Command::Jobs => cmd::status::jobs(cli.global.json, style),
+        Command::Diff(a) => cmd::diff::diff(a, cli.global.json, style),
+        Command::Apply(a) => cmd::apply::apply(a, cli.global.json, style),
+        Command::Drop(a) => cmd::drop::drop_job(a, cli.global.json, style),
+        Command::Kill(a) => cmd::kill::kill(a, cli.global.json),
         Command::Demo => cmd::demo::demo(style),
-        Command::Doctor(a) => cmd::doctor::run(a.host_facts.as_deref(), cli.json, style),
-        Command::Bundle(BundleCommand::Verify { file }) => cmd::bundle::verify(file, cli.json),
+        Command::Doctor(a) => cmd::doctor::run(a.host_facts.as_deref(), cli.global.json, style),
+        Command::Bundle(BundleCommand::Verify { file }) => {
+            cmd::bundle::verify(file, cli.global.json)
+        }
         Command::Bundle(BundleCommand::Schema) => cmd::bundle::schema(),
         Command::Completions { shell } => {
             clap_complete::generate(
