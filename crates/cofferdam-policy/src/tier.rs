@@ -271,6 +271,40 @@ mod tests {
         out
     }
 
+    /// A run decides before it reads its cgroup layout
+    /// (`cofferdam_sandbox::probe::FactsBeforeCgroups`): no cgroup fact may change the
+    /// decision.
+    #[test]
+    fn the_decision_reads_no_cgroup_fact() {
+        use cofferdam_record::CgroupFacts;
+        let layouts = [
+            CgroupFacts::default(),
+            CgroupFacts {
+                v2_mount: Some("/sys/fs/cgroup".into()),
+                v2_own_cgroup: Some("/user.slice".into()),
+                v2_controllers: vec!["memory".into(), "pids".into()],
+                v2_delegated: true,
+                v2_delegated_controllers: vec!["memory".into(), "pids".into()],
+                v1_controllers: vec!["cpu".into()],
+            },
+        ];
+        for (facts, _) in all_combinations() {
+            for floor in ContainmentClass::ALL {
+                let decisions: Vec<_> = layouts
+                    .iter()
+                    .map(|c| {
+                        let f = HostFacts {
+                            cgroup: c.clone(),
+                            ..facts.clone()
+                        };
+                        decide_containment_capped(&f, floor, None)
+                    })
+                    .collect();
+                assert_eq!(decisions[0], decisions[1]);
+            }
+        }
+    }
+
     #[test]
     fn a_tier_cap_only_lowers_and_a_cap_below_the_floor_refuses() {
         use ContainmentClass as C;

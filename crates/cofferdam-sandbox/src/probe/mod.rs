@@ -22,7 +22,8 @@ pub mod child;
 pub mod names;
 pub mod userns;
 
-use cofferdam_record::{HostFacts, UsernsFacts};
+use cofferdam_policy::tier::{ContainmentDecision, decide_containment_capped};
+use cofferdam_record::{CgroupFacts, ContainmentClass, HostFacts, UsernsFacts};
 use std::path::Path;
 
 /// Host CA trust-store locations checked (existence only), in this order.
@@ -40,15 +41,54 @@ const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
 /// Probe the host. Runs one forked child for the namespace, overlay and seccomp probes;
 /// everything else is read in the calling process.
 pub fn probe_host() -> HostFacts {
-    probe(None)
+    probe(None, true)
 }
 
-/// [`probe_host`], reusing the forked child's namespace facts from `cache` when they were
-/// recorded on this boot, for this user, under the same user-namespace settings and the same
-/// cofferdam version (see [`cache`]); otherwise probing and recording them. Everything
-/// else (cgroups, Landlock, trust store, sysctls) is read fresh every time.
-pub fn probe_host_cached(cache: &Path) -> HostFacts {
-    probe(Some(cache))
+/// [`probe_host`] for a run, in two steps. The forked child's namespace facts come from
+/// `cache` when they were recorded on this boot, for this user, under the same
+/// user-namespace settings and the same cofferdam version (see [`cache`]); otherwise they
+/// are probed and recorded. Everything else (Landlock, trust store, sysctls) is read fresh,
+/// and so is the cgroup layout, but only by [`FactsBeforeCgroups::with_cgroups`]: only a
+/// run's limits need it, so the run reads it once its init is started, and reading
+/// `/proc/self/mountinfo` and the cgroup files (about 0.1 ms here) overlaps the init's
+/// start instead of delaying it.
+pub fn probe_host_cached(cache: &Path) -> FactsBeforeCgroups {
+    FactsBeforeCgroups(probe(Some(cache), false))
+}
+
+/// The host's facts without its cgroup layout, which has not been read yet: only the
+/// containment decision and the ids can be asked of it.
+#[derive(Debug)]
+pub struct FactsBeforeCgroups(HostFacts);
+
+impl FactsBeforeCgroups {
+    /// The containment decision, which reads no cgroup fact (`cofferdam_policy::tier`'s
+    /// tests hold it to that).
+    pub fn decide(
+        &self,
+        declared: ContainmentClass,
+        cap: Option<ContainmentClass>,
+    ) -> ContainmentDecision {
+        decide_containment_capped(&self.0, declared, cap)
+    }
+
+    /// The prober's effective uid.
+    pub fn uid(&self) -> u32 {
+        self.0.uid
+    }
+
+    /// The prober's effective gid.
+    pub fn gid(&self) -> u32 {
+        self.0.gid
+    }
+
+    /// Read the cgroup layout: the whole facts.
+    pub fn with_cgroups(self) -> HostFacts {
+        HostFacts {
+            cgroup: cgroup::probe_cgroup(),
+            ..self.0
+        }
+    }
 }
 
 /// Where the namespace facts come from.
@@ -57,7 +97,8 @@ enum Source {
     Probing(Result<child::RunningChild, child::ChildError>),
 }
 
-fn probe(cache_path: Option<&Path>) -> HostFacts {
+/// The facts; the cgroup layout is left empty (unread) unless `cgroups`.
+fn probe(cache_path: Option<&Path>, cgroups: bool) -> HostFacts {
     let uname = rustix::system::uname();
     let euid = rustix::process::geteuid();
     let egid = rustix::process::getegid();
@@ -76,7 +117,11 @@ fn probe(cache_path: Option<&Path>) -> HostFacts {
         Some(ns) => Source::Cached(ns),
         None => Source::Probing(child::RunningChild::spawn()),
     };
-    let cgroup = cgroup::probe_cgroup();
+    let cgroup = if cgroups {
+        cgroup::probe_cgroup()
+    } else {
+        CgroupFacts::default()
+    };
     let trust_store = trust_store();
     let landlock_abi = landlock_abi();
     let ns = match source {

@@ -9,7 +9,7 @@ use crate::context;
 use crate::exit::Failure;
 use cofferdam_policy::outcome::{Ending, RunReport, assemble_bundle, exit_code_of};
 use cofferdam_policy::plan::{Invoker, JobPaths, build_plan};
-use cofferdam_policy::{ScopeInputs, build_scope_report, decide_containment_capped};
+use cofferdam_policy::{ScopeInputs, build_scope_report};
 use cofferdam_record::bundle::{
     BundleArtifact, CapturedStream, ControlObservation, FailureKind, ProcessOutput, RunBundle,
 };
@@ -43,9 +43,10 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     let policy = context::policy(&args.policy, &env)?;
     // The namespace facts are cached per boot and settings: the init re-attempts every
     // mechanism anyway, so a stale cache can only make the setup fail, never weaken it.
-    let facts =
+    // The cgroup layout is read once the init is started (`with_cgroups`, below).
+    let early_facts =
         cofferdam_sandbox::probe::probe_host_cached(&env.storage_root.join("host-facts.json"));
-    let decision = decide_containment_capped(&facts, policy.floor, args.tier);
+    let decision = early_facts.decide(policy.floor, args.tier);
     if let Some(reason) = &decision.shortfall_reason {
         return Err(Failure::setup(format!("refusing to run: {reason}")));
     }
@@ -71,8 +72,8 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         .map_err(Failure::setup)?
         .unzip();
     let early = (!copy_tier).then_some(EarlyNamespaces {
-        uid: facts.uid,
-        gid: facts.gid,
+        uid: early_facts.uid(),
+        gid: early_facts.gid(),
         host_network: policy.network.mode == cofferdam_net::NetworkMode::Host,
     });
     let exe = PathBuf::from("/proc/self/exe");
@@ -86,6 +87,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         net_theirs,
     )
     .map_err(Failure::setup)?;
+    let facts = early_facts.with_cgroups();
 
     let store = JobStore::open(&env.storage_root).map_err(Failure::setup)?;
     // What `status` shows of a live job: the command line, and the supervisor's pid
