@@ -20,18 +20,20 @@
 
 use crate::init::{EarlyNamespaces, INIT_ARG};
 use crate::relay::{CANCEL_SIGNALS, CapturedOutput, OutPipe, Relay, SIGNALS, SignalPipe, Sink};
+use crate::spawn::{SpawnSpec, Spawned};
 use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, parse};
 use crate::watch::{Watch, WatchSpec};
 use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_policy::verdict::Cause;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use rustix::pipe::PipeFlags;
+use std::ffi::CString;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 
 /// The default most bytes a capture file keeps (16 MiB); later bytes are counted only.
 pub const CAPTURE_LIMIT: u64 = 16 * 1024 * 1024;
@@ -115,7 +117,7 @@ pub struct SealedOutcome {
 /// stream ends when pid 1 exits, while the init may still be releasing the namespaces, so
 /// the caller can seal and write its records first.
 #[derive(Debug)]
-pub struct InitProcess(std::process::Child);
+pub struct InitProcess(Spawned);
 
 impl InitProcess {
     /// Wait for the init: its exit status is the command's, or 125 on a setup failure.
@@ -166,7 +168,7 @@ pub struct Streams {
 /// Dropped without [`PendingInit::start`], it kills and reaps the init.
 #[derive(Debug)]
 pub struct PendingInit {
-    child: Option<std::process::Child>,
+    child: Option<Spawned>,
     plan_w: Option<std::fs::File>,
     status_r: Option<OwnedFd>,
     socket: Option<OwnedFd>,
@@ -221,25 +223,34 @@ pub fn spawn_init(
     };
     let tc = socket_child.as_ref().map_or(-1, AsRawFd::as_raw_fd);
 
-    let mut cmd = Command::new(exe);
-    cmd.arg(INIT_ARG).env_clear();
-    if let Some(early) = early {
-        cmd.arg(early.to_arg());
+    // Every source below is raised above the targets (0 to 6), so no `dup2` in the child
+    // clobbers another source or lands on itself.
+    let mut fds = vec![(pr, PLAN_FD), (sw, STATUS_FD)];
+    if tc >= 0 {
+        fds.push((tc, TERMINAL_FD));
+    }
+    if nc >= 0 {
+        fds.push((nc, cofferdam_net::handover::NET_FD));
     }
     let mut out_pipes = Vec::new();
+    // The child's ends of the standard streams, closed here once it has started.
+    let mut child_ends = Vec::new();
     if terminal {
         // The caller's terminal never enters the sandbox: the command gets its own.
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(LaunchError::Pipe)?;
+        let null = raise(null.into())?;
+        fds.extend([0, 1, 2].map(|to| (null.as_raw_fd(), to)));
+        child_ends.push(null);
     } else if streams.capture {
         for to in [1, 2] {
             let (r, w) = pipe()?;
-            if to == 1 {
-                cmd.stdout(Stdio::from(w));
-            } else {
-                cmd.stderr(Stdio::from(w));
-            }
+            let w = raise(w)?;
+            fds.push((w.as_raw_fd(), to));
+            child_ends.push(w);
             out_pipes.push((to, r));
         }
     }
@@ -257,30 +268,30 @@ pub fn spawn_init(
         }
     };
 
-    // SAFETY: the closure runs in the forked child before exec and calls only
-    // async-signal-safe functions (dup2, signal).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::dup2(pr, PLAN_FD) < 0
-                || libc::dup2(sw, STATUS_FD) < 0
-                || (tc >= 0 && libc::dup2(tc, TERMINAL_FD) < 0)
-                || (nc >= 0 && libc::dup2(nc, cofferdam_net::handover::NET_FD) < 0)
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The supervisor ignores the terminal's SIGINT/SIGQUIT while it waits; the
-            // sandbox must not inherit that.
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+    let spawn_error = |source| LaunchError::Spawn {
         exe: exe.display().to_string(),
         source,
-    })?;
-    // The child's ends (and the pipe ends `cmd` holds) close when `cmd` and these drop.
-    drop(cmd);
+    };
+    let c_string = |bytes: &[u8]| {
+        CString::new(bytes)
+            .map_err(|e| spawn_error(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))
+    };
+    let exe_c = c_string(exe.as_os_str().as_bytes())?;
+    let mut argv = vec![exe_c.clone(), c_string(INIT_ARG.as_bytes())?];
+    if let Some(early) = early {
+        argv.push(c_string(early.to_arg().as_bytes())?);
+    }
+    let child = crate::spawn::spawn(&SpawnSpec {
+        exe: &exe_c,
+        argv: &argv,
+        fds: &fds,
+        // The supervisor ignores the terminal's SIGINT/SIGQUIT while it waits, and Rust's
+        // runtime SIGPIPE: the sandbox must not inherit that.
+        default_signals: &[libc::SIGINT, libc::SIGQUIT, libc::SIGPIPE],
+    })
+    .map_err(spawn_error)?;
+    // The child's ends close here.
+    drop(child_ends);
     drop(plan_r);
     drop(status_w);
     drop(socket_child);
@@ -302,7 +313,7 @@ pub fn spawn_init(
 impl PendingInit {
     /// The init's pid.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, std::process::Child::id)
+        self.child.as_ref().map_or(0, Spawned::id)
     }
 
     /// Hand the init its plan; it makes its namespaces, then waits for the go. A write

@@ -25,6 +25,7 @@ pub mod scoped;
 pub mod seccomp;
 pub mod setup_error;
 pub mod sockfilter;
+pub mod spawn;
 pub mod status;
 pub mod userns;
 pub mod watch;

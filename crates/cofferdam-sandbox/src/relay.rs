@@ -10,6 +10,7 @@
 //! supervisor's thread, so it may allocate freely; the init is unaffected.
 
 use crate::pty::{self, RawMode};
+use crate::spawn::Spawned;
 use crate::status::StatusMessage;
 use crate::watch::Watch;
 use cofferdam_policy::verdict::Cause;
@@ -19,7 +20,6 @@ use rustix::io::Errno;
 use rustix::process::{Pid, Signal};
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Child;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -326,7 +326,7 @@ impl Relay {
     /// Run the loop until the sandbox is over: the status pipe, the terminal and the output
     /// pipes all at end of stream (or `DRAIN_AFTER_EXIT` past the init's exit). The caller's
     /// terminal is restored, then the signal handlers, before this returns or unwinds.
-    pub(crate) fn run(self, child: &mut Child) -> Result<Relayed, Errno> {
+    pub(crate) fn run(self, child: &mut Spawned) -> Result<Relayed, Errno> {
         let Relay {
             status,
             socket,
@@ -403,7 +403,7 @@ impl Relay {
 }
 
 impl Loop {
-    fn run(&mut self, child: &mut Child, signals: Option<&SignalPipe>) -> Result<(), Errno> {
+    fn run(&mut self, child: &mut Spawned, signals: Option<&SignalPipe>) -> Result<(), Errno> {
         let mut exited_at: Option<Instant> = None;
         loop {
             let mut want: Vec<(BorrowedFd<'_>, PollFlags, Role)> = Vec::with_capacity(7);
@@ -708,7 +708,7 @@ impl Loop {
         }
     }
 
-    fn on_signal(&mut self, sig: libc::c_int, child: &mut Child) {
+    fn on_signal(&mut self, sig: libc::c_int, child: &mut Spawned) {
         match sig {
             libc::SIGWINCH => self.sync_size(),
             libc::SIGTERM | libc::SIGHUP | libc::SIGINT if self.status.is_some() => {

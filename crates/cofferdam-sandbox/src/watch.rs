@@ -16,12 +16,12 @@
 //! workload is stopped (the check at seal is exact, and fails the run as well).
 
 use crate::reaper::END_TREE;
+use crate::spawn::Spawned;
 use cofferdam_policy::verdict::{Cause, stage_cause};
 use rustix::process::{Pid, PidfdFlags, Signal};
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// How long a stopped workload has between SIGTERM and SIGKILL.
@@ -144,7 +144,7 @@ impl Watch {
     }
 
     /// Act on the clock: the timeout, the end of the grace period, the stage poll.
-    pub fn tick(&mut self, now: Instant, init: &mut Child) {
+    pub fn tick(&mut self, now: Instant, init: &mut Spawned) {
         if self.stop.is_none()
             && let Some(t) = self.spec.timeout
             && now >= self.started + t
@@ -181,7 +181,7 @@ impl Watch {
 
     /// cofferdam received `sig` (SIGINT, SIGTERM, SIGHUP): the first one cancels the run
     /// (SIGTERM to the workload, then the grace period), a second one kills it at once.
-    pub fn on_signal(&mut self, sig: i32, init: &mut Child) {
+    pub fn on_signal(&mut self, sig: i32, init: &mut Spawned) {
         if self.stop.is_some() {
             self.kill(init);
         } else {
@@ -191,7 +191,7 @@ impl Watch {
 
     /// Stop the run for `cause`: SIGTERM to the init (forwarded down to the command), then
     /// SIGKILL when the grace period is over.
-    fn begin(&mut self, cause: Cause, init: &mut Child) {
+    fn begin(&mut self, cause: Cause, init: &mut Spawned) {
         self.stop = Some(cause);
         self.kill_at = Some(Instant::now() + self.grace());
         if let Ok(None) = init.try_wait()
@@ -214,7 +214,7 @@ impl Watch {
     /// hand its orphans to the host's init). Last, every process still in a run's cgroup
     /// (one that left the init's tree, or outlived an init killed early) is killed: with
     /// `cgroup.kill` on cgroup v2, else by listing `cgroup.procs` round after round.
-    fn kill(&mut self, init: &mut Child) {
+    fn kill(&mut self, init: &mut Spawned) {
         self.killed = true;
         let deadline = Instant::now() + KILL_WAIT;
         if let Ok(None) = init.try_wait()
