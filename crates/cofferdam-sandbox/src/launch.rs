@@ -130,8 +130,8 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), LaunchError> {
     rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(|e| LaunchError::Pipe(e.into()))
 }
 
-/// Move `fd` above the standard and hand-over descriptors, so the `dup2` onto 3, 4 and 5 in
-/// the child can never clobber another one.
+/// Move `fd` above the standard and hand-over descriptors (0 to 6), so no `dup2` onto those
+/// in the child can clobber another one.
 fn raise(fd: OwnedFd) -> Result<OwnedFd, LaunchError> {
     rustix::io::fcntl_dupfd_cloexec(&fd, 10).map_err(|e| LaunchError::Pipe(e.into()))
 }

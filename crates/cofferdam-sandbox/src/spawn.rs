@@ -25,8 +25,7 @@ pub struct SpawnSpec<'a> {
     /// Its arguments, `argv[0]` first. The environment is empty.
     pub argv: &'a [CString],
     /// Descriptors to place in the child: `(source, target)`, each `dup2`ed in order. A
-    /// source must not be one of the targets (`dup2` onto itself would keep its
-    /// close-on-exec flag).
+    /// source must not be one of the targets: an earlier `dup2` would have replaced it.
     pub fds: &'a [(RawFd, RawFd)],
     /// Signals whose disposition is reset to the default in the child (an ignored signal
     /// stays ignored across exec otherwise). The child's signal mask is always empty.
@@ -40,69 +39,79 @@ pub struct Spawned {
     status: Option<ExitStatus>,
 }
 
-/// Owns a `posix_spawn_file_actions_t` and a `posix_spawnattr_t` for their lifetime.
-struct Attrs {
-    actions: libc::posix_spawn_file_actions_t,
-    attr: libc::posix_spawnattr_t,
+/// An initialized `posix_spawn_file_actions_t`, destroyed on drop. Boxed: it is never
+/// moved after its initialization.
+struct FileActions(Box<libc::posix_spawn_file_actions_t>);
+
+impl FileActions {
+    fn new() -> io::Result<Self> {
+        // SAFETY: a plain C struct that posix_spawn_file_actions_init fills; all zeroes is
+        // only a placeholder until then (and is not destroyed if the init fails).
+        let mut raw: Box<libc::posix_spawn_file_actions_t> =
+            Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: `raw` points to writable memory of the right type.
+        check(unsafe { libc::posix_spawn_file_actions_init(&mut *raw) })?;
+        Ok(Self(raw))
+    }
+
+    fn dup2(&mut self, source: RawFd, target: RawFd) -> io::Result<()> {
+        // SAFETY: initialized in `new`; the descriptors are only numbers here.
+        check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut *self.0, source, target) })
+    }
 }
 
-impl Attrs {
-    fn new(spec: &SpawnSpec<'_>) -> io::Result<Box<Self>> {
-        // SAFETY: both are plain C structs that their init functions fill; an all-zero value
-        // is only a placeholder until then.
-        let mut a: Box<Self> = Box::new(unsafe { std::mem::zeroed() });
-        // SAFETY: `a.actions` points to writable memory of the right type.
-        check(unsafe { libc::posix_spawn_file_actions_init(&mut a.actions) })?;
-        // SAFETY: as above, for `a.attr`.
-        if let Err(e) = check(unsafe { libc::posix_spawnattr_init(&mut a.attr) }) {
-            // SAFETY: `a.actions` was initialized just above and is not used again.
-            unsafe { libc::posix_spawn_file_actions_destroy(&mut a.actions) };
-            return Err(e);
-        }
-        for &(source, target) in spec.fds {
-            // SAFETY: `a.actions` is initialized; the descriptors are only numbers here.
-            check(unsafe {
-                libc::posix_spawn_file_actions_adddup2(&mut a.actions, source, target)
-            })?;
-        }
+impl Drop for FileActions {
+    fn drop(&mut self) {
+        // SAFETY: initialized in `new` (a failed init never makes a `FileActions`) and
+        // destroyed once, here.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut *self.0) };
+    }
+}
+
+/// An initialized `posix_spawnattr_t`, destroyed on drop. Boxed like [`FileActions`].
+struct SpawnAttr(Box<libc::posix_spawnattr_t>);
+
+impl SpawnAttr {
+    /// Attributes that empty the child's signal mask and reset `default_signals` to their
+    /// default disposition.
+    fn new(default_signals: &[libc::c_int]) -> io::Result<Self> {
+        // SAFETY: as for `FileActions::new`, with posix_spawnattr_init.
+        let mut raw: Box<libc::posix_spawnattr_t> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: `raw` points to writable memory of the right type.
+        check(unsafe { libc::posix_spawnattr_init(&mut *raw) })?;
+        let mut attr = Self(raw);
         // SAFETY: a sigset_t is a plain bit set that sigemptyset fills.
         let mut empty: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         let mut defaults: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: both point to writable sigset_t values; the signal numbers are checked by
-        // sigaddset, whose error is returned.
+        // SAFETY: both point to writable sigset_t values; sigaddset checks the signal number
+        // and its error is returned.
         unsafe {
             libc::sigemptyset(&mut empty);
             libc::sigemptyset(&mut defaults);
-            for &sig in spec.default_signals {
+            for &sig in default_signals {
                 if libc::sigaddset(&mut defaults, sig) != 0 {
                     return Err(io::Error::last_os_error());
                 }
             }
         }
-        let flags = libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
-        // SAFETY: `a.attr` is initialized; the sets are valid for the calls.
+        let flags =
+            libc::c_short::try_from(libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF)
+                .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: `attr.0` is initialized; the sets are valid for the calls, which copy them.
         unsafe {
-            check(libc::posix_spawnattr_setsigmask(&mut a.attr, &empty))?;
-            check(libc::posix_spawnattr_setsigdefault(&mut a.attr, &defaults))?;
-            check(libc::posix_spawnattr_setflags(
-                &mut a.attr,
-                libc::c_short::try_from(flags)
-                    .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
-            ))?;
+            check(libc::posix_spawnattr_setsigmask(&mut *attr.0, &empty))?;
+            check(libc::posix_spawnattr_setsigdefault(&mut *attr.0, &defaults))?;
+            check(libc::posix_spawnattr_setflags(&mut *attr.0, flags))?;
         }
-        Ok(a)
+        Ok(attr)
     }
 }
 
-impl Drop for Attrs {
+impl Drop for SpawnAttr {
     fn drop(&mut self) {
-        // SAFETY: both were initialized in `Attrs::new` (a failed init returns before an
-        // `Attrs` exists) and are destroyed once.
-        unsafe {
-            libc::posix_spawn_file_actions_destroy(&mut self.actions);
-            libc::posix_spawnattr_destroy(&mut self.attr);
-        }
+        // SAFETY: initialized in `new` and destroyed once, here.
+        unsafe { libc::posix_spawnattr_destroy(&mut *self.0) };
     }
 }
 
@@ -116,7 +125,21 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 
 /// Start `spec`: returns once the child has exec'd, or the reason it could not.
 pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
-    let attrs = Attrs::new(spec)?;
+    if spec
+        .fds
+        .iter()
+        .any(|(source, _)| spec.fds.iter().any(|(_, target)| source == target))
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a descriptor to hand over is also a target number",
+        ));
+    }
+    let mut actions = FileActions::new()?;
+    for &(source, target) in spec.fds {
+        actions.dup2(source, target)?;
+    }
+    let attr = SpawnAttr::new(spec.default_signals)?;
     let mut argv: Vec<*mut libc::c_char> =
         spec.argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
     argv.push(std::ptr::null_mut());
@@ -124,14 +147,14 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     let mut pid: libc::pid_t = 0;
     // SAFETY: every pointer is valid for the call: the path and the arguments are
     // NUL-terminated strings that outlive it, both arrays end with a null pointer, and the
-    // actions and attributes were initialized by `Attrs::new`. posix_spawn does not keep
-    // them.
+    // actions and attributes are initialized (`FileActions`, `SpawnAttr`). posix_spawn
+    // keeps none of them.
     let rc = unsafe {
         libc::posix_spawn(
             &mut pid,
             spec.exe.as_ptr(),
-            &attrs.actions,
-            &attrs.attr,
+            &*actions.0,
+            &*attr.0,
             argv.as_ptr(),
             envp.as_ptr(),
         )
@@ -215,7 +238,7 @@ mod tests {
         let argv = [
             c("sh"),
             c("-c"),
-            c("n=$(env | grep -cv '^PWD='); printf '%s' \"$n\" >&7"),
+            c("n=$(env | grep -cvE '^(PWD|SHLVL|_)='); printf '%s' \"$n\" >&7"),
         ];
         let mut child = spawn(&SpawnSpec {
             exe: &c("/bin/sh"),
@@ -227,7 +250,7 @@ mod tests {
         drop(w);
         assert!(child.wait().unwrap().success());
         let out = std::io::read_to_string(std::fs::File::from(r)).unwrap();
-        // Nothing but the `PWD` the shell sets itself.
+        // Nothing but what the shell sets itself (`PWD`; bash adds `SHLVL` and `_`).
         assert_eq!(out, "0");
         // Reaped: waiting again answers at once, killing does nothing.
         assert!(child.wait().unwrap().success());
@@ -248,19 +271,21 @@ mod tests {
 
     #[test]
     fn an_ignored_signal_is_reset_and_the_child_can_be_killed() {
-        let argv = [c("sh"), c("-c"), c("trap - INT; kill -INT $$; sleep 5")];
-        // SAFETY: ignoring SIGINT in the test process for the spawn only.
-        let old = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+        // SIGUSR2, which no other test here uses: the disposition is process-wide.
+        let argv = [c("sh"), c("-c"), c("trap - USR2; kill -USR2 $$; sleep 5")];
+        // SAFETY: ignoring SIGUSR2 in the test process for the spawn only.
+        let old = unsafe { libc::signal(libc::SIGUSR2, libc::SIG_IGN) };
         let child = spawn(&SpawnSpec {
             exe: &c("/bin/sh"),
             argv: &argv,
             fds: &[],
-            default_signals: &[libc::SIGINT],
+            default_signals: &[libc::SIGUSR2],
         });
         // SAFETY: restoring what was there.
-        unsafe { libc::signal(libc::SIGINT, old) };
+        unsafe { libc::signal(libc::SIGUSR2, old) };
         let st = child.unwrap().wait().unwrap();
-        assert_eq!(st.signal(), Some(libc::SIGINT), "{st:?}");
+        // An ignored signal cannot be reset by a non-interactive shell: only the spawn did.
+        assert_eq!(st.signal(), Some(libc::SIGUSR2), "{st:?}");
 
         let mut sleeper = spawn(&SpawnSpec {
             exe: &c("/bin/sleep"),
@@ -272,5 +297,57 @@ mod tests {
         assert_eq!(sleeper.try_wait().unwrap(), None);
         sleeper.kill().unwrap();
         assert_eq!(sleeper.wait().unwrap().signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn the_childs_signal_mask_is_empty_and_try_wait_sees_its_end() {
+        // SAFETY: sigset_t is a plain bit set; blocking SIGUSR1 in this test thread only.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGUSR1);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        }
+        let (r, low) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        let w = rustix::io::fcntl_dupfd_cloexec(&low, 20).unwrap();
+        drop(low);
+        // grep itself, not a shell: a shell may clear its mask.
+        let argv = [c("grep"), c("^SigBlk"), c("/proc/self/status")];
+        let child = spawn(&SpawnSpec {
+            exe: &c("/bin/grep"),
+            argv: &argv,
+            fds: &[(w.as_raw_fd(), 1)],
+            default_signals: &[],
+        });
+        // SAFETY: restoring this thread's mask.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        let mut child = child.unwrap();
+        drop(w);
+        let out = std::io::read_to_string(std::fs::File::from(r)).unwrap();
+        assert_eq!(
+            out.split_whitespace().nth(1),
+            Some("0000000000000000"),
+            "{out:?}"
+        );
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        assert!(status.success());
+    }
+
+    #[test]
+    fn a_source_that_is_also_a_target_is_refused() {
+        let err = spawn(&SpawnSpec {
+            exe: &c("/bin/true"),
+            argv: &[c("true")],
+            fds: &[(3, 4), (4, 5)],
+            default_signals: &[],
+        })
+        .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     }
 }

@@ -236,7 +236,7 @@ impl Watch {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.warnings.extend(failed);
-        // std's kill does nothing once the child is reaped.
+        // `Spawned::kill` does nothing once the child is reaped.
         let _ = init.kill();
         sweep_cgroups(&self.spec.cgroup_procs);
     }
