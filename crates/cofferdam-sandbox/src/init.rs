@@ -503,7 +503,7 @@ fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
         report(o);
     }
     // Built before any restriction: building allocates and may fail on its own terms.
-    let filters = seccomp::build_filters().map_err(|e| {
+    let filter = seccomp::build_filter().map_err(|e| {
         fail(&SetupError {
             step: format!("build the seccomp filter: {e}"),
             errno: rustix::io::Errno::INVAL,
@@ -538,7 +538,7 @@ fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
         // Landlock is best effort on the sealed tier: its status is recorded as observed.
         report(o);
     }
-    require(seccomp::install(&filters), "install the seccomp filter")?;
+    require(seccomp::install(&filter), "install the seccomp filter")?;
     send(status_fd(), &StatusMessage::Ready);
     Ok(())
 }

@@ -68,8 +68,8 @@ fn setup(plan: &SandboxPlan) -> Result<(), i32> {
     for o in rlimit::apply(&plan.rlimits) {
         report(o);
     }
-    let filters = if scoped {
-        Some(seccomp::build_filters().map_err(|e| {
+    let filter = if scoped {
+        Some(seccomp::build_filter().map_err(|e| {
             step_err(
                 &format!("build the seccomp filter: {e}"),
                 rustix::io::Errno::INVAL,
@@ -86,7 +86,7 @@ fn setup(plan: &SandboxPlan) -> Result<(), i32> {
     require(caps::close_fds(keep), "close inherited file descriptors")?;
     rustix::io::fcntl_setfd(status_fd(), rustix::io::FdFlags::CLOEXEC)
         .map_err(|e| step_err("mark the status channel close-on-exec", e))?;
-    let Some(filters) = filters else {
+    let Some(filter) = filter else {
         // Advisory: a host process with the projected environment and rlimits, nothing else.
         advisory_absences().into_iter().for_each(report);
         send(status_fd(), &StatusMessage::Ready);
@@ -144,7 +144,7 @@ fn setup(plan: &SandboxPlan) -> Result<(), i32> {
         require(sockfilter::install(tcp), "install the socket filter")?;
     }
     report(hidden_paths(&plan.fs.hidden));
-    require(seccomp::install(&filters), "install the seccomp filter")?;
+    require(seccomp::install(&filter), "install the seccomp filter")?;
     send(status_fd(), &StatusMessage::Ready);
     Ok(())
 }

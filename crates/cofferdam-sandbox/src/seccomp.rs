@@ -1,50 +1,56 @@
-//! seccomp: the sandbox's syscall filter, built as a pure value ([`build_filters`]) and
+//! seccomp: the sandbox's syscall filter, built as a pure value ([`build_filter`]) and
 //! installed last in the init ([`install`]), reporting one `kernel_surface` observation.
 //!
-//! Owns the deny list (DESIGN.md §3 step 7), its compilation to classic BPF with the
-//! `seccompiler` crate (rust-vmm), the x32 guard, and `seccomp(SECCOMP_SET_MODE_FILTER)`. It
-//! may not decide whether the sandbox runs without it: a `failed` observation goes back to
-//! the caller, which owns that decision.
+//! Owns the deny list (DESIGN.md §3 step 7), its assembly into one classic-BPF program, and
+//! `seccomp(SECCOMP_SET_MODE_FILTER)`. It may not decide whether the sandbox runs without
+//! it: a `failed` observation goes back to the caller, which owns that decision.
 //!
-//! # The filters
+//! # The filter
 //!
-//! Two filters are stacked, because a seccompiler filter has a single match action:
+//! One program answers every syscall of the native architecture:
 //!
-//! 1. **deny** (`EPERM`): the mount family (`mount`, `umount2`, `pivot_root`, `move_mount`,
-//!    `open_tree`, `open_tree_attr`, `fsopen`, `fsconfig`, `fsmount`, `fspick`,
-//!    `mount_setattr`), namespaces (`unshare`, `setns`, and `clone` when any `CLONE_NEW*` bit
-//!    is set in its flags, arg 0), `ptrace`, `process_vm_readv`/`writev`, `bpf`,
-//!    `perf_event_open`, `io_uring_setup`/`enter`/`register`, `userfaultfd`, `keyctl`,
-//!    `add_key`, `request_key`, `kexec_load`, `kexec_file_load`, module loading
-//!    (`init_module`, `finit_module`, `delete_module`), `reboot`, `swapon`, `swapoff`,
-//!    `acct`, `quotactl`, `quotactl_fd`, clock setting (`settimeofday`, `clock_settime`,
-//!    `clock_adjtime`, `adjtimex`), `open_by_handle_at`, `syslog` (the kernel log: readable by
-//!    anyone where `kernel.dmesg_restrict` is 0), and `ioctl` with request `TIOCSTI`
-//!    or `TIOCLINUX` (arg 1). Everything else is allowed.
-//! 2. **clone3** (`ENOSYS`): its flags live in memory a filter cannot read, so it is refused
-//!    as "not implemented" and libc falls back to `clone`, whose flags filter 1 checks.
+//! - **`EPERM`**: the mount family (`mount`, `umount2`, `pivot_root`, `move_mount`,
+//!   `open_tree`, `open_tree_attr`, `fsopen`, `fsconfig`, `fsmount`, `fspick`,
+//!   `mount_setattr`), namespaces (`unshare`, `setns`, and `clone` when any `CLONE_NEW*` bit
+//!   is set in its flags, arg 0), `ptrace`, `process_vm_readv`/`writev`, `bpf`,
+//!   `perf_event_open`, `io_uring_setup`/`enter`/`register`, `userfaultfd`, `keyctl`,
+//!   `add_key`, `request_key`, `kexec_load`, `kexec_file_load`, module loading
+//!   (`init_module`, `finit_module`, `delete_module`), `reboot`, `swapon`, `swapoff`,
+//!   `acct`, `quotactl`, `quotactl_fd`, clock setting (`settimeofday`, `clock_settime`,
+//!   `clock_adjtime`, `adjtimex`), `open_by_handle_at`, `syslog` (the kernel log: readable by
+//!   anyone where `kernel.dmesg_restrict` is 0), and `ioctl` with request `TIOCSTI`
+//!   or `TIOCLINUX` (arg 1).
+//! - **`ENOSYS`**: `clone3`. Its flags live in memory a filter cannot read, so it is
+//!   refused as "not implemented" and libc falls back to `clone`, whose flags are checked.
+//! - **kill the process**: any other audit architecture (i386 through `int 0x80` on x86_64,
+//!   arm32 compat on aarch64), and on x86_64 any x32 number (bit 30 set: `[0x4000_0000,
+//!   0x8000_0000)`; x32 shares `AUDIT_ARCH_X86_64`). On a kernel without x32 (as here) those
+//!   numbers fail with `ENOSYS` anyway; the guard matters on kernels built with
+//!   `CONFIG_X86_X32_ABI`. Negative numbers (`syscall(-1)`) are not x32 and are left to the
+//!   kernel.
+//! - **allowed**: everything else.
 //!
 //! `name_to_handle_at` is left allowed: a handle is useless without `open_by_handle_at`
 //! (denied, and needing `CAP_DAC_READ_SEARCH` besides), and some tools use it for mount ids.
 //!
-//! Argument conditions compare 32-bit words (`Dword`): the kernel reads `clone`'s flags
-//! through `lower_32_bits()` and `ioctl`'s request as an `unsigned int`, so a value with
-//! junk in the upper half is matched on what the kernel will actually use. `CLONE_NEWTIME`
-//! (0x80) is not checked on `clone`: there those bits are the exit signal, and the legacy
-//! `clone` cannot create a time namespace (only `clone3` and `unshare` can, both refused).
+//! Argument tests read the low 32-bit word of the argument: the kernel reads `clone`'s flags
+//! through `lower_32_bits()` and `ioctl`'s request as an `unsigned int`, so a value with junk
+//! in the upper half is matched on what the kernel will actually use. `CLONE_NEWTIME` (0x80)
+//! is not checked on `clone`: there those bits are the exit signal, and the legacy `clone`
+//! cannot create a time namespace (only `clone3` and `unshare` can, both refused).
 //!
-//! # Architectures
+//! # Why it is assembled here
 //!
-//! Built for the target's native architecture: x86_64 or aarch64 (seccompiler also knows
-//! riscv64, not wired here). Every filter starts with seccompiler's prologue, which loads
-//! `seccomp_data.arch` and returns `SECCOMP_RET_KILL_PROCESS` on any other audit arch, so
-//! a non-native ABI (i386 through `int 0x80` on x86_64, arm32 compat on aarch64) kills the
-//! process. seccompiler has no x32 guard (x32 shares `AUDIT_ARCH_X86_64` and differs only
-//! by bit 30 of the syscall number), so on x86_64 the deny filter is prefixed with our own
-//! BPF block: arch check, then any number in `[0x4000_0000, 0x8000_0000)` → kill process.
-//! On a kernel without x32 (as here) those numbers fail with `ENOSYS` anyway; the guard
-//! matters on kernels built with `CONFIG_X86_X32_ABI`. Negative numbers (`syscall(-1)`) are
-//! not x32 and are left to the kernel.
+//! The other filters of this crate (the scoped tier's [`crate::metafilter`] and
+//! [`crate::sockfilter`]) are compiled with the `seccompiler` crate. This one is a flat list
+//! of syscall numbers with two argument tests, one jump each, and the kernel's cost of
+//! loading a filter (conversion to eBPF, then JIT compilation in several passes) grows with
+//! its length, on every run: seccompiler's two programs for this list (one match action
+//! each, so `clone3` needed a second) came to 278 + 10 instructions and took 0.13 ms to
+//! install here, against 0.03 ms for this single program of about 60 instructions. The
+//! program is checked by a classic-BPF interpreter in the unit tests against
+//! [`expected_action`], the rule written as plain Rust, for every syscall number and the
+//! argument values that matter; the mechanism tests attempt each escape under the kernel.
 //!
 //! # Installation
 //!
@@ -58,23 +64,29 @@ use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
 };
 use seccompiler::{
-    BackendError, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-    SeccompFilter, SeccompRule, TargetArch, sock_filter,
+    BackendError, BpfProgram, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, TargetArch,
+    sock_filter,
 };
 use serde_json::{Value, json};
 
-/// Why the filters could not be built.
+/// Why the filter could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
     /// The target architecture has no filter definition here.
     #[error("no seccomp filter is defined for the {0} architecture")]
     UnsupportedArch(&'static str),
-    /// seccompiler refused a rule or the filter.
+    /// seccompiler refused a rule or the filter (the scoped tier's filters).
     #[error("compile the seccomp filter: {0}")]
     Compile(#[from] BackendError),
     /// The program is longer than the kernel accepts.
     #[error("the seccomp program has {0} instructions, more than the kernel's 4096")]
     TooLong(usize),
+    /// A jump of the program is longer than classic BPF's 255 instructions, or past its end.
+    #[error("a jump of the seccomp program spans {0} instructions: past its end or over 255")]
+    JumpTooLong(usize),
+    /// A jump of the program goes to a block it does not have, or backwards.
+    #[error("a jump of the seccomp program goes to a block it does not have, or backwards")]
+    MissingBlock,
 }
 
 /// `open_tree_attr` (Linux 6.15), the same number on every architecture; not in `libc` yet.
@@ -145,15 +157,20 @@ pub const DENIED: &[(&str, i64)] = &[
 /// The syscall number range the x32 guard kills (x32 numbers carry bit 30).
 pub const X32_RANGE: std::ops::Range<u32> = 0x4000_0000..0x8000_0000;
 
-// Classic BPF opcodes (linux/bpf_common.h) for the x32 guard.
+// Classic BPF opcodes (linux/bpf_common.h).
 const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
 const BPF_JMP_JGE_K: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
+const BPF_JMP_JSET_K: u16 = 0x05 | 0x40; // BPF_JMP | BPF_JSET | BPF_K
 const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+/// The instruction class of jumps (`code & 0x07`).
+const BPF_JMP: u16 = 0x05;
 /// `offsetof(struct seccomp_data, nr)`.
 const DATA_NR: u32 = 0;
 /// `offsetof(struct seccomp_data, arch)`.
 const DATA_ARCH: u32 = 4;
+/// `offsetof(struct seccomp_data, args)`: six `u64`s.
+const DATA_ARGS: u32 = 16;
 /// The kernel's `BPF_MAXINSNS`.
 const BPF_MAXINSNS: usize = 4096;
 
@@ -162,33 +179,77 @@ pub const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
 /// `AUDIT_ARCH_AARCH64` (linux/audit.h).
 pub const AUDIT_ARCH_AARCH64: u32 = 183 | 0x8000_0000 | 0x4000_0000;
 
-/// The compiled filters, ready to install. Built once, before any restriction.
+/// What the filter answers a syscall with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Run it.
+    Allow,
+    /// Fail it with this errno.
+    Errno(u16),
+    /// Kill the whole process (`SECCOMP_RET_KILL_PROCESS`).
+    KillProcess,
+}
+
+impl Action {
+    /// The filter's return value for this action.
+    pub fn ret(self) -> u32 {
+        match self {
+            Action::Allow => libc::SECCOMP_RET_ALLOW,
+            Action::Errno(e) => libc::SECCOMP_RET_ERRNO | u32::from(e),
+            Action::KillProcess => libc::SECCOMP_RET_KILL_PROCESS,
+        }
+    }
+}
+
+const EPERM: Action = Action::Errno(libc::EPERM as u16);
+const ENOSYS: Action = Action::Errno(libc::ENOSYS as u16);
+
+/// The rule the program implements, written as plain Rust: the action for syscall `nr`
+/// with arguments `args` made under audit architecture `arch`, on the native architecture
+/// `native` (`x86` when it is x86_64, which has the x32 guard). The unit tests hold the
+/// program to it.
+pub fn expected_action(native: u32, x86: bool, arch: u32, nr: u32, args: [u64; 6]) -> Action {
+    if arch != native || (x86 && X32_RANGE.contains(&nr)) {
+        return Action::KillProcess;
+    }
+    let nr = i64::from(nr);
+    let low = |a: u64| a & 0xffff_ffff;
+    let denied = DENIED.iter().any(|&(_, n)| n == nr);
+    let namespace_clone = nr == libc::SYS_clone
+        && CLONE_NS_FLAGS
+            .iter()
+            .any(|&(_, flag)| low(args[0]) & flag != 0);
+    let terminal_push = nr == libc::SYS_ioctl && [TIOCSTI, TIOCLINUX].contains(&low(args[1]));
+    if denied || namespace_clone || terminal_push {
+        EPERM
+    } else if nr == libc::SYS_clone3 {
+        ENOSYS
+    } else {
+        Action::Allow
+    }
+}
+
+/// The assembled filter, ready to install. Built once, before any restriction.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeccompFilters {
-    deny: BpfProgram,
-    clone3: BpfProgram,
+pub struct SeccompFilter {
+    program: BpfProgram,
     denied: Vec<&'static str>,
     arch: &'static str,
 }
 
-impl SeccompFilters {
-    /// The deny (`EPERM`) program, x32 guard included.
-    pub fn deny_program(&self) -> &[sock_filter] {
-        &self.deny
+impl SeccompFilter {
+    /// The classic-BPF program.
+    pub fn program(&self) -> &[sock_filter] {
+        &self.program
     }
 
-    /// The `clone3` (`ENOSYS`) program.
-    pub fn clone3_program(&self) -> &[sock_filter] {
-        &self.clone3
-    }
-
-    /// Names of every syscall the deny filter answers with `EPERM` (conditionally for
-    /// `clone` and `ioctl`).
+    /// Names of every syscall the filter answers with `EPERM` (conditionally for `clone`
+    /// and `ioctl`).
     pub fn denied_syscalls(&self) -> &[&'static str] {
         &self.denied
     }
 
-    /// The architecture the filters are built for.
+    /// The architecture the filter is built for.
     pub fn arch(&self) -> &'static str {
         self.arch
     }
@@ -197,7 +258,8 @@ impl SeccompFilters {
     pub fn details(&self) -> BTreeMap<String, Value> {
         let mut d = BTreeMap::new();
         d.insert("arch".to_owned(), json!(self.arch));
-        d.insert("filters".to_owned(), json!(2));
+        d.insert("filters".to_owned(), json!(1));
+        d.insert("instructions".to_owned(), json!(self.program.len()));
         d.insert("denied_syscalls".to_owned(), json!(self.denied.len()));
         d.insert("errno".to_owned(), json!("EPERM"));
         d.insert("syscalls".to_owned(), json!(self.denied));
@@ -237,34 +299,13 @@ pub(crate) fn target() -> Result<(TargetArch, &'static str), SeccompError> {
     Err(SeccompError::UnsupportedArch(std::env::consts::ARCH))
 }
 
-fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
+/// The audit architecture of the native ABI.
+fn native_audit_arch(arch: &str) -> Result<u32, SeccompError> {
+    match arch {
+        "x86_64" => Ok(AUDIT_ARCH_X86_64),
+        "aarch64" => Ok(AUDIT_ARCH_AARCH64),
+        _ => Err(SeccompError::UnsupportedArch(std::env::consts::ARCH)),
     }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
-    sock_filter { code, jt, jf, k }
-}
-
-/// The x86_64 prefix: kill on a foreign arch, kill on an x32 syscall number, else fall
-/// through to the next instruction (the start of seccompiler's program).
-pub fn x32_guard() -> Vec<sock_filter> {
-    let kill = libc::SECCOMP_RET_KILL_PROCESS;
-    vec![
-        stmt(BPF_LD_W_ABS, DATA_ARCH),
-        jump(BPF_JMP_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
-        stmt(BPF_RET_K, kill),
-        stmt(BPF_LD_W_ABS, DATA_NR),
-        // nr >= 0x4000_0000 ? next : skip the range test and the kill.
-        jump(BPF_JMP_JGE_K, X32_RANGE.start, 0, 2),
-        // nr >= 0x8000_0000 (negative) ? leave it to the kernel : kill.
-        jump(BPF_JMP_JGE_K, X32_RANGE.end, 1, 0),
-        stmt(BPF_RET_K, kill),
-    ]
 }
 
 pub(crate) fn dword(
@@ -275,57 +316,158 @@ pub(crate) fn dword(
     SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
 }
 
-/// Build both filters for the native architecture. Pure: no syscall.
-pub fn build_filters() -> Result<SeccompFilters, SeccompError> {
-    let (arch, arch_name) = target()?;
-    let errno = |e: i32| SeccompAction::Errno(u32::try_from(e).unwrap_or(1));
+/// The offset in `struct seccomp_data` of argument `i`'s low 32-bit word.
+fn arg_low_word(i: u32) -> u32 {
+    let high_first = cfg!(target_endian = "big");
+    DATA_ARGS + 8 * i + if high_first { 4 } else { 0 }
+}
 
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    let mut denied: Vec<&'static str> = Vec::new();
-    for &(name, nr) in DENIED {
-        rules.insert(nr, Vec::new());
-        denied.push(name);
-    }
-    let clone_rules = CLONE_NS_FLAGS
-        .iter()
-        .map(|&(_, flag)| SeccompRule::new(vec![dword(0, SeccompCmpOp::MaskedEq(flag), flag)?]))
-        .collect::<Result<Vec<_>, _>>()?;
-    rules.insert(libc::SYS_clone, clone_rules);
-    denied.push("clone");
-    let ioctl_rules = [TIOCSTI, TIOCLINUX]
-        .iter()
-        .map(|&req| SeccompRule::new(vec![dword(1, SeccompCmpOp::Eq, req)?]))
-        .collect::<Result<Vec<_>, _>>()?;
-    rules.insert(libc::SYS_ioctl, ioctl_rules);
-    denied.push("ioctl");
+/// Where a jump of the program goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Label {
+    /// Over this many instructions (0: the next one).
+    Skip(u8),
+    /// `clone`'s flag test.
+    Clone,
+    /// `ioctl`'s request test.
+    Ioctl,
+    /// The `EPERM` return.
+    Eperm,
+    /// The `ENOSYS` return.
+    Enosys,
+}
 
-    let deny_filter = SeccompFilter::new(rules, SeccompAction::Allow, errno(libc::EPERM), arch)?;
-    let compiled: BpfProgram = deny_filter.try_into()?;
-    let mut deny = if arch_name == "x86_64" {
-        x32_guard()
-    } else {
-        Vec::new()
-    };
-    deny.extend(compiled);
+/// An instruction whose jump targets may still be labels.
+struct Ins {
+    code: u16,
+    k: u32,
+    jt: Label,
+    jf: Label,
+}
 
-    let clone3_filter = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
-        SeccompAction::Allow,
-        errno(libc::ENOSYS),
-        arch,
-    )?;
-    let clone3: BpfProgram = clone3_filter.try_into()?;
+fn op(code: u16, k: u32) -> Ins {
+    jump(code, k, Label::Skip(0), Label::Skip(0))
+}
 
-    for p in [&deny, &clone3] {
-        if p.len() > BPF_MAXINSNS {
-            return Err(SeccompError::TooLong(p.len()));
+fn jump(code: u16, k: u32, jt: Label, jf: Label) -> Ins {
+    Ins { code, k, jt, jf }
+}
+
+/// Resolve `blocks` (each with the label it starts, if any) into one program: a jump to a
+/// label lands on its block's first instruction. Classic BPF jumps only forward, by at most
+/// 255 instructions.
+fn link(blocks: Vec<(Option<Label>, Vec<Ins>)>) -> Result<BpfProgram, SeccompError> {
+    let mut at = BTreeMap::new();
+    let mut len = 0usize;
+    for (label, body) in &blocks {
+        if let Some(l) = label {
+            at.insert(*l, len);
         }
+        len += body.len();
     }
-    Ok(SeccompFilters {
-        deny,
-        clone3,
+    if len > BPF_MAXINSNS {
+        return Err(SeccompError::TooLong(len));
+    }
+    let mut program = Vec::with_capacity(len);
+    for ins in blocks.into_iter().flat_map(|(_, body)| body) {
+        let next = program.len() + 1;
+        if ins.code & 0x07 != BPF_JMP {
+            // Not a jump: its jt and jf are unused, and must be zero.
+            program.push(sock_filter {
+                code: ins.code,
+                jt: 0,
+                jf: 0,
+                k: ins.k,
+            });
+            continue;
+        }
+        let offset = |to: Label| -> Result<u8, SeccompError> {
+            let span = match to {
+                Label::Skip(n) => usize::from(n),
+                label => at
+                    .get(&label)
+                    .and_then(|target| target.checked_sub(next))
+                    .ok_or(SeccompError::MissingBlock)?,
+            };
+            if next + span >= len {
+                return Err(SeccompError::JumpTooLong(span));
+            }
+            u8::try_from(span).map_err(|_| SeccompError::JumpTooLong(span))
+        };
+        program.push(sock_filter {
+            code: ins.code,
+            jt: offset(ins.jt)?,
+            jf: offset(ins.jf)?,
+            k: ins.k,
+        });
+    }
+    Ok(program)
+}
+
+/// Build the filter for the native architecture. Pure: no syscall.
+pub fn build_filter() -> Result<SeccompFilter, SeccompError> {
+    let (_, arch) = target()?;
+    let native = native_audit_arch(arch)?;
+    let nr = |v: i64| u32::try_from(v).map_err(|_| SeccompError::UnsupportedArch(arch));
+    let word = |v: u64| u32::try_from(v).map_err(|_| SeccompError::UnsupportedArch(arch));
+    let ret = |a: Action| op(BPF_RET_K, a.ret());
+    let next = Label::Skip(0);
+
+    let mut head = vec![
+        op(BPF_LD_W_ABS, DATA_ARCH),
+        // Native ? over the kill : the kill.
+        jump(BPF_JMP_JEQ_K, native, Label::Skip(1), next),
+        ret(Action::KillProcess),
+        op(BPF_LD_W_ABS, DATA_NR),
+    ];
+    if arch == "x86_64" {
+        head.extend([
+            // nr >= 0x4000_0000 ? the next test : over it and the kill.
+            jump(BPF_JMP_JGE_K, X32_RANGE.start, next, Label::Skip(2)),
+            // nr >= 0x8000_0000 (negative: not x32) ? over the kill : the kill.
+            jump(BPF_JMP_JGE_K, X32_RANGE.end, Label::Skip(1), next),
+            ret(Action::KillProcess),
+        ]);
+    }
+    // The argument tests first: `ioctl` and `clone` are common and not answered by the
+    // kernel's cache of constant actions, so they are found after one comparison or two.
+    let mut dispatch = vec![
+        jump(BPF_JMP_JEQ_K, nr(libc::SYS_ioctl)?, Label::Ioctl, next),
+        jump(BPF_JMP_JEQ_K, nr(libc::SYS_clone)?, Label::Clone, next),
+        jump(BPF_JMP_JEQ_K, nr(libc::SYS_clone3)?, Label::Enosys, next),
+    ];
+    for &(_, n) in DENIED {
+        dispatch.push(jump(BPF_JMP_JEQ_K, nr(n)?, Label::Eperm, next));
+    }
+    dispatch.push(ret(Action::Allow));
+    let ns_mask = CLONE_NS_FLAGS.iter().fold(0u64, |m, &(_, f)| m | f);
+    let clone = vec![
+        op(BPF_LD_W_ABS, arg_low_word(0)),
+        jump(BPF_JMP_JSET_K, word(ns_mask)?, Label::Eperm, next),
+        ret(Action::Allow),
+    ];
+    let ioctl = vec![
+        op(BPF_LD_W_ABS, arg_low_word(1)),
+        jump(BPF_JMP_JEQ_K, word(TIOCSTI)?, Label::Eperm, next),
+        jump(BPF_JMP_JEQ_K, word(TIOCLINUX)?, Label::Eperm, next),
+        ret(Action::Allow),
+    ];
+    let program = link(vec![
+        (None, head),
+        (None, dispatch),
+        (Some(Label::Clone), clone),
+        (Some(Label::Ioctl), ioctl),
+        (Some(Label::Eperm), vec![ret(EPERM)]),
+        (Some(Label::Enosys), vec![ret(ENOSYS)]),
+    ])?;
+
+    let mut denied: Vec<&'static str> = DENIED.iter().map(|&(name, _)| name).collect();
+    denied.push("clone");
+    denied.push("ioctl");
+    Ok(SeccompFilter {
+        program,
         denied,
-        arch: arch_name,
+        arch,
     })
 }
 
@@ -343,48 +485,31 @@ fn observation(
     }
 }
 
-/// Install the deny filter, then the `clone3` filter, on the calling thread, and read back
-/// the thread's seccomp mode.
+/// Install the filter on the calling thread and read back the thread's seccomp mode.
 ///
-/// `enforced` when both were accepted and the mode reads back as "filter"; `partial` when
-/// only the deny filter was accepted (then `clone3` can still create namespaces); `failed`
-/// when the deny filter was refused (nothing is installed) or the mode does not read back.
-pub fn install(filters: &SeccompFilters) -> ControlObservation {
-    let mut details = filters.details();
-    if let Err(e) = seccompiler::apply_filter(&filters.deny) {
+/// `enforced` when it was accepted and the mode reads back as "filter"; `failed` when it
+/// was refused (nothing is installed) or the mode does not read back.
+pub fn install(filter: &SeccompFilter) -> ControlObservation {
+    let mut details = filter.details();
+    if let Err(e) = seccompiler::apply_filter(&filter.program) {
         details.insert("filters".to_owned(), json!(0));
         return observation(
             ControlStatus::Failed,
-            Some(format!("install the deny filter: {e}")),
+            Some(format!("install the filter: {e}")),
             details,
         );
     }
-    let clone3 = seccompiler::apply_filter(&filters.clone3);
     match rustix::thread::secure_computing_mode() {
-        Ok(rustix::thread::SecureComputingMode::Filter) => {}
-        other => {
-            return observation(
-                ControlStatus::Failed,
-                Some(format!(
-                    "the seccomp mode reads back as {other:?}, not filter"
-                )),
-                details,
-            );
+        Ok(rustix::thread::SecureComputingMode::Filter) => {
+            observation(ControlStatus::Enforced, None, details)
         }
-    }
-    match clone3 {
-        Ok(()) => observation(ControlStatus::Enforced, None, details),
-        Err(e) => {
-            details.insert("filters".to_owned(), json!(1));
-            details.insert("enosys_syscalls".to_owned(), json!([]));
-            observation(
-                ControlStatus::Partial,
-                Some(format!(
-                    "the clone3 filter was refused ({e}): clone3 can still create namespaces"
-                )),
-                details,
-            )
-        }
+        other => observation(
+            ControlStatus::Failed,
+            Some(format!(
+                "the seccomp mode reads back as {other:?}, not filter"
+            )),
+            details,
+        ),
     }
 }
 
@@ -419,7 +544,7 @@ pub(crate) fn in_filtered_child(programs: &[&BpfProgram], f: impl FnOnce() -> i3
 mod tests {
     use super::*;
 
-    /// A classic-BPF interpreter for the instructions seccompiler and the x32 guard emit.
+    /// A classic-BPF interpreter for the instructions the filter uses (and seccompiler's).
     fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
         let mut data = [0u8; 64];
         data[0..4].copy_from_slice(&nr.to_le_bytes());
@@ -458,6 +583,7 @@ mod tests {
     const KILL: u32 = libc::SECCOMP_RET_KILL_PROCESS;
     const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
     const ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+    const AUDIT_ARCH_I386: u32 = 3 | 0x4000_0000;
 
     fn native() -> u32 {
         if cfg!(target_arch = "x86_64") {
@@ -468,8 +594,8 @@ mod tests {
     }
 
     fn deny(nr: i64, args: [u64; 6]) -> u32 {
-        let f = build_filters().unwrap();
-        run(f.deny_program(), native(), nr as u32, args)
+        let f = build_filter().unwrap();
+        run(f.program(), native(), nr as u32, args)
     }
 
     #[test]
@@ -482,21 +608,21 @@ mod tests {
             libc::SYS_read,
             libc::SYS_write,
             libc::SYS_execve,
-            libc::SYS_clone3,
             libc::SYS_name_to_handle_at,
         ] {
             assert_eq!(deny(nr, [0; 6]), ALLOW, "{nr}");
         }
-        let f = build_filters().unwrap();
+        let f = build_filter().unwrap();
         assert_eq!(f.denied_syscalls().len(), DENIED.len() + 2);
         let mut names = f.denied_syscalls().to_vec();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), f.denied_syscalls().len(), "no duplicates");
         let mut nrs: Vec<i64> = DENIED.iter().map(|(_, n)| *n).collect();
+        nrs.extend([libc::SYS_clone, libc::SYS_clone3, libc::SYS_ioctl]);
         nrs.sort_unstable();
         nrs.dedup();
-        assert_eq!(nrs.len(), DENIED.len(), "no two names share a number");
+        assert_eq!(nrs.len(), DENIED.len() + 3, "no two names share a number");
     }
 
     #[test]
@@ -544,6 +670,14 @@ mod tests {
             ),
             EPERM
         );
+        // A namespace bit in the high word only is not one the kernel reads.
+        assert_eq!(
+            deny(
+                libc::SYS_clone,
+                [(libc::CLONE_NEWUSER as u64) << 32, 0, 0, 0, 0, 0]
+            ),
+            ALLOW
+        );
     }
 
     // libc's ioctl request type is u64 or c_int depending on the target.
@@ -583,48 +717,145 @@ mod tests {
             deny(libc::SYS_ioctl, [0, libc::FIONREAD as u64, 0, 0, 0, 0]),
             ALLOW
         );
+        // The request is argument 1: TIOCSTI as the descriptor is nothing.
+        assert_eq!(deny(libc::SYS_ioctl, [TIOCSTI, 0, 0, 0, 0, 0]), ALLOW);
     }
 
     #[test]
-    fn foreign_arch_is_killed_by_both_filters() {
-        let f = build_filters().unwrap();
-        const AUDIT_ARCH_I386: u32 = 3 | 0x4000_0000;
-        for prog in [f.deny_program(), f.clone3_program()] {
-            assert_eq!(run(prog, AUDIT_ARCH_I386, 20, [0; 6]), KILL);
+    fn a_foreign_arch_is_killed() {
+        let f = build_filter().unwrap();
+        for nr in [0, 20, libc::SYS_mount as u32, libc::SYS_clone3 as u32] {
+            assert_eq!(run(f.program(), AUDIT_ARCH_I386, nr, [0; 6]), KILL);
         }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn x32_numbers_are_killed_and_negative_ones_left_alone() {
-        let f = build_filters().unwrap();
-        let p = f.deny_program();
-        assert_eq!(p[..7], x32_guard()[..]);
-        assert_eq!(run(p, AUDIT_ARCH_X86_64, 0x4000_0000 | 39, [0; 6]), KILL);
-        assert_eq!(run(p, AUDIT_ARCH_X86_64, 0x4000_0000, [0; 6]), KILL);
-        assert_eq!(run(p, AUDIT_ARCH_X86_64, 0x7fff_ffff, [0; 6]), KILL);
+        let p = build_filter().unwrap().program;
+        assert_eq!(run(&p, AUDIT_ARCH_X86_64, 0x4000_0000 | 39, [0; 6]), KILL);
+        assert_eq!(run(&p, AUDIT_ARCH_X86_64, 0x4000_0000, [0; 6]), KILL);
+        assert_eq!(run(&p, AUDIT_ARCH_X86_64, 0x7fff_ffff, [0; 6]), KILL);
         // x32's own mount number still dies (not EPERM): the guard runs first.
-        assert_eq!(run(p, AUDIT_ARCH_X86_64, 0x4000_0000 | 165, [0; 6]), KILL);
-        assert_eq!(run(p, AUDIT_ARCH_X86_64, u32::MAX, [0; 6]), ALLOW);
-        assert_eq!(run(p, AUDIT_ARCH_X86_64, 0x3fff_ffff, [0; 6]), ALLOW);
+        assert_eq!(run(&p, AUDIT_ARCH_X86_64, 0x4000_0000 | 165, [0; 6]), KILL);
+        assert_eq!(run(&p, AUDIT_ARCH_X86_64, u32::MAX, [0; 6]), ALLOW);
+        assert_eq!(run(&p, AUDIT_ARCH_X86_64, 0x8000_0000, [0; 6]), ALLOW);
+        assert_eq!(run(&p, AUDIT_ARCH_X86_64, 0x3fff_ffff, [0; 6]), ALLOW);
     }
 
     #[test]
-    fn clone3_gets_enosys_and_nothing_else() {
-        let f = build_filters().unwrap();
-        let p = f.clone3_program();
-        assert_eq!(run(p, native(), libc::SYS_clone3 as u32, [0; 6]), ENOSYS);
-        assert_eq!(run(p, native(), libc::SYS_clone as u32, [0; 6]), ALLOW);
-        assert_eq!(run(p, native(), libc::SYS_mount as u32, [0; 6]), ALLOW);
+    fn clone3_gets_enosys() {
+        assert_eq!(deny(libc::SYS_clone3, [0; 6]), ENOSYS);
+        let ns = libc::CLONE_NEWUSER as u64;
+        assert_eq!(deny(libc::SYS_clone3, [ns, 0, 0, 0, 0, 0]), ENOSYS);
+    }
+
+    /// The program against [`expected_action`] for every syscall number below 1024, the
+    /// edges of the x32 range, four architectures, and the argument values that matter.
+    // libc's ioctl request type is u64 or c_int depending on the target.
+    #[allow(clippy::unnecessary_cast)]
+    #[test]
+    fn the_program_answers_as_the_rule_for_every_syscall() {
+        let f = build_filter().unwrap();
+        let x86 = cfg!(target_arch = "x86_64");
+        let mut values: Vec<u64> = vec![
+            0,
+            u64::MAX,
+            0xffff_ffff_0000_0000,
+            libc::SIGCHLD as u64,
+            TIOCSTI,
+            TIOCLINUX,
+            TIOCSTI | (7 << 32),
+            TIOCLINUX << 32,
+            libc::TCGETS as u64,
+            0x80, // CLONE_NEWTIME: the exit-signal bits of clone's flags
+        ];
+        for &(_, flag) in CLONE_NS_FLAGS {
+            values.extend([flag, flag | (1 << 40), flag << 32, !flag & 0xffff_ffff]);
+        }
+        let mut numbers: Vec<u32> = (0..1024).collect();
+        numbers.extend([
+            0x3fff_ffff,
+            0x4000_0000,
+            0x4000_0000 | libc::SYS_mount as u32,
+            0x7fff_ffff,
+            0x8000_0000,
+            u32::MAX,
+        ]);
+        let mut checked = 0;
+        for arch in [
+            native(),
+            AUDIT_ARCH_I386,
+            AUDIT_ARCH_X86_64,
+            AUDIT_ARCH_AARCH64,
+        ] {
+            for &nr in &numbers {
+                // Each value as argument 0 and as argument 1; the others get junk.
+                for (slot, &v) in values.iter().flat_map(|v| [(0usize, v), (1, v)]) {
+                    let mut args = [0xdead_beef_u64; 6];
+                    args[slot] = v;
+                    let want = expected_action(native(), x86, arch, nr, args).ret();
+                    let got = run(f.program(), arch, nr, args);
+                    assert_eq!(got, want, "arch {arch:#x} nr {nr:#x} args {args:x?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100_000, "{checked}");
+    }
+
+    #[test]
+    fn the_program_is_one_comparison_per_syscall() {
+        let f = build_filter().unwrap();
+        let head = if cfg!(target_arch = "x86_64") { 7 } else { 4 };
+        // Head, one jump per number (the list, ioctl, clone, clone3) and the allow, the two
+        // argument tests, the two returns.
+        assert_eq!(f.program().len(), head + DENIED.len() + 3 + 1 + 3 + 4 + 2);
     }
 
     #[test]
     fn details_name_the_counts() {
-        let f = build_filters().unwrap();
+        let f = build_filter().unwrap();
         let d = f.details();
-        assert_eq!(d["filters"], 2);
+        assert_eq!(d["filters"], 1);
+        assert_eq!(d["instructions"], f.program().len());
         assert_eq!(d["denied_syscalls"], DENIED.len() + 2);
         assert_eq!(d["arch"], std::env::consts::ARCH);
-        assert!(f.deny_program().len() < BPF_MAXINSNS);
+    }
+
+    #[test]
+    fn a_jump_past_the_end_or_too_far_is_refused() {
+        let ret = || op(BPF_RET_K, ALLOW);
+        let far = link(vec![
+            (
+                None,
+                vec![jump(BPF_JMP_JEQ_K, 1, Label::Eperm, Label::Skip(0))],
+            ),
+            (None, (0..300).map(|_| ret()).collect()),
+            (Some(Label::Eperm), vec![ret()]),
+        ]);
+        assert!(
+            matches!(far, Err(SeccompError::JumpTooLong(300))),
+            "{far:?}"
+        );
+        let past = link(vec![(
+            None,
+            vec![
+                jump(BPF_JMP_JEQ_K, 1, Label::Skip(1), Label::Skip(0)),
+                ret(),
+            ],
+        )]);
+        assert!(
+            matches!(past, Err(SeccompError::JumpTooLong(1))),
+            "{past:?}"
+        );
+        let missing = link(vec![(
+            None,
+            vec![jump(BPF_JMP_JEQ_K, 1, Label::Enosys, Label::Skip(0)), ret()],
+        )]);
+        assert!(
+            matches!(missing, Err(SeccompError::MissingBlock)),
+            "{missing:?}"
+        );
     }
 }
