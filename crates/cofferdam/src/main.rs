@@ -1,11 +1,14 @@
 //! The `cofferdam` binary: parses the command line, dispatches to one module per
 //! subcommand, prints errors with their fix, and exits with the stable codes of `exit`.
-//! It holds no policy or record logic: those live in the library crates.
+//! It holds no policy or record logic: those live in the library crates. It starts at the
+//! C `main` below, not std's wrapper (see `entry`).
+#![cfg_attr(not(test), no_main)]
 
 mod cli;
 mod cmd;
 mod context;
 mod egress;
+mod entry;
 mod exit;
 mod signals;
 mod style;
@@ -14,9 +17,20 @@ use clap::CommandFactory;
 use cli::{BundleCommand, Cli, Command};
 use exit::Failure;
 use std::io::Write as _;
-use std::process::ExitCode;
 
-fn main() -> ExitCode {
+/// The process entry (`no_main`: see `entry`). The arguments are read through
+/// `std::env`, which glibc's `.init_array` hook filled.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
+    entry::prepare();
+    let code = std::panic::catch_unwind(run).map_or(entry::PANICKED, i32::from);
+    std::process::exit(code)
+}
+
+fn run() -> u8 {
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(cofferdam_sandbox::init::INIT_ARG))
     {
@@ -24,10 +38,10 @@ fn main() -> ExitCode {
     }
     let cli = cli::parse();
     match dispatch(&cli) {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code,
         Err(f) => {
             eprintln!("cofferdam: {}", f.message);
-            ExitCode::from(f.code)
+            f.code
         }
     }
 }

@@ -206,6 +206,54 @@ for k, v in res.items():
     print(f"{k}={v}")
 "#;
 
+/// Started with stdin, stdout and stderr closed, the binary opens `/dev/null` on them before
+/// anything else (its own entry, in place of std's): the command's writes to them succeed,
+/// no record lands on those numbers, and the run ends as its command did.
+#[test]
+fn a_run_started_with_closed_standard_descriptors_works_and_keeps_its_records_whole() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let bin = assert_cmd::cargo::cargo_bin("cofferdam");
+    // Every write must succeed for the chain to reach `exit 3`.
+    let out = std::process::Command::new("sh")
+        .args(["-c", "exec \"$0\" \"$@\" <&- >&- 2>&-"])
+        .arg(&bin)
+        .args(["run", "--", "sh", "-c"])
+        .arg("echo x && echo y >&2 && cat && echo z > a && exit 3")
+        .env_clear()
+        .env("HOME", s.home.path())
+        .env("COFFERDAM_HOME", s.store.path())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(s.work.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+    let b = last_bundle(&s);
+    assert_eq!(changes(&b), [("a".to_owned(), "added".to_owned())]);
+    let job = s
+        .store
+        .path()
+        .join("jobs")
+        .join(b["run"]["run_id"].as_str().unwrap());
+    for line in std::fs::read_to_string(job.join("trace.jsonl"))
+        .unwrap()
+        .lines()
+    {
+        serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+    serde_json::from_slice::<Value>(&std::fs::read(job.join("job.json")).unwrap()).unwrap();
+    let verify = s
+        .cmd()
+        .args(["bundle", "verify"])
+        .arg(job.join("run-bundle.json"))
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+}
+
 #[test]
 fn escapes_from_inside_fail_and_the_host_is_unchanged() {
     if !sealed_host() {
