@@ -113,6 +113,25 @@ fn a_killed_supervisor_on_the_scoped_tier_leaves_no_process_of_the_command() {
     let out = s.cmd().args(["status", "--json", "last"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(json_of(&out)["review_context"]["job_state"], "interrupted");
+    drop_and_check_cgroup_removed(&s);
+}
+
+/// `drop` of a job whose supervisor was killed seals it first, which removes the run's
+/// cgroup the dead supervisor left (nothing else would: the test's store goes with it).
+fn drop_and_check_cgroup_removed(s: &Sandbox) {
+    let jobs = s.cmd().args(["jobs", "--json"]).output().unwrap();
+    let id = json_of(&jobs)[0]["id"].as_str().unwrap().to_owned();
+    let out = s.cmd().args(["drop", &id]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let name = format!("cofferdam-{id}");
+    let left: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|c| c.path().join(&name))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(left.is_empty(), "cgroups left after drop: {left:?}");
 }
 
 #[test]
@@ -165,6 +184,8 @@ fn kill_signals_only_the_process_that_holds_the_job_lock() {
         String::from_utf8_lossy(&out.stderr).contains("not running"),
         "{out:?}"
     );
+    drop(lock);
+    drop_and_check_cgroup_removed(&s);
 }
 
 #[test]
