@@ -614,7 +614,7 @@ pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
     if child == 0 {
         crate::reaper::die_with_init(parent);
         set_handlers(FORWARDED, libc::SIG_DFL);
-        // The init is a Rust program, whose runtime ignores SIGPIPE; the command must start
+        // The init ignores SIGPIPE, as every Rust program does; the command must start
         // with the default (`yes | head` ends `yes` by SIGPIPE).
         set_handlers(&[libc::SIGPIPE], libc::SIG_DFL);
         if slave.is_none() {

@@ -285,8 +285,9 @@ pub fn spawn_init(
         exe: &exe_c,
         argv: &argv,
         fds: &fds,
-        // The supervisor ignores the terminal's SIGINT/SIGQUIT while it waits, and Rust's
-        // runtime SIGPIPE: the sandbox must not inherit that.
+        // The supervisor ignores the terminal's SIGINT/SIGQUIT while it waits, and SIGPIPE
+        // (as every Rust program does; the binary's entry sets it): the sandbox must not
+        // inherit that.
         default_signals: &[libc::SIGINT, libc::SIGQUIT, libc::SIGPIPE],
     })
     .map_err(spawn_error)?;
