@@ -423,7 +423,9 @@ fn refusal(root: &Root<'_>, rel: &Path, purpose: Purpose, want: Want, e: SetupEr
         // target there that does not exist on the host cannot get a mount point.
         return SetupError {
             step: format!(
-                "{} {}: it lies in the sandbox's read-only system view, where nothing new can                  be made; choose a target outside the system directories (for example under                  /mnt) or one that already exists on the host",
+                "{} {}: it lies in the sandbox's read-only system view, where nothing new can \
+                 be made; choose a target outside the system directories (for example under \
+                 /mnt) or one that already exists on the host",
                 purpose.noun(),
                 Path::new("/").join(rel).display()
             ),
