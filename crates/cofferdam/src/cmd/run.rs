@@ -208,6 +208,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         .collect();
     let mut warnings: Vec<String> = store_full.into_iter().collect();
     let mut ending: Option<Ending> = None;
+    let mut command_started = false;
     let SealedOutcome {
         messages,
         init,
@@ -233,6 +234,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
                 ending.get_or_insert(Ending::ExecFailed { error, code });
             }
             Ok(StatusMessage::Started { pid }) => {
+                command_started = true;
                 events.push((
                     finished,
                     TraceEventKind::ProcessStarted {
@@ -260,16 +262,30 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     let ending = match ending {
         Some(e) => e,
         None => {
-            let status = match init.take().map(|i| i.wait()) {
-                Some(Ok(st)) => st.to_string(),
-                Some(Err(e)) => e.to_string(),
-                None => "unknown".into(),
-            };
-            Ending::SetupFailed {
-                step: "sandbox init".into(),
-                error: format!(
-                    "the sandbox ended ({status}) without reporting how the command ended"
-                ),
+            let status = init.take().map(|i| i.wait());
+            match status {
+                // The command ran: whatever ended the init (the workload killing it on a
+                // copy tier, an OOM kill) is judged like the command's end, never as setup.
+                Some(Ok(st)) if command_started => {
+                    use std::os::unix::process::ExitStatusExt;
+                    Ending::InitLost {
+                        code: st.code(),
+                        signal: st.signal(),
+                    }
+                }
+                status => {
+                    let status = match status {
+                        Some(Ok(st)) => st.to_string(),
+                        Some(Err(e)) => e.to_string(),
+                        None => "unknown".into(),
+                    };
+                    Ending::SetupFailed {
+                        step: "sandbox init".into(),
+                        error: format!(
+                            "the sandbox ended ({status}) without reporting how the command ended"
+                        ),
+                    }
+                }
             }
         }
     };
