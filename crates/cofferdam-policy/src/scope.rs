@@ -34,6 +34,8 @@ pub struct ScopeInputs<'a> {
     pub storage_root: &'a Path,
     /// The invoking user's home.
     pub home: &'a Path,
+    /// The host's SSH private keys (`crate::secrets::ssh_host_keys`).
+    pub ssh_host_keys: &'a [std::path::PathBuf],
     /// `--tier`: report for at most this class's tier (it only lowers, as in `run`).
     pub cap: Option<ContainmentClass>,
 }
@@ -59,7 +61,10 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
     if allow {
         env_injected.extend(PROXY_ENV.iter().map(|s| s.to_string()));
     }
-    let mut hidden_paths: Vec<String> = secret_paths(inp.home).iter().map(|x| display(x)).collect();
+    let mut hidden_paths: Vec<String> = secret_paths(inp.home, inp.ssh_host_keys)
+        .iter()
+        .map(|x| display(x))
+        .collect();
     hidden_paths.push(display(inp.storage_root));
     hidden_paths.extend(
         p.mounts
@@ -777,6 +782,7 @@ mod tests {
             facts: f,
             storage_root: Path::new("/home/u/.local/share/cofferdam"),
             home: Path::new("/home/u"),
+            ssh_host_keys: &[],
             cap: None,
         })
     }
@@ -945,6 +951,7 @@ mod tests {
                 facts: &f,
                 storage_root: Path::new("/home/u/.local/share/cofferdam"),
                 home: Path::new("/home/u"),
+                ssh_host_keys: &[],
                 cap: Some(cap),
             })
         };
@@ -964,6 +971,7 @@ mod tests {
             facts: &f,
             storage_root: Path::new("/home/u/.local/share/cofferdam"),
             home: Path::new("/home/u"),
+            ssh_host_keys: &[],
             cap: Some(ContainmentClass::Scoped),
         });
         let stage_row = stage.resources.iter().find(|r| r.name == "stage_size");
@@ -1107,6 +1115,7 @@ mod tests {
             facts: &HostFacts::capable_example(),
             storage_root: Path::new("/work/proj/.cofferdam"),
             home: Path::new("/home/u"),
+            ssh_host_keys: &[],
             cap: None,
         });
         assert!(r.records_dir.visible);

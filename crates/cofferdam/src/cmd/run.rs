@@ -109,6 +109,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         user: std::env::var("USER").unwrap_or_else(|_| facts.uid.to_string()),
         home: env.places.home.clone(),
         env: std::env::vars().collect(),
+        ssh_host_keys: cofferdam_sandbox::probe::ssh::host_keys(),
     };
     let job_paths = JobPaths {
         run_id: run_id.clone(),
@@ -147,6 +148,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         facts: &facts,
         storage_root: &env.storage_root,
         home: &env.places.home,
+        ssh_host_keys: &inv.ssh_host_keys,
         cap: args.tier,
     });
     let started = now_ms();
@@ -163,7 +165,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     // After the start time: a host edit after the copy is newer than the run's start, so
     // the apply-time conflict check catches it.
     let copy_stage = match copy_paths {
-        Some(paths) => Some(copy::prepare(&policy.workdir, paths, decision.tier)?),
+        Some(paths) => Some(copy::prepare(&policy.workdir, paths, &plan)?),
         None => None,
     };
     if let Some(stage) = &copy_stage {
