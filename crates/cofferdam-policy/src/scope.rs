@@ -485,7 +485,7 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
             row(
                 "tmp_size",
                 s.0 as f64,
-                Some("tmpfs size= on /tmp".into()),
+                Some("tmpfs size= on /tmp, and on the private HOME and /dev/shm".into()),
                 None,
             );
         } else {
@@ -723,18 +723,23 @@ fn temp_dir(tier: EnforcementTier, p: &Policy, root: &Path) -> TempDirReport {
             private: true,
             backing: "a fresh tmpfs".into(),
             size_limit_bytes: p.resources.tmp_size.map(|s| s.0),
+            home_and_shm_size_limit_bytes: Some(crate::plan::private_tmpfs_size(
+                p.resources.tmp_size.map(|s| s.0),
+            )),
         },
         EnforcementTier::LandlockSeccomp => TempDirReport {
             path: job_tmp,
             private: true,
             backing: "the job directory (TMPDIR); Landlock refuses the host's /tmp".into(),
             size_limit_bytes: None,
+            home_and_shm_size_limit_bytes: None,
         },
         EnforcementTier::None => TempDirReport {
             path: job_tmp,
             private: false,
             backing: "the job directory (TMPDIR); the host's /tmp stays reachable".into(),
             size_limit_bytes: None,
+            home_and_shm_size_limit_bytes: None,
         },
     }
 }

@@ -1091,13 +1091,14 @@ fn parse_mountinfo(text: &str) -> Vec<MountLine> {
         .collect()
 }
 
-/// The `size=` of the tmpfs mounted last at `point`, in bytes (the kernel shows it with a
-/// `k` suffix); `None` when no tmpfs is there or it has no size.
+/// The `size=` of the tmpfs mounted last at `point` (another mount may cover it: a home
+/// lent at its own path, the workdir overlay when the workdir is home), in bytes (the
+/// kernel shows it with a `k` suffix); `None` when no tmpfs is there or it has no size.
 fn tmpfs_size(mounts: &[MountLine], point: &Path) -> Option<u64> {
-    let m = mounts.iter().rev().find(|m| m.point == point)?;
-    if m.fstype != "tmpfs" {
-        return None;
-    }
+    let m = mounts
+        .iter()
+        .rev()
+        .find(|m| m.point == point && m.fstype == "tmpfs")?;
     let v = m
         .super_options
         .split(',')
