@@ -393,7 +393,9 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
                 "memory",
                 m.0 as f64,
                 Some("RLIMIT_DATA".into()),
-                Some("per process and data segment only: several processes together can exceed it"),
+                Some(
+                    "per process and data segment only: several processes together, and files written to the private tmpfs (/tmp, HOME, /dev/shm), can exceed it",
+                ),
             ),
         }
     }
