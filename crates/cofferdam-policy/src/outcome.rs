@@ -42,6 +42,16 @@ pub enum Ending {
         /// The signal that killed it.
         signal: Option<i32>,
     },
+    /// The command started, then the sandbox's init ended without reporting the command's
+    /// status (on the copy tiers the workload can kill its init, a process of the same
+    /// user; a memory limit charged by tmpfs pages can OOM-kill it): `signal` or `code` is
+    /// the init's own. Not a setup failure: setup was over when the command started.
+    InitLost {
+        /// The init's exit code, when it exited.
+        code: Option<i32>,
+        /// The signal that ended the init, when one did.
+        signal: Option<i32>,
+    },
     /// The run was stopped or ended by a limit: `crate::verdict::judge` found the cause.
     Stopped {
         /// Why.
@@ -100,6 +110,29 @@ pub fn failure_of(ending: &Ending) -> Option<RunFailure> {
             FailureKind::Setup,
             "the sandbox ended without reporting the command's status".into(),
         )),
+        Ending::InitLost {
+            signal: Some(sig), ..
+        } => Some(RunFailure {
+            signal: Some(*sig),
+            ..f(
+                FailureKind::Signal,
+                format!(
+                    "the sandbox's init was killed by signal {sig} after the command started; \
+                     the command's own status is unknown"
+                ),
+            )
+        }),
+        Ending::InitLost { code, signal: None } => Some(RunFailure {
+            exit_code: code.filter(|&c| c != 0),
+            ..f(
+                FailureKind::ProcessExit,
+                format!(
+                    "the sandbox's init ended ({}) after the command started without reporting \
+                     its status",
+                    code.map_or("no status".to_owned(), |c| format!("exit code {c}"))
+                ),
+            )
+        }),
         Ending::Stopped {
             cause,
             code,
@@ -151,7 +184,9 @@ pub fn assemble_bundle(
 ) -> RunBundle {
     let failure = failure_of(&r.ending);
     let exit_code = match &r.ending {
-        Ending::Exited { code, .. } | Ending::Stopped { code, .. } => *code,
+        Ending::Exited { code, .. }
+        | Ending::Stopped { code, .. }
+        | Ending::InitLost { code, .. } => *code,
         Ending::ExecFailed { code, .. } => Some(*code),
         Ending::SetupFailed { .. } => None,
     };
@@ -287,6 +322,30 @@ fn resources(policy: &Policy, controls: &[ControlObservation]) -> ResourceSummar
 mod tests {
     use super::*;
     use cofferdam_record::bundle::{ControlMechanism, ControlStatus};
+
+    #[test]
+    fn an_init_lost_after_the_start_is_never_a_setup_failure() {
+        let killed = Ending::InitLost {
+            code: None,
+            signal: Some(9),
+        };
+        let f = failure_of(&killed).unwrap();
+        assert_eq!(f.kind, FailureKind::Signal);
+        assert_eq!(f.signal, Some(9));
+        assert_eq!(exit_code_of(&killed), 137);
+        let exited = Ending::InitLost {
+            code: Some(0),
+            signal: None,
+        };
+        let f = failure_of(&exited).unwrap();
+        assert_eq!(f.kind, FailureKind::ProcessExit);
+        assert_ne!(
+            exit_code_of(&exited),
+            0,
+            "an unknown status is not a success"
+        );
+        assert_ne!(exit_code_of(&exited), 125);
+    }
 
     #[test]
     fn endings_map_to_typed_failures_and_exit_codes() {

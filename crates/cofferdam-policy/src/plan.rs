@@ -145,7 +145,10 @@ pub struct FsPlan {
     pub hidden: Vec<PathBuf>,
     /// The size of /tmp's tmpfs, bytes.
     pub tmp_size: Option<u64>,
-    /// Whether the workdir, HOME and /tmp allow exec.
+    /// The size of the private HOME's and `/dev/shm`'s tmpfs each, bytes
+    /// ([`private_tmpfs_size`]): never the kernel's default of half the RAM.
+    pub private_tmpfs_size: u64,
+    /// Whether the workdir, HOME, /tmp and /dev/shm allow exec.
     pub workdir_exec: bool,
     /// When set, `/etc/resolv.conf` inside shows this text (`allow` mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -257,6 +260,9 @@ pub struct Invoker {
     pub home: PathBuf,
     /// The host environment (names and values).
     pub env: Vec<(String, String)>,
+    /// The host's SSH private keys to hide (`crate::secrets::ssh_host_keys`, from what the
+    /// probe read of `/etc/ssh`).
+    pub ssh_host_keys: Vec<PathBuf>,
 }
 
 /// Whether `name` is projected by the default list or `allow` (`LC_*` is a prefix pattern).
@@ -315,6 +321,18 @@ fn is_proxy_name(name: &str) -> bool {
     PROXY_ENV.iter().any(|p| p.eq_ignore_ascii_case(name))
 }
 
+/// The size of the sealed tier's private HOME and `/dev/shm` when `--tmp-size` is not
+/// given: bounded, so a workload cannot fill half the host's RAM through them (a tmpfs
+/// without `size=` gets half of it), and large enough for a build's caches and Chromium's
+/// or Python multiprocessing's shared memory.
+pub const DEFAULT_PRIVATE_TMPFS_BYTES: u64 = 1 << 30;
+
+/// The size of the private HOME and `/dev/shm` tmpfs: `--tmp-size` when given (the one
+/// size knob for the run's scratch space), else [`DEFAULT_PRIVATE_TMPFS_BYTES`].
+pub fn private_tmpfs_size(tmp_size: Option<u64>) -> u64 {
+    tmp_size.unwrap_or(DEFAULT_PRIVATE_TMPFS_BYTES)
+}
+
 /// Build the sealed tier's plan.
 pub fn build_plan(
     policy: &Policy,
@@ -324,7 +342,7 @@ pub fn build_plan(
     argv: Vec<String>,
 ) -> SandboxPlan {
     let decision = decide_containment(facts, policy.floor);
-    let mut hidden = secret_paths(&inv.home);
+    let mut hidden = secret_paths(&inv.home, &inv.ssh_host_keys);
     hidden.push(job.storage_root.clone());
     hidden.extend(
         policy
@@ -347,10 +365,12 @@ pub fn build_plan(
             },
         })
         .collect::<Vec<_>>();
+    // /dev/shm is the run's own tmpfs: writable like /tmp (shm_open creates files there).
     let mut read_write = vec![
         policy.workdir.clone(),
         inv.home.clone(),
         PathBuf::from("/tmp"),
+        PathBuf::from("/dev/shm"),
     ];
     read_write.extend(
         mounts
@@ -381,6 +401,7 @@ pub fn build_plan(
             mounts,
             hidden,
             tmp_size: r.tmp_size.map(|s| s.0),
+            private_tmpfs_size: private_tmpfs_size(r.tmp_size.map(|s| s.0)),
             workdir_exec: policy.workdir_exec,
             resolv_conf: (policy.network.mode == NetworkMode::Allow)
                 .then(|| ALLOW_RESOLV_CONF.to_owned()),
@@ -443,6 +464,7 @@ mod tests {
                 ("ANTHROPIC_API_KEY".into(), "k".into()),
                 ("HOME".into(), "/elsewhere".into()),
             ],
+            ssh_host_keys: vec!["/etc/ssh/ssh_host_test_key".into()],
         }
     }
 

@@ -136,8 +136,9 @@ pub fn summarize(policy: &Policy, controls: &[ControlObservation]) -> ResourceSu
             mechanisms.push("memory: RLIMIT_DATA".into());
             limitations.push(format!(
                 "memory is limited per process by RLIMIT_DATA only (data segment and private \
-                 mappings): several processes together can exceed it, and an allocation past it \
-                 fails instead of ending the run as `oom`{}",
+                 mappings): several processes together, and files written to the private tmpfs \
+                 (/tmp, HOME, /dev/shm), can exceed it, and an allocation past it fails \
+                 instead of ending the run as `oom`{}",
                 no_cgroup(ResourceDimension::MemoryBytes)
             ));
         } else {

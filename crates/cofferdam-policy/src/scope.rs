@@ -34,6 +34,8 @@ pub struct ScopeInputs<'a> {
     pub storage_root: &'a Path,
     /// The invoking user's home.
     pub home: &'a Path,
+    /// The host's SSH private keys (`crate::secrets::ssh_host_keys`).
+    pub ssh_host_keys: &'a [std::path::PathBuf],
     /// `--tier`: report for at most this class's tier (it only lowers, as in `run`).
     pub cap: Option<ContainmentClass>,
 }
@@ -59,7 +61,10 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
     if allow {
         env_injected.extend(PROXY_ENV.iter().map(|s| s.to_string()));
     }
-    let mut hidden_paths: Vec<String> = secret_paths(inp.home).iter().map(|x| display(x)).collect();
+    let mut hidden_paths: Vec<String> = secret_paths(inp.home, inp.ssh_host_keys)
+        .iter()
+        .map(|x| display(x))
+        .collect();
     hidden_paths.push(display(inp.storage_root));
     hidden_paths.extend(
         p.mounts
@@ -388,7 +393,9 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
                 "memory",
                 m.0 as f64,
                 Some("RLIMIT_DATA".into()),
-                Some("per process and data segment only: several processes together can exceed it"),
+                Some(
+                    "per process and data segment only: several processes together, and files written to the private tmpfs (/tmp, HOME, /dev/shm), can exceed it",
+                ),
             ),
         }
     }
@@ -480,7 +487,7 @@ fn resource_rows(p: &Policy, f: &HostFacts, tier: EnforcementTier) -> Vec<Resour
             row(
                 "tmp_size",
                 s.0 as f64,
-                Some("tmpfs size= on /tmp".into()),
+                Some("tmpfs size= on /tmp, and on the private HOME and /dev/shm".into()),
                 None,
             );
         } else {
@@ -718,18 +725,23 @@ fn temp_dir(tier: EnforcementTier, p: &Policy, root: &Path) -> TempDirReport {
             private: true,
             backing: "a fresh tmpfs".into(),
             size_limit_bytes: p.resources.tmp_size.map(|s| s.0),
+            home_and_shm_size_limit_bytes: Some(crate::plan::private_tmpfs_size(
+                p.resources.tmp_size.map(|s| s.0),
+            )),
         },
         EnforcementTier::LandlockSeccomp => TempDirReport {
             path: job_tmp,
             private: true,
             backing: "the job directory (TMPDIR); Landlock refuses the host's /tmp".into(),
             size_limit_bytes: None,
+            home_and_shm_size_limit_bytes: None,
         },
         EnforcementTier::None => TempDirReport {
             path: job_tmp,
             private: false,
             backing: "the job directory (TMPDIR); the host's /tmp stays reachable".into(),
             size_limit_bytes: None,
+            home_and_shm_size_limit_bytes: None,
         },
     }
 }
@@ -777,6 +789,7 @@ mod tests {
             facts: f,
             storage_root: Path::new("/home/u/.local/share/cofferdam"),
             home: Path::new("/home/u"),
+            ssh_host_keys: &[],
             cap: None,
         })
     }
@@ -945,6 +958,7 @@ mod tests {
                 facts: &f,
                 storage_root: Path::new("/home/u/.local/share/cofferdam"),
                 home: Path::new("/home/u"),
+                ssh_host_keys: &[],
                 cap: Some(cap),
             })
         };
@@ -964,6 +978,7 @@ mod tests {
             facts: &f,
             storage_root: Path::new("/home/u/.local/share/cofferdam"),
             home: Path::new("/home/u"),
+            ssh_host_keys: &[],
             cap: Some(ContainmentClass::Scoped),
         });
         let stage_row = stage.resources.iter().find(|r| r.name == "stage_size");
@@ -1107,6 +1122,7 @@ mod tests {
             facts: &HostFacts::capable_example(),
             storage_root: Path::new("/work/proj/.cofferdam"),
             home: Path::new("/home/u"),
+            ssh_host_keys: &[],
             cap: None,
         });
         assert!(r.records_dir.visible);

@@ -41,6 +41,16 @@ pub fn cwd_in_copy(workdir: &Path, cwd: &Path, copy: &Path) -> PathBuf {
     }
 }
 
+/// The hidden paths that lie inside `workdir`, relative to it (never the workdir itself).
+pub fn secrets_in_workdir(workdir: &Path, hidden: &[PathBuf]) -> Vec<PathBuf> {
+    hidden
+        .iter()
+        .filter_map(|h| h.strip_prefix(workdir).ok())
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .collect()
+}
+
 /// Build the plan of a copy-staged run (`decision.tier` is `landlock+seccomp` or `none`).
 pub fn build_copy_plan(
     policy: &Policy,
@@ -60,6 +70,13 @@ pub fn build_copy_plan(
             _ => {}
         }
     }
+    // A secret inside the workdir (a workdir that is home holds ~/.ssh) is left out of the
+    // copy; its place in the copy joins the paths the init checks cannot be opened.
+    let in_copy: Vec<PathBuf> = secrets_in_workdir(&policy.workdir, &plan.fs.hidden)
+        .into_iter()
+        .map(|rel| paths.copy.join(rel))
+        .collect();
+    plan.fs.hidden.extend(in_copy);
     plan.fs.workdir = cwd;
     plan.fs.home = paths.home.clone();
     plan.fs.read_only = Vec::new();
@@ -105,6 +122,7 @@ mod tests {
             user: "u".into(),
             home: "/home/u".into(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            ssh_host_keys: Vec::new(),
         };
         let job = JobPaths {
             run_id: "run-1".into(),
@@ -166,6 +184,33 @@ mod tests {
                 .contains(&("TMPDIR".into(), "/s/jobs/run-1/tmp".into()))
         );
         assert!(plan.fs.hidden.contains(&PathBuf::from("/home/u/.ssh")));
+        assert!(
+            !plan.fs.hidden.iter().any(|h| h.starts_with(&paths.copy)),
+            "the workdir holds no secret here"
+        );
+    }
+
+    #[test]
+    fn secrets_of_a_workdir_that_is_home_are_checked_at_their_place_in_the_copy() {
+        let (mut policy, facts, inv, paths) = setup();
+        policy.workdir = "/home/u".into();
+        let d = decide_containment_capped(&facts, ContainmentClass::Scoped, None);
+        let plan = build_copy_plan(
+            &policy,
+            &facts,
+            &inv,
+            &d,
+            &paths,
+            paths.copy.clone(),
+            vec!["true".into()],
+        );
+        for p in [".ssh", ".npmrc", ".config/git/credentials"] {
+            assert!(plan.fs.hidden.contains(&paths.copy.join(p)), "{p}");
+        }
+        assert_eq!(
+            secrets_in_workdir(Path::new("/w"), &["/w".into(), "/w/a".into(), "/x".into()]),
+            vec![PathBuf::from("a")]
+        );
     }
 
     #[test]

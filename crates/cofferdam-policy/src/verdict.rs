@@ -114,7 +114,9 @@ mod libc_sig {
 
 fn signal_of(ending: &Ending) -> Option<i32> {
     match ending {
-        Ending::Exited { signal, .. } | Ending::Stopped { signal, .. } => *signal,
+        Ending::Exited { signal, .. }
+        | Ending::Stopped { signal, .. }
+        | Ending::InitLost { signal, .. } => *signal,
         _ => None,
     }
 }
@@ -136,7 +138,7 @@ fn failed(ending: &Ending) -> bool {
 /// whatever the status). A setup or exec failure stays as it is.
 pub fn judge(ending: Ending, ev: &Evidence) -> Ending {
     let (code, signal) = match &ending {
-        Ending::Exited { code, signal } => (*code, *signal),
+        Ending::Exited { code, signal } | Ending::InitLost { code, signal } => (*code, *signal),
         Ending::Stopped { .. } | Ending::ExecFailed { .. } => return ending,
         // A setup failure the supervisor caused (killed during setup) is still its cause.
         Ending::SetupFailed { .. } if ev.intervention.is_none() => return ending,
@@ -354,5 +356,27 @@ mod tests {
             }
         ));
         assert_eq!(limits_hit(&exited(Some(0), None), &ev).len(), 1);
+    }
+
+    #[test]
+    fn an_init_oom_killed_after_the_start_is_an_oom() {
+        let ev = Evidence {
+            oom_kills: Some(2),
+            ..Default::default()
+        };
+        let lost = Ending::InitLost {
+            code: None,
+            signal: Some(9),
+        };
+        assert!(matches!(
+            judge(lost.clone(), &ev),
+            Ending::Stopped {
+                cause: Cause::Oom { kills: 2 },
+                signal: Some(9),
+                ..
+            }
+        ));
+        assert_eq!(limits_hit(&lost, &ev).len(), 1);
+        assert_eq!(judge(lost.clone(), &Evidence::default()), lost);
     }
 }

@@ -238,6 +238,10 @@ pub struct TempDirReport {
     pub backing: String,
     /// Its size cap in bytes, or `null` when uncapped.
     pub size_limit_bytes: Option<u64>,
+    /// The size cap of the private HOME's and `/dev/shm`'s tmpfs each (sealed tier:
+    /// `--tmp-size`, else 1 GiB); `null` on the tiers without them.
+    #[serde(default)]
+    pub home_and_shm_size_limit_bytes: Option<u64>,
 }
 
 /// Which processes the command sees and can signal.

@@ -780,6 +780,7 @@ mod tests {
                 user: "me".into(),
                 home: "/home/me".into(),
                 env: Vec::new(),
+                ssh_host_keys: Vec::new(),
             },
             &cofferdam_policy::plan::JobPaths {
                 run_id: "run-x".into(),

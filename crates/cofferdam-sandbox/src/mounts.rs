@@ -902,9 +902,10 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
         Some(bytes) => format!("mode=1777,size={bytes}"),
         None => "mode=1777".to_owned(),
     };
+    let home_opts = format!("mode=0700,size={}", plan.private_tmpfs_size);
     for (dir, opts, purpose) in [
         (Path::new("/tmp"), tmp_opts.as_str(), Purpose::System),
-        (plan.home.as_path(), "mode=0700", Purpose::Home),
+        (plan.home.as_path(), home_opts.as_str(), Purpose::Home),
     ] {
         let target = rel(dir);
         let place = mkdir_p(&root, target, purpose)?;
@@ -920,6 +921,8 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     o.details
         .insert("tmp_size_bytes".into(), json!(plan.tmp_size));
     o.details.insert("home".into(), json!("private tmpfs"));
+    o.details
+        .insert("private_tmpfs_size".into(), json!(plan.private_tmpfs_size));
     obs.push(o);
 
     // The workdir overlay.
@@ -988,7 +991,7 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     o.details.insert("mounts".into(), json!(lent));
     obs.push(o);
 
-    obs.push(minimal_dev(&root)?);
+    obs.push(minimal_dev(&root, plan.private_tmpfs_size, exec)?);
     let mut masker = Masker::default();
     obs.push(new_proc(&root, &mut masker)?);
 
@@ -1056,7 +1059,119 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     // The root tmpfs itself holds only mount points: make it read-only.
     mount_setattr(root.fd.as_fd(), RO, false).step(|| "make / read-only".into())?;
     rustix::process::chdir(&plan.workdir).step(|| format!("chdir {}", plan.workdir.display()))?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    read_back(&parse_mountinfo(&mountinfo), plan, &mut obs);
     Ok(obs)
+}
+
+/// One line of `/proc/self/mountinfo`: where, what filesystem, its superblock options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MountLine {
+    point: PathBuf,
+    fstype: String,
+    super_options: String,
+}
+
+/// The mounts of a `/proc/self/mountinfo` text (proc(5)), in order; a line that does not
+/// parse is left out.
+fn parse_mountinfo(text: &str) -> Vec<MountLine> {
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let point = left.split(' ').nth(4)?;
+            let mut r = right.split(' ');
+            let fstype = r.next()?.to_owned();
+            let super_options = r.nth(1).unwrap_or("").to_owned();
+            Some(MountLine {
+                point: PathBuf::from(crate::probe::cgroup::unescape_mount_field(point)),
+                fstype,
+                super_options,
+            })
+        })
+        .collect()
+}
+
+/// The `size=` of the tmpfs mounted last at `point` (another mount may cover it: a home
+/// lent at its own path, the workdir overlay when the workdir is home), in bytes (the
+/// kernel shows it with a `k` suffix); `None` when no tmpfs is there or it has no size.
+fn tmpfs_size(mounts: &[MountLine], point: &Path) -> Option<u64> {
+    let m = mounts
+        .iter()
+        .rev()
+        .find(|m| m.point == point && m.fstype == "tmpfs")?;
+    let v = m
+        .super_options
+        .split(',')
+        .find_map(|o| o.strip_prefix("size="))?;
+    let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+    let n: u64 = digits.parse().ok()?;
+    let shift = match unit {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
+}
+
+/// The composed root as the kernel shows it, read back after the pivot: the tmpfs sizes
+/// go into the `tmpfs` and `minimal_dev` observations as read (null when unreadable, and
+/// the observation is then partial), and every mask must be a mount point, or
+/// `secrets_hidden` is partial and names the ones missing.
+fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]) {
+    let home_covered = plan.workdir == plan.home;
+    for o in obs.iter_mut() {
+        match o.mechanism {
+            ControlMechanism::Tmpfs => {
+                let home = tmpfs_size(mounts, &plan.home);
+                let tmp = tmpfs_size(mounts, Path::new("/tmp"));
+                o.details.insert("home_size_bytes".into(), json!(home));
+                o.details.insert("tmp_size_read_back".into(), json!(tmp));
+                // HOME's tmpfs is under the workdir overlay when the workdir is HOME.
+                let home_ok = home_covered || home.is_some();
+                let tmp_ok = plan.tmp_size.is_none() || tmp.is_some();
+                if !(home_ok && tmp_ok) {
+                    o.status = ControlStatus::Partial;
+                    o.reason =
+                        Some("a private tmpfs's size could not be read back from mountinfo".into());
+                }
+            }
+            ControlMechanism::MinimalDev => {
+                let shm = tmpfs_size(mounts, Path::new("/dev/shm"));
+                o.details.insert("shm_size_bytes".into(), json!(shm));
+                if shm.is_none() {
+                    o.status = ControlStatus::Partial;
+                    o.reason = Some("the private /dev/shm's size could not be read back".into());
+                }
+            }
+            ControlMechanism::SecretsHidden => {
+                let masked: Vec<String> = o
+                    .details
+                    .get("masked")
+                    .and_then(|v| serde_json::from_value(v.clone()).ok())
+                    .unwrap_or_default();
+                let missing: Vec<String> = masked
+                    .into_iter()
+                    .filter(|p| !mounts.iter().any(|m| m.point == Path::new(p)))
+                    .collect();
+                o.details
+                    .insert("read_back".into(), json!(missing.is_empty()));
+                if !missing.is_empty() {
+                    o.status = ControlStatus::Partial;
+                    let why = format!(
+                        "masks not found in mountinfo after the pivot: {}",
+                        missing.join(", ")
+                    );
+                    o.reason = Some(match o.reason.take() {
+                        Some(r) => format!("{r}; {why}"),
+                        None => why,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Whether a mount of the host's `real` (a lent source where it really is) at `target`
@@ -1201,7 +1316,15 @@ fn overlay(
     Ok(volatile)
 }
 
-fn minimal_dev(root: &Root<'_>) -> Result<ControlObservation, SetupError> {
+/// The minimal `/dev`: the harmless devices bound from the host, a new devpts instance,
+/// and a private `/dev/shm` of `shm_size` bytes (nosuid, nodev; noexec unless the
+/// workdir may execute, `exec`, as /tmp and HOME: an executable shm adds nothing when /tmp
+/// is executable, and must not be a way around `workdir_exec = false`).
+fn minimal_dev(
+    root: &Root<'_>,
+    shm_size: u64,
+    exec: MountAttrFlags,
+) -> Result<ControlObservation, SetupError> {
     let shown = |name: &str| root.shown(Path::new("dev")).join(name);
     mkdir_p(root, Path::new("dev"), Purpose::System)?;
     let dev = tmpfs(
@@ -1254,8 +1377,8 @@ fn minimal_dev(root: &Root<'_>) -> Result<ControlObservation, SetupError> {
     tmpfs(
         (dev.as_fd(), Path::new("shm")),
         &shown("shm"),
-        "mode=1777",
-        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
+        &format!("mode=1777,size={shm_size}"),
+        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV | exec,
     )?;
     for (name, target) in [
         ("fd", "/proc/self/fd"),
@@ -1704,6 +1827,54 @@ mod tests {
         let place = touch(&root, Path::new("work/ln"), Purpose::Lent).unwrap();
         let st = rustix::fs::fstat(place.at().0).unwrap();
         assert_eq!(FileType::from_raw_mode(st.st_mode), FileType::Symlink);
+    }
+
+    #[test]
+    fn mountinfo_is_read_back_for_sizes_and_masks() {
+        let text = "\
+22 1 0:20 / / ro,nosuid,nodev - tmpfs none rw,mode=755
+23 22 0:21 / /tmp rw,nosuid,nodev - tmpfs none rw,size=1024k,mode=1777
+24 22 0:22 / /home/u\\040x rw - tmpfs none rw,size=1048576k,mode=700
+25 22 0:5 /null /home/u\\040x/.npmrc ro - devtmpfs udev rw,size=4k
+26 22 0:23 / /dev/shm rw - tmpfs none rw,size=2g
+garbage line
+";
+        let m = parse_mountinfo(text);
+        assert_eq!(m.len(), 5);
+        assert_eq!(tmpfs_size(&m, Path::new("/tmp")), Some(1 << 20));
+        assert_eq!(tmpfs_size(&m, Path::new("/home/u x")), Some(1 << 30));
+        assert_eq!(tmpfs_size(&m, Path::new("/dev/shm")), Some(2 << 30));
+        assert_eq!(tmpfs_size(&m, Path::new("/")), None);
+        assert_eq!(tmpfs_size(&m, Path::new("/home/u x/.npmrc")), None);
+        let mut o = observation(
+            ControlMechanism::SecretsHidden,
+            ControlDimension::FilesystemRead,
+        );
+        o.details.insert(
+            "masked".into(),
+            json!(["/home/u x/.npmrc", "/home/u x/.vault-token"]),
+        );
+        let plan = FsPlan {
+            new_root: "/r".into(),
+            system_ro: vec![],
+            workdir: "/w".into(),
+            upper: "/u".into(),
+            overlay_work: "/o".into(),
+            read_only: vec![],
+            home: "/home/u x".into(),
+            mounts: vec![],
+            hidden: vec![],
+            tmp_size: None,
+            private_tmpfs_size: 1 << 30,
+            workdir_exec: true,
+            resolv_conf: None,
+        };
+        let mut obs = vec![o];
+        read_back(&m, &plan, &mut obs);
+        assert_eq!(obs[0].status, ControlStatus::Partial);
+        let reason = obs[0].reason.clone().unwrap_or_default();
+        assert!(reason.contains("/home/u x/.vault-token"), "{reason}");
+        assert!(!reason.contains(".npmrc"), "{reason}");
     }
 
     #[test]

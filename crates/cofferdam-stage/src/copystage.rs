@@ -187,6 +187,18 @@ pub struct CopyReport {
 /// Copy the tree at `src` into `dst` (created, must not exist) and snapshot the copy. See
 /// the module docs for what is copied.
 pub fn copy_workdir(src: &Path, dst: &Path) -> Result<CopyReport, CopyError> {
+    copy_workdir_excluding(src, dst, &BTreeSet::new())
+}
+
+/// [`copy_workdir`], leaving out the entries at the relative paths `exclude` (and all
+/// below them): the secrets that lie in the workdir (a workdir that is home holds
+/// `~/.ssh`). They are remembered as skipped, so their absence is no deletion and nothing
+/// the command writes there is staged; they are not warned about (that is their purpose).
+pub fn copy_workdir_excluding(
+    src: &Path,
+    dst: &Path,
+    exclude: &BTreeSet<PathBuf>,
+) -> Result<CopyReport, CopyError> {
     let mut report = CopyReport::default();
     let root_mode = fs::metadata(src).map_err(io_err("read", src))?.mode() & 0o7777;
     DirBuilder::new()
@@ -197,10 +209,20 @@ pub fn copy_workdir(src: &Path, dst: &Path) -> Result<CopyReport, CopyError> {
     let mut linked: HashMap<(u64, u64), PathBuf> = HashMap::new();
     // Directory modes are set last, deepest first, so a read-only directory can be filled.
     let mut dir_modes: Vec<(PathBuf, u32)> = vec![(dst.to_path_buf(), root_mode)];
+    let mut excluded = Vec::new();
     let walk = WalkDir::new(src)
         .follow_links(false)
         .min_depth(1)
-        .sort_by_file_name();
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| {
+            let rel = e.path().strip_prefix(src).unwrap_or(e.path());
+            let keep = !exclude.contains(rel);
+            if !keep {
+                excluded.push(rel.to_path_buf());
+            }
+            keep
+        });
     for entry in walk {
         let entry = match entry {
             Ok(e) => e,
@@ -273,6 +295,7 @@ pub fn copy_workdir(src: &Path, dst: &Path) -> Result<CopyReport, CopyError> {
             report.snapshot.skipped.insert(rel);
         }
     }
+    report.snapshot.skipped.extend(excluded);
     for (dir, mode) in dir_modes.iter().rev() {
         fs::set_permissions(dir, fs::Permissions::from_mode(*mode))
             .map_err(io_err("chmod", dir))?;
@@ -709,6 +732,34 @@ mod tests {
             kinds.iter().any(|(p, k)| p == "new/ghost" && k == "Added"),
             "{kinds:?}"
         );
+    }
+
+    #[test]
+    fn excluded_entries_are_not_copied_and_not_deleted_or_staged() {
+        let src = tree();
+        fs::create_dir_all(src.path().join(".ssh")).unwrap();
+        fs::write(src.path().join(".ssh/id"), "key").unwrap();
+        fs::write(src.path().join(".npmrc"), "token").unwrap();
+        let jobs = tempfile::tempdir().unwrap();
+        let dst = jobs.path().join("copy");
+        let exclude: BTreeSet<PathBuf> = [".ssh", ".npmrc"].map(PathBuf::from).into();
+        let r = copy_workdir_excluding(src.path(), &dst, &exclude).unwrap();
+        assert!(!dst.join(".ssh").exists() && !dst.join(".npmrc").exists());
+        assert!(dst.join("src/a.rs").exists());
+        assert!(
+            !r.warnings
+                .iter()
+                .any(|w| w.contains("ssh") || w.contains("npmrc")),
+            "{:?}",
+            r.warnings
+        );
+        assert!(r.snapshot.skipped.contains(Path::new(".ssh")));
+        // Written there by the command: neither a deletion nor a staged change.
+        fs::create_dir(dst.join(".ssh")).unwrap();
+        fs::write(dst.join(".ssh/planted"), "x").unwrap();
+        fs::write(dst.join(".npmrc"), "x").unwrap();
+        let delta = compare(&r.snapshot, &list(&dst).unwrap());
+        assert!(delta.is_empty(), "{delta:?}");
     }
 
     #[test]

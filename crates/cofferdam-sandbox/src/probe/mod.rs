@@ -14,12 +14,14 @@
 //!
 //! Submodules: `child` (the forked probes and their wire protocol), `cgroup` (mountinfo /
 //! `/proc/self/cgroup` parsers and delegation), `userns` (sysctls, AppArmor label and the
-//! [`userns::userns_grant`] mapping), `names` (errno and signal names).
+//! [`userns::userns_grant`] mapping), `names` (errno and signal names), `ssh` (the SSH
+//! server's host keys, for the secret list).
 
 pub mod cache;
 pub mod cgroup;
 pub mod child;
 pub mod names;
+pub mod ssh;
 pub mod userns;
 
 use cofferdam_policy::tier::{ContainmentDecision, decide_containment_capped};

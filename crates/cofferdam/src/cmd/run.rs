@@ -109,6 +109,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         user: std::env::var("USER").unwrap_or_else(|_| facts.uid.to_string()),
         home: env.places.home.clone(),
         env: std::env::vars().collect(),
+        ssh_host_keys: cofferdam_sandbox::probe::ssh::host_keys(),
     };
     let job_paths = JobPaths {
         run_id: run_id.clone(),
@@ -147,6 +148,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         facts: &facts,
         storage_root: &env.storage_root,
         home: &env.places.home,
+        ssh_host_keys: &inv.ssh_host_keys,
         cap: args.tier,
     });
     let started = now_ms();
@@ -163,7 +165,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     // After the start time: a host edit after the copy is newer than the run's start, so
     // the apply-time conflict check catches it.
     let copy_stage = match copy_paths {
-        Some(paths) => Some(copy::prepare(&policy.workdir, paths, decision.tier)?),
+        Some(paths) => Some(copy::prepare(&policy.workdir, paths, &plan)?),
         None => None,
     };
     if let Some(stage) = &copy_stage {
@@ -208,6 +210,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         .collect();
     let mut warnings: Vec<String> = store_full.into_iter().collect();
     let mut ending: Option<Ending> = None;
+    let mut command_started = false;
     let SealedOutcome {
         messages,
         init,
@@ -233,6 +236,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
                 ending.get_or_insert(Ending::ExecFailed { error, code });
             }
             Ok(StatusMessage::Started { pid }) => {
+                command_started = true;
                 events.push((
                     finished,
                     TraceEventKind::ProcessStarted {
@@ -260,16 +264,30 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     let ending = match ending {
         Some(e) => e,
         None => {
-            let status = match init.take().map(|i| i.wait()) {
-                Some(Ok(st)) => st.to_string(),
-                Some(Err(e)) => e.to_string(),
-                None => "unknown".into(),
-            };
-            Ending::SetupFailed {
-                step: "sandbox init".into(),
-                error: format!(
-                    "the sandbox ended ({status}) without reporting how the command ended"
-                ),
+            let status = init.take().map(|i| i.wait());
+            match status {
+                // The command ran: whatever ended the init (the workload killing it on a
+                // copy tier, an OOM kill) is judged like the command's end, never as setup.
+                Some(Ok(st)) if command_started => {
+                    use std::os::unix::process::ExitStatusExt;
+                    Ending::InitLost {
+                        code: st.code(),
+                        signal: st.signal(),
+                    }
+                }
+                status => {
+                    let status = match status {
+                        Some(Ok(st)) => st.to_string(),
+                        Some(Err(e)) => e.to_string(),
+                        None => "unknown".into(),
+                    };
+                    Ending::SetupFailed {
+                        step: "sandbox init".into(),
+                        error: format!(
+                            "the sandbox ended ({status}) without reporting how the command ended"
+                        ),
+                    }
+                }
             }
         }
     };

@@ -28,6 +28,7 @@ pub fn run(
         facts: &facts,
         storage_root: &env.storage_root,
         home: &env.places.home,
+        ssh_host_keys: &cofferdam_sandbox::probe::ssh::host_keys(),
         cap: tier,
     });
     if json {

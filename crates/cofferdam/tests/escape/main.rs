@@ -41,6 +41,8 @@ mod network;
 mod process;
 mod records;
 mod resources;
+mod resources_tmpfs;
+mod secrets;
 mod terminal;
 
 /// Every attack, in table order.
@@ -56,6 +58,8 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         terminal::ATTACKS,
         records::ATTACKS,
         resources::ATTACKS,
+        secrets::ATTACKS,
+        resources_tmpfs::ATTACKS,
     ]
     .into_iter()
     .flatten()

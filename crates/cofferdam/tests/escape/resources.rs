@@ -11,8 +11,8 @@ use crate::harness::{
 /// Attacks that need what is being built; printed under the table, not run.
 pub const TO_BE_ADDED: &[(&str, &str)] = &[
     (
-        "res.memory-tmpfs",
-        "fill the private /tmp and HOME tmpfs (default size: half of RAM): needs a tmpfs size or memory cgroup by default",
+        "res.tmp-default",
+        "fill the private /tmp without --tmp-size (default size: half of RAM; HOME and /dev/shm are bounded, resources_tmpfs): needs a default /tmp size or memory cgroup",
     ),
     (
         "res.memory",

@@ -12,7 +12,7 @@
 use crate::exit::Failure;
 use cofferdam_policy::Policy;
 use cofferdam_policy::plan::{Invoker, JobPaths, SandboxPlan};
-use cofferdam_policy::scoped_plan::{CopyPaths, build_copy_plan, cwd_in_copy};
+use cofferdam_policy::scoped_plan::{CopyPaths, build_copy_plan, cwd_in_copy, secrets_in_workdir};
 use cofferdam_policy::tier::ContainmentDecision;
 use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
@@ -21,8 +21,9 @@ use cofferdam_record::{EnforcementTier, HostFacts};
 use cofferdam_stage::copystage::{self, Snapshot};
 use cofferdam_stage::job::Job;
 use serde_json::json;
+use std::collections::BTreeSet;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The warning an advisory run carries first, in the bundle and in `status --review`.
 pub const ADVISORY_WARNING: &str = "advisory tier: the command ran as a host process with \
@@ -91,22 +92,50 @@ pub fn plan(
     argv: Vec<String>,
 ) -> SandboxPlan {
     let start = cwd_in_copy(&policy.workdir, cwd, &paths.copy);
-    build_copy_plan(policy, facts, inv, decision, paths, start, argv)
+    let mut plan = build_copy_plan(policy, facts, inv, decision, paths, start, argv);
+    // A secret that is a symlink (`~/.ssh -> dotfiles/ssh`) has its content where the link
+    // points: when that lies in the workdir too, it is left out of the copy as well.
+    let real_workdir = std::fs::canonicalize(&policy.workdir).ok();
+    let targets: Vec<_> = secrets_in_workdir(&policy.workdir, &plan.fs.hidden)
+        .iter()
+        .map(|rel| policy.workdir.join(rel))
+        .filter(|p| {
+            p.symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink())
+        })
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .filter_map(|real| {
+            let rel = real.strip_prefix(real_workdir.as_ref()?).ok()?;
+            (!rel.as_os_str().is_empty()).then(|| paths.copy.join(rel))
+        })
+        .collect();
+    for t in targets {
+        if !plan.fs.hidden.contains(&t) {
+            plan.fs.hidden.push(t);
+        }
+    }
+    plan
+}
+
+/// The workdir's entries left out of the copy: every hidden path the plan places in it.
+fn left_out(plan: &SandboxPlan, copy: &Path) -> BTreeSet<PathBuf> {
+    secrets_in_workdir(copy, &plan.fs.hidden)
+        .into_iter()
+        .collect()
 }
 
 /// Copy the workdir into the job and create the HOME stage and the temp directory.
-pub fn prepare(
-    workdir: &Path,
-    paths: CopyPaths,
-    tier: EnforcementTier,
-) -> Result<CopyStage, Failure> {
+pub fn prepare(workdir: &Path, paths: CopyPaths, plan: &SandboxPlan) -> Result<CopyStage, Failure> {
+    let tier = plan.tier;
     for dir in [&paths.home, &paths.tmp] {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(dir)
             .map_err(|e| Failure::setup(format!("cannot create {}: {e}", dir.display())))?;
     }
-    let report = copystage::copy_workdir(workdir, &paths.copy).map_err(Failure::setup)?;
+    let secrets = left_out(plan, &paths.copy);
+    let report = copystage::copy_workdir_excluding(workdir, &paths.copy, &secrets)
+        .map_err(Failure::setup)?;
     let mut details = std::collections::BTreeMap::new();
     details.insert("copy".into(), json!(paths.copy));
     details.insert("entries".into(), json!(report.snapshot.entries.len()));
@@ -115,6 +144,7 @@ pub fn prepare(
     details.insert("copied_bytes".into(), json!(report.copied_bytes));
     details.insert("hard_links".into(), json!(report.hard_links));
     details.insert("skipped".into(), json!(report.snapshot.skipped.len()));
+    details.insert("secrets_left_out".into(), json!(secrets.len()));
     let scoped = tier == EnforcementTier::LandlockSeccomp;
     let observation = ControlObservation {
         mechanism: ControlMechanism::WorkdirCopy,
