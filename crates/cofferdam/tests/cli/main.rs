@@ -14,4 +14,5 @@ mod net;
 mod pty;
 mod run;
 mod scope;
+mod store;
 mod tiers;
