@@ -8,12 +8,13 @@
 //!
 //! - The store root, `jobs/`, a job directory (also a `--stage` one) and the records read
 //!   from it (`job.json`, `run-bundle.json`, `fingerprints.json`, `apply-ledger.json`,
-//!   `trace.jsonl`, `lock`) are owned by the caller's effective uid and not writable by
-//!   group or others, and none of them is a symbolic link (checked on a descriptor opened
-//!   with `O_PATH | O_NOFOLLOW`). `upper/` is owned by the caller and a real directory; its
-//!   mode is not checked: it is the stage's root directory, whose mode the workload sets
-//!   (a `chmod` of its workdir), and nobody else can reach it through a job directory that
-//!   passed.
+//!   `trace.jsonl`, `lock`, the provisional bundle, `output/`) are owned by the caller's
+//!   effective uid and not writable by group or others, and none of them is a symbolic
+//!   link (checked on a descriptor opened with `O_PATH | O_NOFOLLOW`). `upper/` (and a
+//!   copy-tier run's `copy/`, `home/`, `tmp/`) is owned by the caller and a real
+//!   directory; its mode is not checked: it is the stage's root directory, whose mode the
+//!   workload sets (a `chmod` of its workdir), and nobody else can reach it through a job
+//!   directory that passed.
 //! - Every directory above them (after symlinks are resolved once, by the canonical path)
 //!   is owned by root or the caller, and is writable by group or others only with the
 //!   sticky bit (as `/tmp` is): whoever can rename entries of a parent could swap the
@@ -163,27 +164,54 @@ const OTHERS_WRITE: u32 = 0o022;
 /// The sticky bit.
 const STICKY: u32 = 0o1000;
 
-/// The pure rule for one path: `None` when it may be used. `sticky_ok`: writable by
-/// others is fine with the sticky bit (parents), and root owning it is fine.
+/// The uid that owns, as seen from inside a user namespace, what belongs to a user the
+/// namespace does not map (`/proc/sys/kernel/overflowuid`); `None` outside one (the initial
+/// namespace maps every uid, and there the overflow uid is a real user's).
+pub fn unmapped_uid() -> Option<u32> {
+    static UID: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *UID.get_or_init(read_unmapped_uid)
+}
+
+fn read_unmapped_uid() -> Option<u32> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let initial = map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
+    if initial {
+        return None;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+}
+
+/// The pure rule for one path: `None` when it may be used. `parent` is `Some` for a
+/// directory above the store (holding [`unmapped_uid`]): then root's ownership is fine and
+/// so is being writable by others with the sticky bit; so is an owner the user namespace
+/// does not map: inside a user namespace root's `/tmp` looks like that, and it cannot be
+/// told from another user's (a limit of running cofferdam inside a user namespace; the
+/// store itself must still be the caller's).
 pub fn judge(
     file_type: FileType,
     uid: u32,
     mode: u32,
     want: FileType,
     me: u32,
-    parent: bool,
+    parent: Option<Option<u32>>,
 ) -> Option<Why> {
+    let trusted = |uid: u32| match parent {
+        Some(unmapped) => uid == 0 || Some(uid) == unmapped,
+        None => false,
+    };
     if file_type == FileType::Symlink {
         return Some(Why::Symlink);
     }
     if file_type != want {
         return Some(Why::Kind);
     }
-    if uid != me && !(parent && uid == 0) {
+    if uid != me && !trusted(uid) {
         return Some(Why::Owner { uid, me });
     }
     let mode = mode & 0o7777;
-    if mode & OTHERS_WRITE != 0 && !(parent && mode & STICKY != 0) {
+    if mode & OTHERS_WRITE != 0 && !(parent.is_some() && mode & STICKY != 0) {
         return Some(Why::Writable { mode });
     }
     None
@@ -216,7 +244,7 @@ fn check_fd(
         mode,
         want,
         me(),
-        role == Role::Parent,
+        (role == Role::Parent).then(unmapped_uid),
     ) {
         None => Ok(()),
         Some(why) => Err(OwnedError::Refused(Refusal {
@@ -261,7 +289,12 @@ const JOB_ENTRIES: &[(&str, bool, bool)] = &[
     ("fingerprints.json", false, true),
     ("apply-ledger.json", false, true),
     ("trace.jsonl", false, true),
+    ("run-bundle.provisional.json", false, true),
+    ("output", true, true),
     ("upper", true, false),
+    ("copy", true, false),
+    ("home", true, false),
+    ("tmp", true, false),
 ];
 
 /// Check a job directory `dir` (canonical) and the records in it: see the module docs.
@@ -322,41 +355,54 @@ mod tests {
 
     #[test]
     fn the_rules() {
-        assert_eq!(judge(D, 7, 0o40700, D, 7, false), None);
-        assert_eq!(judge(D, 7, 0o755, D, 7, false), None);
+        assert_eq!(judge(D, 7, 0o40700, D, 7, None), None);
+        assert_eq!(judge(D, 7, 0o755, D, 7, None), None);
         assert_eq!(
-            judge(D, 8, 0o700, D, 7, false),
+            judge(D, 8, 0o700, D, 7, None),
             Some(Why::Owner { uid: 8, me: 7 })
         );
         assert_eq!(
-            judge(D, 0, 0o700, D, 7, false),
+            judge(D, 0, 0o700, D, 7, None),
             Some(Why::Owner { uid: 0, me: 7 })
         );
-        assert_eq!(judge(D, 0, 0o755, D, 7, true), None);
+        assert_eq!(judge(D, 0, 0o755, D, 7, Some(None)), None);
         assert_eq!(
-            judge(D, 7, 0o770, D, 7, false),
+            judge(D, 7, 0o770, D, 7, None),
             Some(Why::Writable { mode: 0o770 })
         );
         assert_eq!(
-            judge(D, 7, 0o1777, D, 7, false),
+            judge(D, 7, 0o1777, D, 7, None),
             Some(Why::Writable { mode: 0o1777 })
         );
-        assert_eq!(judge(D, 0, 0o1777, D, 7, true), None);
+        assert_eq!(judge(D, 0, 0o1777, D, 7, Some(None)), None);
         assert_eq!(
-            judge(D, 0, 0o777, D, 7, true),
+            judge(D, 0, 0o777, D, 7, Some(None)),
             Some(Why::Writable { mode: 0o777 })
         );
         assert_eq!(
-            judge(D, 8, 0o1777, D, 7, true),
+            judge(D, 8, 0o1777, D, 7, Some(None)),
             Some(Why::Owner { uid: 8, me: 7 })
         );
         assert_eq!(
-            judge(FileType::Symlink, 7, 0o777, D, 7, false),
+            judge(FileType::Symlink, 7, 0o777, D, 7, None),
             Some(Why::Symlink)
         );
         assert_eq!(
-            judge(FileType::RegularFile, 7, 0o600, D, 7, false),
+            judge(FileType::RegularFile, 7, 0o600, D, 7, None),
             Some(Why::Kind)
+        );
+    }
+
+    #[test]
+    fn an_unmapped_parent_owner_is_trusted_only_inside_a_user_namespace() {
+        assert_eq!(judge(D, 65534, 0o1777, D, 0, Some(Some(65534))), None);
+        assert_eq!(
+            judge(D, 65534, 0o1777, D, 0, Some(None)),
+            Some(Why::Owner { uid: 65534, me: 0 })
+        );
+        assert_eq!(
+            judge(D, 65534, 0o700, D, 0, None),
+            Some(Why::Owner { uid: 65534, me: 0 })
         );
     }
 

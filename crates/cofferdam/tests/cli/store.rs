@@ -42,7 +42,7 @@ fn under_umask_000_the_store_jobs_and_records_keep_their_modes() {
         let out = Command::new("sh")
             .args(["-c", "umask 000 && exec \"$@\"", "sh"])
             .arg(&bin)
-            .args(["run", "-q"])
+            .args(["run", "-q", "--capture"])
             .args(tier)
             .args(["--", "sh", "-c", "echo x > f; mkdir -p d/e"])
             .env_clear()
