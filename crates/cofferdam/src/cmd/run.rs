@@ -138,7 +138,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     // is checked then, not polled.
     let limits = super::limits::prepare(&policy, &facts, &mut plan, &job.upper(), !copy_tier);
     for warning in &limits.warnings {
-        eprintln!("cofferdam: warning: {warning}");
+        eprintln!("cofferdam: warning: {}", crate::shown_text(warning));
     }
     // Moving the init into the run's cgroups waits for the kernel, in the background, while
     // the rest happens here. The go comes after both.
@@ -383,10 +383,13 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     drop(lock);
 
     if let Ending::SetupFailed { error, .. } = &ending {
-        eprintln!("cofferdam: the sandbox could not be set up: {error}");
+        eprintln!(
+            "cofferdam: the sandbox could not be set up: {}",
+            crate::shown_text(&error.to_string())
+        );
     }
     if let Ending::ExecFailed { error, .. } = &ending {
-        eprintln!("cofferdam: {error}");
+        eprintln!("cofferdam: {}", crate::shown_text(&error.to_string()));
     }
     if json {
         crate::print_json(&serde_json::json!({

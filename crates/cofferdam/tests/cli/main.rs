@@ -12,6 +12,7 @@ mod limits;
 mod load;
 mod net;
 mod pty;
+mod review_output;
 mod run;
 mod scope;
 mod store;

@@ -41,6 +41,7 @@ mod network;
 mod process;
 mod records;
 mod resources;
+mod review_output;
 mod store;
 mod terminal;
 
@@ -58,6 +59,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         records::ATTACKS,
         resources::ATTACKS,
         store::ATTACKS,
+        review_output::ATTACKS,
     ]
     .into_iter()
     .flatten()
