@@ -779,10 +779,13 @@ impl JobStore {
             .into_iter()
             .map(|id| {
                 let entry = self.jobs.join(&id);
-                let dir = fs::canonicalize(&entry).unwrap_or(entry);
-                // Only a `--stage` job lives elsewhere: its parents are checked too.
+                let canon = fs::canonicalize(&entry);
+                let found = canon.is_ok();
+                let dir = canon.unwrap_or(entry);
+                // Only a `--stage` job lives elsewhere: its parents are checked too. A
+                // dangling entry (a `--stage` directory removed since) is unreadable below.
                 let elsewhere = dir.parent() != Some(self.jobs.as_path());
-                if let Err(e) = owned::check_job_dir(&dir, elsewhere) {
+                if found && let Err(e) = owned::check_job_dir(&dir, elsewhere) {
                     return JobSummary::Unreadable {
                         id,
                         dir,

@@ -119,10 +119,15 @@ impl fmt::Display for Refusal {
                  {mode:04o}), so another user could plant or change jobs; if nobody did, \
                  `chmod go-w {p}`, or {elsewhere}"
             ),
-            (Why::Symlink, _) => write!(
+            (Why::Symlink, Role::StoreRoot | Role::JobsDir) => write!(
                 f,
                 "refusing {what} {p}: it is a symbolic link, and cofferdam follows none in \
                  its store; name the directory it points to (COFFERDAM_HOME) instead"
+            ),
+            (Why::Symlink, _) => write!(
+                f,
+                "refusing {what} {p}: it is a symbolic link, which cofferdam never makes \
+                 there, so another hand did; remove the job"
             ),
             (Why::Kind, _) => write!(
                 f,
