@@ -11,6 +11,7 @@ pub mod host;
 pub mod reader;
 pub mod schema;
 pub mod scope;
+pub mod shown;
 pub mod trace;
 
 pub use bundle::{RunBundle, SCHEMA_VERSION};

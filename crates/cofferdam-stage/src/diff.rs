@@ -6,9 +6,9 @@
 //! following symlinks; it never walks either tree, so its cost follows the number of
 //! changes shown. Binary content (a NUL byte or bytes that are not UTF-8), files over
 //! [`LARGE_BYTES`], symlinks, special files, directories, deletions and mode-only changes
-//! are summarized in one line. Control characters in diffed text are shown escaped (`\e`,
-//! `\u{202e}`, …), so a staged file cannot drive the reviewer's terminal. It may not
-//! write anything; colour is the CLI's business.
+//! are summarized in one line. Control characters in diffed text are shown escaped
+//! (`cofferdam_record::shown`: `\u{1b}`, `\u{202e}`, …), so a staged file cannot drive
+//! the reviewer's terminal. It may not write anything; colour is the CLI's business.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -144,24 +144,10 @@ fn is_binary(b: &[u8]) -> bool {
     b.iter().take(8000).any(|&c| c == 0) || std::str::from_utf8(b).is_err()
 }
 
-/// Escape what a terminal would interpret: control characters but tab, and the
-/// bidirectional overrides.
+/// Escape what a terminal would interpret in one line of text: everything
+/// `cofferdam_record::shown` escapes, tab kept.
 pub fn sanitize(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    for c in line.chars() {
-        match c {
-            '\t' => out.push('\t'),
-            '\x1b' => out.push_str("\\e"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control()
-                || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
-            {
-                out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
-            }
-            c => out.push(c),
-        }
-    }
-    out
+    cofferdam_record::shown::escape_with(line, cofferdam_record::shown::Keep::TAB)
 }
 
 fn bytes_shown(b: &[u8]) -> String {
@@ -442,7 +428,10 @@ mod tests {
         let text = d.unified.unwrap();
         assert!(text.contains("--- a/t\n+++ b/t\n"), "{text}");
         assert!(text.contains("-b\n+B\n"), "{text}");
-        assert!(text.contains("+\\e[2J"), "escape not neutralized: {text}");
+        assert!(
+            text.contains("+\\u{1b}[2J"),
+            "escape not neutralized: {text}"
+        );
         assert_eq!((d.insertions, d.deletions), (2, 1));
         // The host file is newer than the run's "start" (0): the conflict is shown.
         assert!(d.conflict.is_some());
@@ -509,7 +498,7 @@ mod tests {
     #[test]
     fn sanitizing() {
         assert_eq!(sanitize("a\tb"), "a\tb");
-        assert_eq!(sanitize("\x1b]0;x\x07"), "\\e]0;x\\u{7}");
+        assert_eq!(sanitize("\x1b]0;x\x07"), "\\u{1b}]0;x\\u{7}");
         assert_eq!(sanitize("x\u{202e}y"), "x\\u{202e}y");
     }
 }

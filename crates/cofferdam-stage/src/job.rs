@@ -22,6 +22,11 @@
 //!                                    and for `drop`'s state write (`crate::reserve`)
 //! ```
 //!
+//! Every directory here is made mode 0700 and every file 0600 whatever the umask, and each
+//! is checked to be the caller's alone before it is used (`crate::owned`): a store, `jobs/`
+//! or job another user owns or can write is refused ([`JobError::NotOwned`]), and listed
+//! as unreadable (so `last` never picks it).
+//!
 //! A job directory is populated under a hidden temporary name and renamed into `jobs/`
 //! only once `job.json` is written and the creator holds the lock, so a listing never sees
 //! a half-made job.
@@ -90,6 +95,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::owned::{self, Role};
 use cofferdam_record::bundle::{OverlayState, RunState};
 use serde::{Deserialize, Serialize};
 
@@ -172,6 +178,9 @@ pub enum JobError {
         /// The job id.
         id: String,
     },
+    /// A store path is not the caller's alone (`crate::owned`).
+    #[error(transparent)]
+    NotOwned(#[from] crate::owned::OwnedError),
 }
 
 /// Whether `/proc/locks` text `table` has a `FLOCK` lock owned by `pid` on inode `ino`.
@@ -307,8 +316,10 @@ pub struct Job {
 
 impl Job {
     /// Open the job whose directory is `dir` (its `job.json` is read for the id).
+    /// The directory, its parents and its records must be the caller's (`crate::owned`).
     pub fn open(dir: &Path) -> Result<Job, JobError> {
         let dir = fs::canonicalize(dir).map_err(io_err("open", dir))?;
+        owned::check_job_dir(&dir, true)?;
         let state = read_state(&dir.join(JOB_FILE))?;
         Ok(Job { id: state.id, dir })
     }
@@ -610,29 +621,15 @@ pub struct JobStore {
 }
 
 impl JobStore {
-    /// Open the store at `root` (from [`crate::storage_root`]), creating `root` and
-    /// `root/jobs` (mode 0700) when absent.
+    /// Open the store at `root` (from [`crate::storage_root`]), creating `root` (and its
+    /// missing parents) and `root/jobs`, mode 0700 whatever the umask, when absent. Both
+    /// must then be the caller's (`crate::owned`): a store another user owns or can write,
+    /// or one below a parent they could swap it in, is refused. The store is kept by its
+    /// canonical path.
     pub fn open(root: &Path) -> Result<JobStore, JobError> {
-        fs::create_dir_all(root).map_err(io_err("create", root))?;
-        let jobs = root.join(JOBS_DIR);
-        match DirBuilder::new().mode(DIR_MODE).create(&jobs) {
-            Ok(()) => {
-                set_mode(&jobs, DIR_MODE)?;
-                sync_dir(root)?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                if !fs::metadata(&jobs).map_err(io_err("open", &jobs))?.is_dir() {
-                    return Err(io_err("open", &jobs)(io::Error::from(
-                        io::ErrorKind::NotADirectory,
-                    )));
-                }
-            }
-            Err(e) => return Err(io_err("create", &jobs)(e)),
-        }
-        Ok(JobStore {
-            root: root.to_path_buf(),
-            jobs,
-        })
+        let root = own_dir(root, Role::StoreRoot, true)?;
+        let jobs = own_dir(&root.join(JOBS_DIR), Role::JobsDir, false)?;
+        Ok(JobStore { root, jobs })
     }
 
     /// The storage root.
@@ -742,6 +739,16 @@ impl JobStore {
                     cleanup(&stage_canon);
                     return Err(e);
                 }
+                // A directory another user owns or could change is refused, and left as
+                // it is (it is not ours to empty).
+                if let Err(e) = owned::check_parents(&stage_canon)
+                    .and_then(|()| owned::check_dir(&stage_canon, Role::JobDir))
+                {
+                    if created {
+                        cleanup(&stage_canon);
+                    }
+                    return Err(e.into());
+                }
                 let made = populate(&stage_canon, &id, &state).and_then(|lock| {
                     std::os::unix::fs::symlink(&stage_canon, &entry)
                         .map_err(io_err("link", &entry))?;
@@ -772,7 +779,19 @@ impl JobStore {
             .into_iter()
             .map(|id| {
                 let entry = self.jobs.join(&id);
-                let dir = fs::canonicalize(&entry).unwrap_or(entry);
+                let canon = fs::canonicalize(&entry);
+                let found = canon.is_ok();
+                let dir = canon.unwrap_or(entry);
+                // Only a `--stage` job lives elsewhere: its parents are checked too. A
+                // dangling entry (a `--stage` directory removed since) is unreadable below.
+                let elsewhere = dir.parent() != Some(self.jobs.as_path());
+                if found && let Err(e) = owned::check_job_dir(&dir, elsewhere) {
+                    return JobSummary::Unreadable {
+                        id,
+                        dir,
+                        error: e.to_string(),
+                    };
+                }
                 match read_state(&dir.join(JOB_FILE)) {
                     Ok(state) if state.id == id => JobSummary::Readable {
                         job: Job { id, dir },
@@ -875,13 +894,14 @@ impl JobStore {
 
 /// Fill a fresh job directory: `upper/`, `work/`, `root/`, the lock (taken) and `job.json`.
 fn populate(dir: &Path, id: &str, state: &JobState) -> Result<JobLock, JobError> {
-    set_mode(dir, DIR_MODE)?;
+    chmod_dir_nofollow(dir, DIR_MODE)?;
     for sub in ["upper", "work", "root"] {
         let p = dir.join(sub);
         DirBuilder::new()
             .mode(DIR_MODE)
             .create(&p)
             .map_err(io_err("create", &p))?;
+        chmod_dir_nofollow(&p, DIR_MODE)?;
     }
     let lock_path = dir.join(LOCK_FILE);
     let file = OpenOptions::new()
@@ -891,6 +911,8 @@ fn populate(dir: &Path, id: &str, state: &JobState) -> Result<JobLock, JobError>
         .mode(FILE_MODE)
         .open(&lock_path)
         .map_err(io_err("create", &lock_path))?;
+    file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+        .map_err(io_err("chmod", &lock_path))?;
     match file.try_lock() {
         Ok(()) => {}
         Err(fs::TryLockError::WouldBlock) => {
@@ -961,8 +983,57 @@ fn write_state(path: &Path, state: &JobState, durability: Durability) -> Result<
     write_atomic_with(path, &bytes, FILE_MODE, durability).map_err(io_err("write", path))
 }
 
-fn set_mode(path: &Path, mode: u32) -> Result<(), JobError> {
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_err("chmod", path))
+/// Make the directory `path` when absent (mode 0700 whatever the umask; with `parents`, its
+/// missing parents too), then check it is the caller's (`crate::owned`); its canonical
+/// path. The last component is never followed: a symlink there is refused.
+fn own_dir(path: &Path, role: Role, parents: bool) -> Result<PathBuf, JobError> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if parents && let Some(up) = path.parent() {
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(DIR_MODE)
+                    .create(up)
+                    .map_err(io_err("create", up))?;
+            }
+            match DirBuilder::new().mode(DIR_MODE).create(path) {
+                Ok(()) => {
+                    chmod_dir_nofollow(path, DIR_MODE)?;
+                    if let Some(up) = path.parent() {
+                        sync_dir(up)?;
+                    }
+                }
+                // Made by someone else meanwhile: the check below judges it.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err("create", path)(e)),
+            }
+        }
+        Err(e) => return Err(io_err("inspect", path)(e)),
+        Ok(_) => {}
+    }
+    let canon = match (path.parent(), path.file_name()) {
+        (Some(up), Some(name)) => fs::canonicalize(up).map_err(io_err("open", up))?.join(name),
+        _ => fs::canonicalize(path).map_err(io_err("open", path))?,
+    };
+    owned::check_parents(&canon)?;
+    owned::check_dir(&canon, role)?;
+    Ok(canon)
+}
+
+/// Set the mode of the directory `path` through a descriptor opened without following a
+/// symlink (the umask cannot take bits away from it, and nothing else is changed).
+fn chmod_dir_nofollow(path: &Path, mode: u32) -> Result<(), JobError> {
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| io_err("open", path)(e.into()))?;
+    rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(mode))
+        .map_err(|e| io_err("chmod", path)(e.into()))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), JobError> {

@@ -11,6 +11,7 @@ pub mod diff;
 pub mod fingerprint;
 pub mod job;
 pub mod ledger;
+pub mod owned;
 pub mod reserve;
 pub mod review;
 pub mod seal;

@@ -440,36 +440,7 @@ fn hash_upper_file(path: &Path) -> io::Result<Option<String>> {
 /// `\t`, `\r`, `\u{..}` for other such characters, `\xNN` for bytes that are not UTF-8)
 /// and `false`: the path's identity is then its bytes (`ChangeEntry.path_bytes`).
 pub fn display_path(bytes: &[u8]) -> (String, bool) {
-    let mut out = String::with_capacity(bytes.len());
-    let mut lossless = true;
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            if c.is_control() || is_bidi_control(c) {
-                lossless = false;
-                match c {
-                    '\n' => out.push_str("\\n"),
-                    '\t' => out.push_str("\\t"),
-                    '\r' => out.push_str("\\r"),
-                    c => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
-                }
-            } else {
-                out.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            lossless = false;
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    (out, lossless)
-}
-
-/// Characters that reorder how text is displayed (a path could otherwise show as another).
-fn is_bidi_control(c: char) -> bool {
-    matches!(
-        c,
-        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
-    )
+    cofferdam_record::shown::escape_bytes(bytes, cofferdam_record::shown::Keep::LINE)
 }
 
 #[cfg(test)]

@@ -399,3 +399,67 @@ fn overlay_work_with_a_mode_000_directory_is_removed() {
     assert!(job.upper().is_dir(), "only work/ goes");
     job.remove_overlay_work().unwrap(); // absent is fine
 }
+
+#[test]
+fn only_the_callers_own_store_and_jobs_are_used() {
+    let e = env();
+    let store = JobStore::open(&e.root).unwrap();
+    assert_eq!(mode(&e.root.join("jobs")), 0o700);
+    let outside = e.root.parent().unwrap().join("stages");
+    fs::create_dir(&outside).unwrap();
+
+    // A --stage directory others can write: refused, left as it is.
+    let open = outside.join("open");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(matches!(
+        store.create(&e.work_a, Some(&open)),
+        Err(JobError::NotOwned(_))
+    ));
+    assert_eq!(mode(&open), 0o777);
+    assert_eq!(fs::read_dir(&open).unwrap().count(), 0);
+
+    // A job directory others can write: listed as refused, never `last`, refused by id.
+    let job = store.create(&e.work_a, None).unwrap();
+    fs::set_permissions(job.dir(), fs::Permissions::from_mode(0o770)).unwrap();
+    match &store.list().unwrap()[0] {
+        JobSummary::Unreadable { error, .. } => assert!(error.contains("mode 0770"), "{error}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        store.resolve("last", &e.work_a),
+        Err(JobError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.resolve(job.id(), &e.root),
+        Err(JobError::NotOwned(_))
+    ));
+    // A record that is a symlink: refused too.
+    fs::set_permissions(job.dir(), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::remove_file(job.dir().join("job.json")).unwrap();
+    std::os::unix::fs::symlink("/dev/null", job.dir().join("job.json")).unwrap();
+    let err = store.resolve(job.id(), &e.root).unwrap_err().to_string();
+    assert!(err.contains("symbolic link"), "{err}");
+
+    // A --stage directory removed since: unreadable, not refused.
+    let gone = outside.join("gone");
+    let staged = store.create(&e.work_b, Some(&gone)).unwrap();
+    fs::remove_dir_all(&gone).unwrap();
+    let listed = store.list().unwrap();
+    let row = listed.iter().find(|s| s.id() == staged.id()).unwrap();
+    match row {
+        JobSummary::Unreadable { error, .. } => {
+            assert!(!error.contains("refusing"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A store root others can write, or that is a symlink: refused.
+    fs::set_permissions(&e.root, fs::Permissions::from_mode(0o775)).unwrap();
+    let err = JobStore::open(&e.root).unwrap_err().to_string();
+    assert!(err.contains("chmod go-w"), "{err}");
+    fs::set_permissions(&e.root, fs::Permissions::from_mode(0o700)).unwrap();
+    let link = outside.join("link");
+    std::os::unix::fs::symlink(&e.root, &link).unwrap();
+    assert!(matches!(JobStore::open(&link), Err(JobError::NotOwned(_))));
+}

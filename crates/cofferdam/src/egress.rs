@@ -87,6 +87,7 @@ pub fn record(bundle: &mut RunBundle, report: InterceptReport) {
 
 /// The review's network section: the mode, the counters, and every denied destination.
 pub fn render_review(o: &mut String, b: &RunBundle, s: crate::style::Style) {
+    use cofferdam_record::shown::escape;
     use std::fmt::Write as _;
     let n = &b.network;
     let mode = n
@@ -95,7 +96,7 @@ pub fn render_review(o: &mut String, b: &RunBundle, s: crate::style::Style) {
         .and_then(serde_json::Value::as_str)
         .unwrap_or("unknown");
     let _ = writeln!(o, "\n{}", s.heading("Network"));
-    let _ = writeln!(o, "  mode      {mode}");
+    let _ = writeln!(o, "  mode      {}", escape(mode));
     let Some(c) = &n.intercepted else {
         if mode == "allow" {
             let _ = writeln!(o, "  {}", s.bad("no counters: the driver did not report"));
@@ -124,7 +125,7 @@ pub fn render_review(o: &mut String, b: &RunBundle, s: crate::style::Style) {
             o,
             "  {} {}{port} ({}×)",
             s.bad("denied   "),
-            d.host,
+            escape(&d.host),
             num(d.denied)
         );
     }

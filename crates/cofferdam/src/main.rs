@@ -40,7 +40,7 @@ fn run() -> u8 {
     match dispatch(&cli) {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("cofferdam: {}", f.message);
+            eprintln!("cofferdam: {}", shown_text(&f.message));
             f.code
         }
     }
@@ -108,4 +108,20 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> 
         .map_err(|e| Failure::setup(format!("cannot serialize the output: {e}")))?;
     text.push('\n');
     write_stdout(text.as_bytes())
+}
+
+/// A message shown over several lines with every workload-controlled character escaped
+/// (`cofferdam_record::shown`): newline and tab kept.
+pub(crate) fn shown_text(s: &str) -> String {
+    cofferdam_record::shown::escape_text(s)
+}
+
+/// A path shown on one line, its bytes escaped where they are not plain UTF-8 text.
+pub(crate) fn shown_path(p: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    cofferdam_record::shown::escape_bytes(
+        p.as_os_str().as_bytes(),
+        cofferdam_record::shown::Keep::LINE,
+    )
+    .0
 }

@@ -9,6 +9,7 @@ use crate::context;
 use crate::exit::{Failure, OK, SETUP, USAGE};
 use crate::style::Style;
 use cofferdam_record::bundle::ChangeKind;
+use cofferdam_record::shown::escape;
 use cofferdam_record::trace::{ApplyOutcome, ApplyPathOutcome, TraceEventKind};
 use cofferdam_stage::apply::{self, Checked, Options, Recovery, Step};
 use cofferdam_stage::job::{Job, JobError, JobLock, JobState, JobStore, StageState};
@@ -592,7 +593,13 @@ fn print_refusal(job: &Job, checked: &Checked, json: bool, s: Style) -> Result<(
         ))
     );
     for c in &checked.conflicts {
-        let _ = writeln!(o, "  {} {}: {}", s.bad("conflict"), c.display, c.reason);
+        let _ = writeln!(
+            o,
+            "  {} {}: {}",
+            s.bad("conflict"),
+            escape(&c.display),
+            escape(&c.reason.to_string())
+        );
     }
     for r in &checked.refusals {
         let _ = writeln!(
@@ -600,8 +607,8 @@ fn print_refusal(job: &Job, checked: &Checked, json: bool, s: Style) -> Result<(
             "  {} {}: a staged {}; recreate it with --allow-special, or leave it out with \
              --exclude",
             s.bad("refused "),
-            r.display,
-            r.what
+            escape(&r.display),
+            escape(r.what)
         );
     }
     if checked.conflicts.iter().any(|c| c.forceable) {
@@ -681,7 +688,12 @@ fn print_result(
     );
     for &i in applied.iter().take(LIST_LIMIT) {
         let c = &stage.changes[i];
-        let _ = writeln!(o, "  {:<12} {}", s.good(kind_word(c.kind)), c.display);
+        let _ = writeln!(
+            o,
+            "  {:<12} {}",
+            s.good(kind_word(c.kind)),
+            escape(&c.display)
+        );
     }
     if applied.len() > LIST_LIMIT {
         let _ = writeln!(
@@ -693,7 +705,12 @@ fn print_result(
     if !sel.added.is_empty() {
         let _ = writeln!(o, "{}", s.heading("included as dependencies"));
         for (i, b) in sel.added.iter().take(LIST_LIMIT) {
-            let _ = writeln!(o, "  {}  {}", stage.changes[*i].display, s.dim(&because(b)));
+            let _ = writeln!(
+                o,
+                "  {}  {}",
+                escape(&stage.changes[*i].display),
+                s.dim(&escape(&because(b)))
+            );
         }
         if sel.added.len() > LIST_LIMIT {
             let _ = writeln!(o, "  … and {} more", sel.added.len() - LIST_LIMIT);
@@ -718,7 +735,13 @@ fn print_result(
         );
     }
     for c in &checked.forced {
-        let _ = writeln!(o, "{} {}: {}", s.warn("forced  "), c.display, c.reason);
+        let _ = writeln!(
+            o,
+            "{} {}: {}",
+            s.warn("forced  "),
+            escape(&c.display),
+            escape(&c.reason.to_string())
+        );
     }
     if remaining.is_empty() {
         if !dry_run {
@@ -732,7 +755,12 @@ fn print_result(
         );
         for &i in remaining.iter().take(LIST_LIMIT) {
             let c = &stage.changes[i];
-            let _ = writeln!(o, "  {:<12} {}", s.dim(kind_word(c.kind)), c.display);
+            let _ = writeln!(
+                o,
+                "  {:<12} {}",
+                s.dim(kind_word(c.kind)),
+                escape(&c.display)
+            );
         }
         if remaining.len() > LIST_LIMIT {
             let _ = writeln!(o, "  … and {} more", remaining.len() - LIST_LIMIT);

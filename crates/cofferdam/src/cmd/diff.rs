@@ -10,6 +10,7 @@ use crate::cmd::apply::{
 };
 use crate::exit::{Failure, OK};
 use crate::style::Style;
+use cofferdam_record::shown::{Keep, escape, escape_with};
 use cofferdam_stage::apply;
 use cofferdam_stage::diff::{FileDiff, Sides, diff_change};
 use cofferdam_stage::fingerprint::HostRoot;
@@ -130,16 +131,24 @@ fn render_diff(o: &mut String, d: &FileDiff, s: Style) {
     let _ = writeln!(
         o,
         "{}",
-        s.heading(&format!("diff {} ({})", d.path, kind_word(d.kind)))
+        s.heading(&format!("diff {} ({})", escape(&d.path), kind_word(d.kind)))
     );
     if let Some(c) = &d.conflict {
-        let _ = writeln!(o, "{}", s.bad(&format!("! {c}: apply would refuse it")));
+        let _ = writeln!(
+            o,
+            "{}",
+            s.bad(&format!(
+                "! {}: apply would refuse it",
+                escape(&c.to_string())
+            ))
+        );
     }
     if let Some(sum) = &d.summary {
-        let _ = writeln!(o, "{}", s.warn(sum));
+        let _ = writeln!(o, "{}", s.warn(&escape(sum)));
     }
     if let Some(u) = &d.unified {
         for line in u.lines() {
+            let line = &escape_with(line, Keep::TAB);
             let painted = if line.starts_with("+++") || line.starts_with("---") {
                 s.heading(line)
             } else if line.starts_with("@@") {
@@ -178,14 +187,14 @@ fn render_stat(o: &mut String, diffs: &[FileDiff], s: Style) {
                 s.bad(&"-".repeat(bar - plus))
             )
         } else {
-            s.dim(d.summary.as_deref().unwrap_or(kind_word(d.kind)))
+            s.dim(&escape(d.summary.as_deref().unwrap_or(kind_word(d.kind))))
         };
         let mark = if d.conflict.is_some() {
             s.bad(" !")
         } else {
             String::new()
         };
-        let _ = writeln!(o, " {:<width$} | {what}{mark}", d.path);
+        let _ = writeln!(o, " {:<width$} | {what}{mark}", escape(&d.path));
     }
     let _ = writeln!(
         o,

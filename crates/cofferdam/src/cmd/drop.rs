@@ -123,7 +123,7 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
             "discarded_changes": discarded,
         }))?;
     } else {
-        crate::write_stdout(format!("{}\n", s.good(&message)).as_bytes())?;
+        crate::write_stdout(format!("{}\n", s.good(&crate::shown_text(&message))).as_bytes())?;
     }
     Ok(OK)
 }

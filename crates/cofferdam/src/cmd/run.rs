@@ -41,11 +41,16 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     }
     let env = context::env()?;
     let policy = context::policy(&args.policy, &env)?;
+    cofferdam_stage::store::check_outside_workdir(&env.storage_root, &policy.workdir)
+        .map_err(Failure::setup)?;
+    // The store first: one another user owns or can write is refused before anything of
+    // it (the host facts cache below included) is read, and before anything runs.
+    let store = JobStore::open(&env.storage_root).map_err(Failure::setup)?;
     // The namespace facts are cached per boot and settings: the init re-attempts every
     // mechanism anyway, so a stale cache can only make the setup fail, never weaken it.
     // The cgroup layout is read once the init is started (`with_cgroups`, below).
     let early_facts =
-        cofferdam_sandbox::probe::probe_host_cached(&env.storage_root.join("host-facts.json"));
+        cofferdam_sandbox::probe::probe_host_cached(&store.root().join("host-facts.json"));
     let decision = early_facts.decide(policy.floor, args.tier);
     if let Some(reason) = &decision.shortfall_reason {
         return Err(Failure::setup(format!("refusing to run: {reason}")));
@@ -55,8 +60,6 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     if copy_tier {
         copy::refuse_unsupported(&policy, decision.tier)?;
     }
-    cofferdam_stage::store::check_outside_workdir(&env.storage_root, &policy.workdir)
-        .map_err(Failure::setup)?;
     refuse_unsupported(&policy)?;
 
     // The init starts now: on the sealed tier it makes its namespaces at once, then waits
@@ -89,7 +92,6 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     .map_err(Failure::setup)?;
     let facts = early_facts.with_cgroups();
 
-    let store = JobStore::open(&env.storage_root).map_err(Failure::setup)?;
     // What `status` shows of a live job: the command line, and the supervisor's pid
     // (`cofferdam kill` signals it; the lock proves it). The start time is the job's
     // until the records give the run's own.
@@ -137,7 +139,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     // is checked then, not polled.
     let limits = super::limits::prepare(&policy, &facts, &mut plan, &job.upper(), !copy_tier);
     for warning in &limits.warnings {
-        eprintln!("cofferdam: warning: {warning}");
+        eprintln!("cofferdam: warning: {}", crate::shown_text(warning));
     }
     // Moving the init into the run's cgroups waits for the kernel, in the background, while
     // the rest happens here. The go comes after both.
@@ -399,10 +401,13 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     drop(lock);
 
     if let Ending::SetupFailed { error, .. } = &ending {
-        eprintln!("cofferdam: the sandbox could not be set up: {error}");
+        eprintln!(
+            "cofferdam: the sandbox could not be set up: {}",
+            crate::shown_text(&error.to_string())
+        );
     }
     if let Ending::ExecFailed { error, .. } = &ending {
-        eprintln!("cofferdam: {error}");
+        eprintln!("cofferdam: {}", crate::shown_text(&error.to_string()));
     }
     if json {
         crate::print_json(&serde_json::json!({

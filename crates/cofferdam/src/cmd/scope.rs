@@ -8,6 +8,7 @@ use crate::style::Style;
 use cofferdam_policy::{ScopeInputs, build_scope_report};
 use cofferdam_record::ContainmentClass;
 use cofferdam_record::scope::ScopeReport;
+use cofferdam_record::shown::escape;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -71,7 +72,12 @@ fn list(items: &[String]) -> String {
     if items.is_empty() {
         "none".to_owned()
     } else {
-        items.join(", ")
+        // Paths and names from the manifest, which a workload may have written.
+        items
+            .iter()
+            .map(|i| escape(i))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -128,7 +134,7 @@ pub fn render(r: &ScopeReport, s: Style) -> String {
         "workdir",
         &format!(
             "{} (writes staged; exec {})",
-            r.filesystem_scope.as_deref().unwrap_or("?"),
+            escape(r.filesystem_scope.as_deref().unwrap_or("?")),
             if r.workdir_exec { "allowed" } else { "refused" }
         ),
     );
@@ -137,7 +143,12 @@ pub fn render(r: &ScopeReport, s: Style) -> String {
         row(
             &mut o,
             &format!("mount {}", p.mode),
-            &format!("{} -> {}: {}", p.source, p.target, p.effect),
+            &format!(
+                "{} -> {}: {}",
+                escape(&p.source),
+                escape(&p.target),
+                p.effect
+            ),
         );
     }
     row(

@@ -7,6 +7,7 @@ use crate::exit::{Failure, OK};
 use crate::style::Style;
 use cofferdam_record::bundle::{ChangeKind, ControlDimension, ControlStatus, RunBundle};
 use cofferdam_record::read_bundle;
+use cofferdam_record::shown::escape;
 use cofferdam_stage::apply;
 use cofferdam_stage::job::{Job, JobError, JobState, JobStore, JobSummary, StageState};
 use cofferdam_stage::review::Stage;
@@ -124,11 +125,11 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
         o,
         "{} {}  {}",
         s.heading("job"),
-        job.id(),
+        escape(job.id()),
         s.dim(&format!("stage {}", state_word(stage_state)))
     );
     let _ = writeln!(o, "  command   {}", shell_words(&state.command));
-    let _ = writeln!(o, "  workdir   {}", state.workdir.display());
+    let _ = writeln!(o, "  workdir   {}", crate::shown_path(&state.workdir));
     match &bundle {
         None => {
             let _ = writeln!(
@@ -161,6 +162,7 @@ fn shell_words(argv: &[String]) -> String {
             } else {
                 a.clone()
             };
+            let a = escape(&a);
             if !a.is_empty()
                 && a.bytes()
                     .all(|c| c.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&c))
@@ -199,7 +201,9 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
     let r = &b.run;
     let ended = match (&r.failure, r.exit_code) {
         (None, _) => s.good("completed (exit 0)"),
-        (Some(f), _) => s.bad(&format!("{:?}: {}", f.kind, f.message).to_lowercase()),
+        (Some(f), _) => s.bad(&escape(
+            &format!("{:?}: {}", f.kind, f.message).to_lowercase(),
+        )),
     };
     let _ = writeln!(o, "  run       {ended} in {} ms", r.duration_ms);
     let _ = writeln!(
@@ -286,7 +290,7 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
                     ChangeKind::TypeChanged => s.warn("type changed"),
                     ChangeKind::Opaque => s.warn("replaced    "),
                 };
-                let _ = writeln!(o, "  {word} {}", c.path);
+                let _ = writeln!(o, "  {word} {}", escape(&c.path));
             }
         }
     }
@@ -297,11 +301,11 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
     if !warnings.is_empty() {
         let _ = writeln!(o, "\n{}", s.heading("Warnings"));
         for w in warnings {
-            let _ = writeln!(o, "  {} {w}", s.warn("-"));
+            let _ = writeln!(o, "  {} {}", s.warn("-"), escape(w));
         }
     }
     if b.filesystem.as_ref().is_some_and(|f| !f.changes.is_empty()) {
-        let id = &r.run_id;
+        let id = escape(&r.run_id);
         let _ = writeln!(
             o,
             "\nnext: cofferdam diff {id}  ·  cofferdam apply {id}  ·  cofferdam drop {id}"
@@ -344,18 +348,23 @@ pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
                 let _ = writeln!(
                     o,
                     "{}  {:<11} {:>4} changes  exit {:<4} {}  {}",
-                    job.id(),
+                    escape(job.id()),
                     st,
                     state
                         .changed_files
                         .map_or("?".to_owned(), |n| n.to_string()),
                     state.exit_code.map_or("-".to_owned(), |c| c.to_string()),
-                    s.dim(&state.workdir.display().to_string()),
+                    s.dim(&crate::shown_path(&state.workdir)),
                     shell_words(&state.command)
                 );
             }
             JobSummary::Unreadable { id, error, .. } => {
-                let _ = writeln!(o, "{id}  {}", s.bad(&format!("unreadable: {error}")));
+                let _ = writeln!(
+                    o,
+                    "{}  {}",
+                    escape(id),
+                    s.bad(&escape(&format!("unreadable: {error}")))
+                );
             }
         }
     }
@@ -423,10 +432,10 @@ fn render_stage(o: &mut String, r: &StageReview, s: Style) {
         ))
     );
     for p in &r.applied {
-        let _ = writeln!(o, "  {} {p}", s.dim("applied     "));
+        let _ = writeln!(o, "  {} {}", s.dim("applied     "), escape(p));
     }
     for p in &r.remaining {
-        let _ = writeln!(o, "  {} {p}", s.warn("remaining   "));
+        let _ = writeln!(o, "  {} {}", s.warn("remaining   "), escape(p));
     }
     if !r.conflicts.is_empty() {
         let _ = writeln!(
@@ -438,7 +447,13 @@ fn render_stage(o: &mut String, r: &StageReview, s: Style) {
             ))
         );
         for (path, reason) in &r.conflicts {
-            let _ = writeln!(o, "  {} {path}: {reason}", s.bad("conflict    "));
+            let _ = writeln!(
+                o,
+                "  {} {}: {}",
+                s.bad("conflict    "),
+                escape(path),
+                escape(reason)
+            );
         }
     }
 }

@@ -80,3 +80,36 @@ pub fn userns_independently() -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// Every C0 control but NUL, DEL, every C1 control, the bidi overrides and isolates, and
+/// escape sequences (clear, cursor up, title, OSC 52, CSI as C1): what a workload would
+/// put in a name, an argument or a line to steer a reviewer's terminal.
+pub fn hostile_text() -> String {
+    let mut s: String = (1u32..0x20)
+        .chain(0x7f..0xa0)
+        .filter_map(char::from_u32)
+        .collect();
+    s.push_str("\u{202a}\u{202b}\u{202c}\u{202d}\u{202e}\u{2066}\u{2067}\u{2068}\u{2069}");
+    s.push_str("\x1b[2J\x1b[1A\x1b]0;PWNED\x07\x1b]52;c;cHduZWQ=\x1b\\\u{9b}2J");
+    s
+}
+
+/// What in a renderer's output a terminal would interpret, other than cofferdam's own
+/// colours (`\e[<n>m` for the codes `Style` paints with) and newline/tab: each raw control
+/// byte or character found, described. Empty when the output is inert.
+pub fn raw_controls(bytes: &[u8]) -> Vec<String> {
+    let mut text = String::from_utf8_lossy(bytes).into_owned();
+    for code in ["0", "1", "2", "31", "32", "33"] {
+        text = text.replace(&format!("\x1b[{code}m"), "");
+    }
+    text.char_indices()
+        .filter(|(_, c)| {
+            (c.is_control() && *c != '\n' && *c != '\t')
+                || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .map(|(i, c)| {
+            let from = text.floor_char_boundary(i.saturating_sub(20));
+            format!("U+{:04X} after {:?}", u32::from(c), &text[from..i])
+        })
+        .collect()
+}

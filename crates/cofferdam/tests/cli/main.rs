@@ -12,6 +12,8 @@ mod limits;
 mod load;
 mod net;
 mod pty;
+mod review_output;
 mod run;
 mod scope;
+mod store;
 mod tiers;

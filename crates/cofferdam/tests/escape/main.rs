@@ -43,6 +43,8 @@ mod records;
 mod resources;
 mod resources_tmpfs;
 mod secrets;
+mod review_output;
+mod store;
 mod terminal;
 
 /// Every attack, in table order.
@@ -60,6 +62,8 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         resources::ATTACKS,
         secrets::ATTACKS,
         resources_tmpfs::ATTACKS,
+        store::ATTACKS,
+        review_output::ATTACKS,
     ]
     .into_iter()
     .flatten()
