@@ -42,8 +42,8 @@ mod process;
 mod records;
 mod resources;
 mod resources_tmpfs;
-mod secrets;
 mod review_output;
+mod secrets;
 mod store;
 mod terminal;
 
