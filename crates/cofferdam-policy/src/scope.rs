@@ -582,14 +582,14 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
             NetworkMode::Host => {}
             _ if abi.is_some_and(|a| a >= 4) => out.push(
                 "network: no network namespace; a seccomp filter refuses every socket but \
-                 unix and netlink (TCP included, so neither TCP Fast Open nor a listen that \
+                 unix and netlink route (TCP included, so neither TCP Fast Open nor a listen that \
                  binds by itself can reach past Landlock, which refuses every TCP connect \
                  and bind as well), so name resolution fails too"
                     .to_owned(),
             ),
             _ => out.push(
                 "network: no network namespace and no Landlock TCP rules (ABI below 4); only \
-                 a seccomp filter confines it, refusing every socket but unix and netlink \
+                 a seccomp filter confines it, refusing every socket but unix and netlink route \
                  (TCP included)"
                     .to_owned(),
             ),

@@ -848,7 +848,8 @@ pub fn run_suite(attacks: &[&'static Attack], to_be_added: &[(&str, &str)]) {
         for a in attacks {
             let verdict = a.on.iter().find(|(t, _)| *t == spec.tier).map(|(_, v)| *v);
             let sampled = spec.only.is_empty() || spec.only.contains(&a.id);
-            if let Some(v) = verdict.filter(|_| sampled && a.id.starts_with(only.as_str())) {
+            let picked = only.split(',').any(|p| a.id.starts_with(p));
+            if let Some(v) = verdict.filter(|_| sampled && picked) {
                 jobs.push((a, spec, v));
             }
         }

@@ -41,6 +41,7 @@ mod network;
 mod process;
 mod records;
 mod resources;
+mod sockets;
 mod terminal;
 
 /// Every attack, in table order.
@@ -56,6 +57,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         terminal::ATTACKS,
         records::ATTACKS,
         resources::ATTACKS,
+        sockets::ATTACKS,
     ]
     .into_iter()
     .flatten()
