@@ -529,6 +529,14 @@ pub const METADATA_RESIDUAL: &str = "metadata: file modes, timestamps and extend
     inode-flag write, inside the copy too, and only the times of a file the command can open \
     can be set, to the current time (touch)";
 
+/// The scoped tier's devices: the host's `/dev`, of which only a few files are granted.
+pub const SCOPED_DEVICES_LINE: &str = "shared memory and new terminals: without a mount \
+    namespace the run cannot have a /dev/shm or /dev/pts of its own, and the host's are shared \
+    with every process of your user, so Landlock grants neither (only /dev/null, zero, full, \
+    tty and the run's own terminal): POSIX shared memory and named semaphores (shm_open, \
+    sem_open, Python multiprocessing's locks) and new pseudo-terminals (tmux, script, \
+    pexpect) fail with EACCES here; the sealed tier has both";
+
 fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<String> {
     let mut out = Vec::new();
     if tier == EnforcementTier::None {
@@ -571,6 +579,7 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
                 .to_owned(),
         );
         out.push(METADATA_RESIDUAL.to_owned());
+        out.push(SCOPED_DEVICES_LINE.to_owned());
         if abi.is_none_or(|a| a < 6) {
             out.push(
                 "signals and abstract unix sockets: Landlock scopes them only from ABI 6, so \
@@ -859,6 +868,7 @@ mod tests {
         let scoped = report(&policy(RunFlags::default()), &no_userns());
         let np = scoped.filesystem_boundary.not_protected;
         assert!(np.iter().any(|l| l == METADATA_RESIDUAL), "{np:?}");
+        assert!(np.iter().any(|l| l == SCOPED_DEVICES_LINE), "{np:?}");
         assert!(
             np.iter()
                 .any(|l| l.starts_with("network:") && l.contains("TCP Fast Open")),
@@ -867,6 +877,7 @@ mod tests {
         let sealed = report(&policy(RunFlags::default()), &HostFacts::capable_example());
         let np = sealed.filesystem_boundary.not_protected;
         assert!(!np.iter().any(|l| l.starts_with("metadata:")), "{np:?}");
+        assert!(!np.iter().any(|l| l == SCOPED_DEVICES_LINE), "{np:?}");
     }
 
     #[test]

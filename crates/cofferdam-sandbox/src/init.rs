@@ -559,6 +559,13 @@ fn candidates(argv0: &str, env: &[(String, String)]) -> Vec<CString> {
 }
 
 pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
+    run_command_on(plan, None)
+}
+
+/// [`run_command`] on `slave`, the command's terminal when it was allocated already (the
+/// scoped tier allocates it before Landlock, to grant that one terminal alone); `None`
+/// allocates it here when the plan has a terminal.
+pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 {
     let argv: Vec<CString> = plan
         .argv
         .iter()
@@ -580,9 +587,10 @@ pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
         return 127;
     }
     let paths = candidates(&plan.argv[0], &plan.env);
-    let slave = match plan.terminal {
-        None => None,
-        Some(size) => match open_terminal(size) {
+    let slave = match (slave, plan.terminal) {
+        (Some(slave), _) => Some(slave),
+        (None, None) => None,
+        (None, Some(size)) => match open_terminal(size) {
             Ok(slave) => Some(slave),
             Err(code) => return code,
         },
@@ -705,7 +713,7 @@ pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
 /// The command's pseudo-terminal, allocated from the sandbox's own devpts (so it is a real
 /// `/dev/pts/N` inside) with the plan's window size; the master goes to the supervisor over
 /// the terminal socket, which is closed afterwards. Returns the slave (close-on-exec).
-fn open_terminal(size: TerminalPlan) -> Result<OwnedFd, i32> {
+pub(crate) fn open_terminal(size: TerminalPlan) -> Result<OwnedFd, i32> {
     let socket = take_terminal_socket();
     let pair = pty::open_pair(size).map_err(|errno| {
         fail(&SetupError {

@@ -58,6 +58,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         records::ATTACKS,
         resources::ATTACKS,
         sockets::ATTACKS,
+        sockets::DEVICE_ATTACKS,
     ]
     .into_iter()
     .flatten()

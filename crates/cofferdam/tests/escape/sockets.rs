@@ -1,10 +1,10 @@
 //! Socket families and devices (issue 16 §2): the address families no network mode needs
 //! (vsock, packet, bluetooth, CAN, the crypto API, …), netlink protocols other than route,
-//! exotic `socketpair`s, fanotify; each tried in network mode `none` and in mode `allow`
-//! (where the scoped tier installs no socket filter of its own, so the kernel-surface
-//! filter is all that answers).
+//! exotic `socketpair`s and fanotify, each tried in network mode `none` and in the mode
+//! whose sockets only the kernel-surface filter answers; and the host's devices a run must
+//! not reach: the user's other terminals (a canary pty the test opens) and `/dev/shm`.
 
-use crate::harness::{Attack, BOTH_MUST, Boundary, Ctx, Outcome, controls_of};
+use crate::harness::{Attack, BOTH_MUST, Boundary, Ctx, Outcome, check, controls_of};
 use serde_json::{Value, json};
 
 pub const ATTACKS: &[Attack] = &[
@@ -302,4 +302,278 @@ fn socketpair_families(ctx: &Ctx) -> Outcome {
 fn fanotify(ctx: &Ctx) -> Outcome {
     // FAN_CLASS_NOTIF | FAN_REPORT_FID: the flags an unprivileged caller may use (5.13+).
     crate::kernel::syscall_probe(ctx, libc::SYS_fanotify_init, "0x200, 0", libc::EPERM)
+}
+
+/// The device attacks: the host's other terminals and its `/dev/shm`.
+pub const DEVICE_ATTACKS: &[Attack] = &[
+    Attack {
+        id: "tty.other-pts",
+        boundary: Boundary::Terminal,
+        description: "handed no terminal, open another /dev/pts/N of the user's (a canary pty) and write to it",
+        on: BOTH_MUST,
+        probe: other_pts,
+    },
+    Attack {
+        id: "tty.other-pts-own-terminal",
+        boundary: Boundary::Terminal,
+        description: "run on a terminal: the own pty and /dev/tty open, another /dev/pts/N (a canary) does not",
+        on: BOTH_MUST,
+        probe: other_pts_own_terminal,
+    },
+    Attack {
+        id: "fw.host-dev-shm",
+        boundary: Boundary::FsWrite,
+        description: "read and write a canary in the host's /dev/shm, create a file there",
+        on: BOTH_MUST,
+        probe: host_dev_shm,
+    },
+];
+
+/// A pty pair made by the test: a canary standing for another of the user's terminals.
+struct Pty {
+    master: std::fs::File,
+    slave: std::fs::File,
+    name: String,
+}
+
+fn openpty() -> Pty {
+    use std::os::fd::AsRawFd;
+    let (master, slave) = crate::terminal::openpty();
+    let name = std::fs::read_link(format!("/proc/self/fd/{}", slave.as_raw_fd()))
+        .unwrap()
+        .display()
+        .to_string();
+    Pty {
+        master,
+        slave,
+        name,
+    }
+}
+
+impl Pty {
+    /// Everything readable on the master within `ms` milliseconds of quiet.
+    fn drain(&self, ms: i32) -> Vec<u8> {
+        use std::os::fd::AsRawFd;
+        let mut out = Vec::new();
+        loop {
+            let mut p = libc::pollfd {
+                fd: self.master.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            if unsafe { libc::poll(&mut p, 1, ms) } <= 0 {
+                return out;
+            }
+            let mut buf = [0u8; 65536];
+            // SAFETY: reads into a buffer of the given length.
+            let n =
+                unsafe { libc::read(self.master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return out;
+            }
+            out.extend_from_slice(&buf[..usize::try_from(n).unwrap()]);
+        }
+    }
+
+    /// `stty -g` of the terminal.
+    fn modes(&self) -> String {
+        let out = std::process::Command::new("stty")
+            .arg("-g")
+            .stdin(self.slave.try_clone().unwrap())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Python: open `path` (from the environment variable `var`) read-write, write a marker to
+/// it and change its modes; print `name=opened` or `name_err=N`.
+fn open_terminal_script(name: &str, var: &str) -> String {
+    format!(
+        "import os, termios\ntry:\n    fd = os.open(os.environ['{var}'], os.O_RDWR | os.O_NOCTTY)\n    os.write(fd, b'cofferdam-canary')\n    a = termios.tcgetattr(fd)\n    a[3] &= ~termios.ECHO\n    termios.tcsetattr(fd, termios.TCSANOW, a)\n    print('{name}=opened', flush=True)\nexcept OSError as e:\n    print('{name}_err=%d' % e.errno, flush=True)\n"
+    )
+}
+
+/// The canary got no byte and kept its modes.
+fn canary_untouched(canary: &Pty, before: &str) -> Result<(), String> {
+    let got = canary.drain(100);
+    if !got.is_empty() {
+        return Err(format!(
+            "the canary terminal received {:?}",
+            String::from_utf8_lossy(&got)
+        ));
+    }
+    if canary.modes() != before {
+        return Err("the canary terminal's modes changed".into());
+    }
+    Ok(())
+}
+
+/// Landlock's device grants on the scoped tier (its `filesystem_write` details): the null
+/// devices, `/dev/tty` and the run's own pty, no /dev/pts, /dev/ptmx or /dev/shm.
+fn assert_scoped_devices(bundle: &Value, own: Option<&str>) {
+    let write = controls_of(bundle, "landlock")
+        .into_iter()
+        .find(|c| c["dimension"] == "filesystem_write")
+        .unwrap_or(Value::Null);
+    let mut want = vec!["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+    want.extend(own);
+    assert_eq!(write["details"]["devices"], json!(want), "{write}");
+}
+
+fn other_pts(ctx: &Ctx) -> Outcome {
+    let canary = openpty();
+    let before = canary.modes();
+    ctx.var("CANARY_PTS", canary.name.clone());
+    let r = ctx.py(&open_terminal_script("canary", "CANARY_PTS"));
+    ctx.assert_boundary(&r);
+    if ctx.tier() == crate::harness::Tier::Scoped {
+        assert_scoped_devices(&r.bundle, None);
+    }
+    if r.value("canary") == Some("opened") {
+        return Outcome::Escaped(format!("opened {}: {}", canary.name, r.out));
+    }
+    match canary_untouched(&canary, &before) {
+        Err(e) => Outcome::Escaped(e),
+        Ok(()) => Outcome::Denied(format!(
+            "{} refused (errno {}); the canary got nothing; Landlock grants no /dev/pts",
+            canary.name,
+            r.value("canary_err").unwrap_or("?")
+        )),
+    }
+}
+
+fn other_pts_own_terminal(ctx: &Ctx) -> Outcome {
+    use std::os::unix::process::CommandExt;
+    let caller = openpty();
+    let canary = openpty();
+    let before = canary.modes();
+    let script = format!(
+        "import os\nprint('own_name=' + os.ttyname(0), flush=True)\nfor name, path in [('own', os.ttyname(0)), ('devtty', '/dev/tty')]:\n    try:\n        os.close(os.open(path, os.O_RDWR | os.O_NOCTTY))\n        print(name + '=ok', flush=True)\n    except OSError as e:\n        print(name + '_err=%d' % e.errno, flush=True)\n{}",
+        open_terminal_script("canary", "CANARY_PTS")
+    );
+    let mut c = ctx.cmd();
+    c.env("CANARY_PTS", &canary.name)
+        .env("TERM", "xterm")
+        .args(["--color", "never", "run", "-q"])
+        .args(ctx_run_args(ctx))
+        .args([
+            "--env",
+            "CANARY_PTS",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            &script,
+        ])
+        .stdin(caller.slave.try_clone().unwrap())
+        .stdout(caller.slave.try_clone().unwrap())
+        .stderr(caller.slave.try_clone().unwrap());
+    // SAFETY: setsid and ioctl are async-signal-safe; the child only makes the terminal on
+    // fd 0 its controlling terminal before exec.
+    unsafe {
+        c.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = c.spawn().unwrap();
+    let mut shown = Vec::new();
+    let start = std::time::Instant::now();
+    let status = loop {
+        shown.extend(caller.drain(50));
+        if let Some(st) = child.try_wait().unwrap() {
+            shown.extend(caller.drain(100));
+            break st;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("cofferdam did not end: {}", String::from_utf8_lossy(&shown));
+        }
+    };
+    let screen = String::from_utf8_lossy(&shown).replace('\r', "");
+    let value = |k: &str| {
+        screen
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(k)?.strip_prefix('='))
+            .map(str::to_owned)
+    };
+    assert!(status.success(), "cofferdam failed ({status}): {screen}");
+    assert_eq!(
+        value("own").as_deref(),
+        Some("ok"),
+        "the own terminal: {screen}"
+    );
+    assert_eq!(value("devtty").as_deref(), Some("ok"), "/dev/tty: {screen}");
+    let out = ctx
+        .cmd()
+        .args(["status", "--json", "last"])
+        .output()
+        .unwrap();
+    let status_json: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let bundle = if status_json["bundle"].is_object() {
+        status_json["bundle"].clone()
+    } else {
+        status_json
+    };
+    if ctx.tier() == crate::harness::Tier::Scoped {
+        assert_scoped_devices(&bundle, value("own_name").as_deref());
+    }
+    if value("canary").as_deref() == Some("opened") {
+        return Outcome::Escaped(format!(
+            "opened {} from a run on its own terminal",
+            canary.name
+        ));
+    }
+    match canary_untouched(&canary, &before) {
+        Err(e) => Outcome::Escaped(e),
+        Ok(()) => Outcome::Denied(format!(
+            "own terminal {} and /dev/tty open; {} refused (errno {})",
+            value("own_name").unwrap_or_default(),
+            canary.name,
+            value("canary_err").unwrap_or_default()
+        )),
+    }
+}
+
+/// The `run` arguments selecting the context's tier.
+fn ctx_run_args(ctx: &Ctx) -> Vec<&'static str> {
+    match ctx.tier() {
+        crate::harness::Tier::Sealed => vec!["--containment", "sealed"],
+        crate::harness::Tier::Scoped => vec!["--tier", "scoped"],
+        crate::harness::Tier::Advisory => vec!["--tier", "advisory", "--containment", "advisory"],
+    }
+}
+
+fn host_dev_shm(ctx: &Ctx) -> Outcome {
+    let tag = format!("{}-{}", std::process::id(), crate::harness::unique());
+    let canary = std::path::PathBuf::from(format!("/dev/shm/cofferdam-canary-{tag}"));
+    let planted = std::path::PathBuf::from(format!("/dev/shm/cofferdam-planted-{tag}"));
+    std::fs::write(&canary, "canary\n").unwrap();
+    ctx.var("CANARY", canary.display().to_string());
+    ctx.var("PLANTED", planted.display().to_string());
+    let r = ctx.sh(
+        "cat \"$CANARY\" 2>/dev/null | sed 's/^/read=/'; echo x >> \"$CANARY\" 2>/dev/null && echo appended=yes; echo x > \"$PLANTED\" 2>/dev/null && echo planted=yes; ls /dev/shm 2>/dev/null | grep -c cofferdam-canary | sed 's/^/listed=/'; true",
+    );
+    let after = std::fs::read_to_string(&canary).unwrap_or_default();
+    let planted_exists = planted.exists();
+    let _ = std::fs::remove_file(&canary);
+    let _ = std::fs::remove_file(&planted);
+    ctx.assert_boundary(&r);
+    if ctx.tier() == crate::harness::Tier::Scoped {
+        assert_scoped_devices(&r.bundle, None);
+    }
+    if r.value("read").is_some() || after != "canary\n" || planted_exists {
+        return Outcome::Escaped(format!(
+            "the host's /dev/shm is reachable: {} (canary now {after:?}, planted {planted_exists})",
+            r.out
+        ));
+    }
+    check(
+        r.value("listed").unwrap_or("0") == "0",
+        "the canary is neither readable, writable nor listed, and nothing was created",
+        format!("the host's /dev/shm is listed: {}", r.out),
+    )
 }
