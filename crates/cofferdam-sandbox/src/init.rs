@@ -32,7 +32,7 @@
 
 use crate::setup_error::SetupError;
 use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, send};
-use crate::{caps, egress, landlock, mounts, pty, rlimit, seccomp, userns};
+use crate::{caps, egress, landlock, memfd, mounts, pty, rlimit, seccomp, userns};
 use cofferdam_policy::plan::{SandboxPlan, TerminalPlan};
 use cofferdam_record::bundle::{ControlObservation, ControlStatus};
 use rustix::process::{Pid, Signal, WaitOptions};
@@ -488,6 +488,11 @@ fn pid1(plan: &SandboxPlan) -> i32 {
 }
 
 fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
+    // Through the host's procfs, before the composed root makes /proc/sys read-only: the
+    // value is this (new) pid namespace's.
+    if !plan.fs.workdir_exec {
+        report(memfd::seal_exec(true));
+    }
     mounts::compose_and_pivot(&plan.fs)
         .map_err(|e| fail(&e))?
         .into_iter()

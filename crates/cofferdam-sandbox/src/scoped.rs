@@ -26,7 +26,7 @@
 use crate::init::{SETUP_FAILED, fail, open_terminal, report, require, run_command_on, status_fd};
 use crate::setup_error::SetupError;
 use crate::status::{STATUS_FD, StatusMessage, TERMINAL_FD, send};
-use crate::{caps, landlock, metafilter, reaper, rlimit, seccomp, sockfilter};
+use crate::{caps, landlock, memfd, metafilter, reaper, rlimit, seccomp, sockfilter};
 use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_record::EnforcementTier;
 use cofferdam_record::bundle::{
@@ -166,6 +166,10 @@ fn setup(plan: &SandboxPlan) -> Result<Option<OwnedFd>, i32> {
         require(sockfilter::install(tcp), "install the socket filter")?;
     }
     report(hidden_paths(&plan.fs.hidden));
+    if !plan.fs.workdir_exec {
+        // No pid namespace: the host's value, read only.
+        report(memfd::seal_exec(false));
+    }
     require(seccomp::install(&filter), "install the seccomp filter")?;
     send(status_fd(), &StatusMessage::Ready);
     Ok(slave)

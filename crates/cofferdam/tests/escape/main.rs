@@ -59,6 +59,8 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         resources::ATTACKS,
         sockets::ATTACKS,
         sockets::DEVICE_ATTACKS,
+        sockets::EXEC_ATTACKS,
+        sockets::WATCH_ATTACKS,
     ]
     .into_iter()
     .flatten()

@@ -4,7 +4,9 @@
 //! whose sockets only the kernel-surface filter answers; and the host's devices a run must
 //! not reach: the user's other terminals (a canary pty the test opens) and `/dev/shm`.
 
-use crate::harness::{Attack, BOTH_MUST, Boundary, Ctx, Outcome, check, controls_of};
+use crate::harness::{
+    Attack, BOTH_MUST, Boundary, Ctx, Outcome, Tier, Verdict, check, controls_of,
+};
 use serde_json::{Value, json};
 
 pub const ATTACKS: &[Attack] = &[
@@ -576,4 +578,201 @@ fn host_dev_shm(ctx: &Ctx) -> Outcome {
         "the canary is neither readable, writable nor listed, and nothing was created",
         format!("the host's /dev/shm is listed: {}", r.out),
     )
+}
+
+/// The scope report's line for what `workdir_exec = false` does not stop.
+const WORKDIR_EXEC: &str = "code the command writes still runs with workdir_exec";
+
+/// Executing what the command writes, with `workdir_exec = false`.
+pub const EXEC_ATTACKS: &[Attack] = &[
+    Attack {
+        id: "ks.memfd-exec",
+        boundary: Boundary::Kernel,
+        description: "workdir_exec = false: write a binary and a script into a memfd and execve it (path and fexecve)",
+        on: &[
+            (Tier::Sealed, Verdict::Documented(WORKDIR_EXEC)),
+            (Tier::Scoped, Verdict::Documented(WORKDIR_EXEC)),
+        ],
+        probe: memfd_exec,
+    },
+    Attack {
+        id: "fw.exec-written-file",
+        boundary: Boundary::FsWrite,
+        description: "workdir_exec = false: execve a binary copied into the workdir, HOME, /tmp and /dev/shm",
+        on: BOTH_MUST,
+        probe: exec_written_file,
+    },
+];
+
+const MEMFD_EXEC: &str = r##"
+import os
+echo = open("/bin/echo", "rb").read()
+for name, data, argv in [("elf", echo, ["echo", "ran"]), ("script", b"#!/bin/sh\necho ran\n", ["sh"])]:
+    for how in ["path", "fd"]:
+        try:
+            fd = os.memfd_create("cofferdam", 0)
+            os.write(fd, data)
+        except OSError as e:
+            print("%s_%s_err=create-%d" % (name, how, e.errno), flush=True)
+            continue
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.dup2(1, 2)
+                print("%s_%s=" % (name, how), end="", flush=True)
+                os.execv("/proc/self/fd/%d" % fd, argv) if how == "path" else os.execve(fd, argv, {})
+            except OSError as e:
+                print("\n%s_%s_err=%d" % (name, how, e.errno), flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        os.close(fd)
+"##;
+
+/// Run with `workdir_exec = false` from the workdir's manifest.
+fn no_exec(ctx: &Ctx) {
+    ctx.put(
+        &ctx.work().join("cofferdam.toml"),
+        "[filesystem]\nworkdir_exec = false\n",
+    );
+}
+
+fn memfd_exec(ctx: &Ctx) -> Outcome {
+    no_exec(ctx);
+    let r = ctx.py(MEMFD_EXEC);
+    ctx.assert_boundary(&r);
+    let row = controls_of(&r.bundle, "pidns")
+        .into_iter()
+        .find(|c| c["details"]["control"] == "memfd_noexec")
+        .unwrap_or_else(|| panic!("no memfd_noexec row: {}", r.bundle["executor_observations"]));
+    assert_eq!(row["dimension"], "kernel_surface");
+    let enforced = row["status"] == "enforced";
+    // SAFETY: geteuid has no failure mode.
+    if ctx.tier() == Tier::Sealed && unsafe { libc::geteuid() } == 0 {
+        // Run by root, the sealed tier can raise the sysctl: it must have.
+        assert!(enforced, "sealed as root: memfd_noexec not enforced: {row}");
+    }
+    assert_eq!(enforced, row["details"]["value"] == 2, "{row}");
+    let ran: Vec<&str> = ["elf_path", "elf_fd", "script_path", "script_fd"]
+        .into_iter()
+        .filter(|k| r.value(k) == Some("ran"))
+        .collect();
+    if enforced {
+        // The bundle says refused: any execve that ran is a false claim, not a limitation.
+        assert!(
+            ran.is_empty(),
+            "memfd_noexec enforced but {ran:?} ran: {}",
+            r.out
+        );
+        return Outcome::Denied(format!(
+            "vm.memfd_noexec reads 2 in the run's pid namespace (bundle: pidns memfd_noexec enforced); every execve failed: {}",
+            r.out.split_whitespace().collect::<Vec<_>>().join(" ")
+        ));
+    }
+    assert!(
+        row["reason"]
+            .as_str()
+            .is_some_and(|s| s.contains("can be executed")),
+        "{row}"
+    );
+    let warned = r.bundle["safety"]["warnings"].as_array().is_some_and(|w| {
+        w.iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("memfd")))
+    });
+    assert!(warned, "no warning names memfd: {}", r.bundle["safety"]);
+    if ran.is_empty() {
+        return Outcome::Denied(format!("no memfd execve ran: {}", r.out));
+    }
+    Outcome::Escaped(format!(
+        "{ran:?} ran from a memfd; the bundle says memfd_noexec {} ({})",
+        row["status"], row["details"]["value"]
+    ))
+}
+
+fn exec_written_file(ctx: &Ctx) -> Outcome {
+    no_exec(ctx);
+    let r = ctx.sh(
+        "for d in \"$PWD\" \"$HOME\" /tmp /dev/shm; do cp /bin/echo \"$d/cofferdam-x\" 2>/dev/null && chmod +x \"$d/cofferdam-x\" && \"$d/cofferdam-x\" ran 2>/dev/null | sed \"s|^|ran_$d=|\"; done; true",
+    );
+    ctx.assert_boundary(&r);
+    let ran: Vec<&str> = r
+        .lines()
+        .into_iter()
+        .filter(|l| l.starts_with("ran_"))
+        .collect();
+    check(
+        ran.is_empty(),
+        "no copied binary ran from the workdir, HOME, /tmp or /dev/shm",
+        format!("ran: {ran:?}"),
+    )
+}
+
+/// Watching host file activity.
+pub const WATCH_ATTACKS: &[Attack] = &[Attack {
+    id: "fr.inotify-host-activity",
+    boundary: Boundary::FsRead,
+    description: "inotify on a host directory (lent read-only on sealed; outside every grant on scoped): names of files a host process creates",
+    on: &[
+        (Tier::Sealed, Verdict::Documented("file activity: inotify")),
+        (Tier::Scoped, Verdict::Documented("file activity: inotify")),
+    ],
+    probe: inotify_host_activity,
+}];
+
+const INOTIFY: &str = r#"
+import ctypes, os, select, struct, sys
+l = ctypes.CDLL(None, use_errno=True)
+fd = l.inotify_init1(0)
+w = l.inotify_add_watch(fd, os.environ["WATCHED"].encode(), 0x100 | 0x4 | 0x8)
+print("watch=%d" % (w if w < 0 else 0), "errno=%d" % ctypes.get_errno(), flush=True)
+try:
+    print("listed=%d" % len(os.listdir(os.environ["WATCHED"])))
+except OSError as e:
+    print("list_err=%d" % e.errno)
+if w >= 0 and select.select([fd], [], [], 10)[0]:
+    b = os.read(fd, 4096)
+    n = struct.unpack_from("iIII", b)[3]
+    print("event=" + b[16:16 + n].rstrip(b"\0").decode())
+"#;
+
+fn inotify_host_activity(ctx: &Ctx) -> Outcome {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = ctx.outside().join("watched");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (flags, watched): (Vec<String>, String) = if ctx.tier() == Tier::Sealed {
+        (
+            vec!["--mount".into(), format!("{}:/lent:read", dir.display())],
+            "/lent".into(),
+        )
+    } else {
+        (Vec::new(), dir.display().to_string())
+    };
+    ctx.var("WATCHED", watched);
+    // A host process making files while the command runs (bounded: 15 s).
+    let stop = AtomicBool::new(false);
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..150 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let _ = std::fs::write(dir.join(format!("host-activity-{i}")), "");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let r = ctx.run(&flags, &["/usr/bin/python3", "-c", INOTIFY]);
+        stop.store(true, Ordering::SeqCst);
+        r
+    });
+    ctx.assert_boundary(&r);
+    match r.value("event") {
+        Some(name) if name.starts_with("host-activity-") => Outcome::Escaped(format!(
+            "saw a host process create {name} (listing: {})",
+            r.value("listed").map_or_else(
+                || format!("refused, errno {:?}", r.value("list_err")),
+                str::to_owned
+            )
+        )),
+        _ => Outcome::Denied(format!("no host event seen: {}", r.out)),
+    }
 }
