@@ -547,8 +547,9 @@ pub const INOTIFY_SCOPED_LINE: &str = "file activity: inotify works on every dir
 /// What `workdir_exec = false` does not stop (every tier that enforces anything).
 pub const WORKDIR_EXEC_LINE: &str = "code the command writes still runs with workdir_exec = \
     false: it refuses execve(2) of files in the workdir, HOME and /tmp, not a script handed to \
-    an interpreter, executable memory, or (on the scoped tier, where Landlock's execute right \
-    does not cover mmap) a binary loaded by the dynamic loader; and execve of a memfd is \
+    an interpreter, executable memory, or a binary the dynamic loader maps (from a memfd on \
+    every tier; on the scoped tier, where Landlock's execute right does not cover mmap, from \
+    any file the command wrote); and execve of a memfd is \
     refused only where the pid namespace's vm.memfd_noexec reads 2 (the sealed tier raises it \
     when cofferdam runs as root; the kernel lets no other user write it), which the bundle's \
     memfd_noexec row records";

@@ -7,6 +7,8 @@
 //! wrote. The sysctl (Linux 6.3) is per pid namespace and inherited by child namespaces,
 //! which cannot lower it; at 2, `MFD_EXEC` is refused and every other memfd is created
 //! `MFD_NOEXEC_SEAL` (no exec bits, sealed so), so such an `execve` fails with `EACCES`.
+//! It does not refuse `mmap(PROT_EXEC)` of a memfd, so the dynamic loader still maps one
+//! (`ld.so /proc/self/fd/N`): the scope report's workdir_exec line says so.
 //!
 //! Writing it needs `CAP_SYS_ADMIN` over the pid namespace *and* the host's root uid: the
 //! file's permission check (`test_perm` in `proc_sysctl.c`) grants write only to
