@@ -128,6 +128,8 @@ pub const TIERS: &[TierSpec] = &[
             "net.tcp-host-loopback",
             "net.udp-host",
             "net.raw-packet-socket",
+            "net.vsock",
+            "tty.other-pts",
             "rec.forge-status",
             "res.timeout-outlive",
         ],
