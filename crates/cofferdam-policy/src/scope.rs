@@ -536,6 +536,39 @@ pub const METADATA_RESIDUAL: &str = "metadata: file modes, timestamps and extend
     inode-flag write, inside the copy too, and only the times of a file the command can open \
     can be set, to the current time (touch)";
 
+/// inotify is kept (file watchers need it on the workdir) and no layer here can restrict it
+/// by path: Landlock has no right for it, seccomp cannot read the path. fanotify is refused.
+pub const INOTIFY_SEALED_LINE: &str = "file activity: inotify works on every path the command \
+    sees, so it learns when host processes create, change or remove files in the read-only \
+    system view and in paths lent with --mount (names and times, not contents); it stays \
+    because file watchers need it on the workdir, and neither Landlock nor seccomp can limit \
+    it by path (fanotify is refused)";
+
+/// The scoped tier's inotify: the host's whole tree, Landlock's refusals notwithstanding.
+pub const INOTIFY_SCOPED_LINE: &str = "file activity: inotify works on every directory your \
+    user may read, even one Landlock refuses to list (your home, other projects, /tmp), so the \
+    command learns the names of files host processes create, change or remove there, and when \
+    (not their contents); it stays because file watchers need it on the workdir, and neither \
+    Landlock nor seccomp can limit it by path (fanotify is refused)";
+
+/// What `workdir_exec = false` does not stop (every tier that enforces anything).
+pub const WORKDIR_EXEC_LINE: &str = "code the command writes still runs with workdir_exec = \
+    false: it refuses execve(2) of files in the workdir, HOME and /tmp, not a script handed to \
+    an interpreter, executable memory, or a binary the dynamic loader maps (from a memfd on \
+    every tier; on the scoped tier, where Landlock's execute right does not cover mmap, from \
+    any file the command wrote); and execve of a memfd is \
+    refused only where the pid namespace's vm.memfd_noexec reads 2 (the sealed tier raises it \
+    when cofferdam runs as root; the kernel lets no other user write it), which the bundle's \
+    memfd_noexec row records";
+
+/// The scoped tier's devices: the host's `/dev`, of which only a few files are granted.
+pub const SCOPED_DEVICES_LINE: &str = "shared memory and new terminals: without a mount \
+    namespace the run cannot have a /dev/shm or /dev/pts of its own, and the host's are shared \
+    with every process of your user, so Landlock grants neither (only /dev/null, zero, full, \
+    tty and the run's own terminal): POSIX shared memory and named semaphores (shm_open, \
+    sem_open, Python multiprocessing's locks) and new pseudo-terminals (tmux, script, \
+    pexpect) fail with EACCES here; the sealed tier has both";
+
 fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<String> {
     let mut out = Vec::new();
     if tier == EnforcementTier::None {
@@ -578,6 +611,7 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
                 .to_owned(),
         );
         out.push(METADATA_RESIDUAL.to_owned());
+        out.push(SCOPED_DEVICES_LINE.to_owned());
         if abi.is_none_or(|a| a < 6) {
             out.push(
                 "signals and abstract unix sockets: Landlock scopes them only from ABI 6, so \
@@ -589,14 +623,14 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
             NetworkMode::Host => {}
             _ if abi.is_some_and(|a| a >= 4) => out.push(
                 "network: no network namespace; a seccomp filter refuses every socket but \
-                 unix and netlink (TCP included, so neither TCP Fast Open nor a listen that \
+                 unix and netlink route (TCP included, so neither TCP Fast Open nor a listen that \
                  binds by itself can reach past Landlock, which refuses every TCP connect \
                  and bind as well), so name resolution fails too"
                     .to_owned(),
             ),
             _ => out.push(
                 "network: no network namespace and no Landlock TCP rules (ABI below 4); only \
-                 a seccomp filter confines it, refusing every socket but unix and netlink \
+                 a seccomp filter confines it, refusing every socket but unix and netlink route \
                  (TCP included)"
                     .to_owned(),
             ),
@@ -645,6 +679,17 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
              what the command sends to an allowed server is not inspected"
                 .to_owned(),
         );
+    }
+    out.push(
+        if sealed {
+            INOTIFY_SEALED_LINE
+        } else {
+            INOTIFY_SCOPED_LINE
+        }
+        .to_owned(),
+    );
+    if !p.workdir_exec {
+        out.push(WORKDIR_EXEC_LINE.to_owned());
     }
     if !p.exec_allow.is_empty() {
         out.push(
@@ -872,6 +917,8 @@ mod tests {
         let scoped = report(&policy(RunFlags::default()), &no_userns());
         let np = scoped.filesystem_boundary.not_protected;
         assert!(np.iter().any(|l| l == METADATA_RESIDUAL), "{np:?}");
+        assert!(np.iter().any(|l| l == SCOPED_DEVICES_LINE), "{np:?}");
+        assert!(np.iter().any(|l| l == INOTIFY_SCOPED_LINE), "{np:?}");
         assert!(
             np.iter()
                 .any(|l| l.starts_with("network:") && l.contains("TCP Fast Open")),
@@ -880,6 +927,23 @@ mod tests {
         let sealed = report(&policy(RunFlags::default()), &HostFacts::capable_example());
         let np = sealed.filesystem_boundary.not_protected;
         assert!(!np.iter().any(|l| l.starts_with("metadata:")), "{np:?}");
+        assert!(!np.iter().any(|l| l == SCOPED_DEVICES_LINE), "{np:?}");
+        assert!(!np.iter().any(|l| l == WORKDIR_EXEC_LINE), "{np:?}");
+        assert!(np.iter().any(|l| l == INOTIFY_SEALED_LINE), "{np:?}");
+    }
+
+    #[test]
+    fn workdir_exec_false_says_what_it_does_not_stop() {
+        let mut p = policy(RunFlags::default());
+        p.workdir_exec = false;
+        for facts in [HostFacts::capable_example(), {
+            let mut f = HostFacts::capable_example();
+            f.userns.can_create = false;
+            f
+        }] {
+            let np = report(&p, &facts).filesystem_boundary.not_protected;
+            assert!(np.iter().any(|l| l == WORKDIR_EXEC_LINE), "{np:?}");
+        }
     }
 
     #[test]

@@ -18,6 +18,9 @@ use cofferdam_net::NetworkMode;
 use cofferdam_record::HostFacts;
 use std::path::{Path, PathBuf};
 
+/// The device files the scoped tier's Landlock ruleset grants (read, write, ioctl).
+pub const SCOPED_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+
 /// The job's directories a copy-staged run uses.
 #[derive(Debug, Clone)]
 pub struct CopyPaths {
@@ -88,6 +91,14 @@ pub fn build_copy_plan(
         .chain([PathBuf::from("/proc")])
         .collect();
     ll.read_write = vec![paths.copy.clone(), paths.home.clone(), paths.tmp.clone()];
+    // The host's /dev, not a private one: of its terminals only the run's own pty (its
+    // slave is added by the init once allocated) and /dev/tty (the caller's controlling
+    // terminal, which the command, in a session of its own, has not). No /dev/pts (the
+    // user's other terminals), no /dev/ptmx (a new pty's slave could not be opened without
+    // /dev/pts), no /dev/shm: the host's is shared by every process of the user, and without
+    // a mount namespace the run cannot have its own (Landlock cannot tell one creator's
+    // files from another's), so POSIX shared memory fails here (the scope report says so).
+    ll.devices = SCOPED_DEVICES.iter().map(PathBuf::from).collect();
     // Network mode `none` on a host without a network namespace: no TCP connect or bind at
     // all (loopback included); other socket families are the seccomp socket filter's.
     ll.tcp = (policy.network.mode == NetworkMode::None).then(|| TcpRules {
@@ -188,6 +199,15 @@ mod tests {
             !plan.fs.hidden.iter().any(|h| h.starts_with(&paths.copy)),
             "the workdir holds no secret here"
         );
+        // No other terminal of the host's, and no shared /dev/shm.
+        for d in ["/dev/pts", "/dev/ptmx", "/dev/shm"] {
+            assert!(
+                !plan.landlock.devices.iter().any(|p| p.starts_with(d)),
+                "{d} granted: {:?}",
+                plan.landlock.devices
+            );
+        }
+        assert!(plan.landlock.devices.contains(&PathBuf::from("/dev/tty")));
     }
 
     #[test]

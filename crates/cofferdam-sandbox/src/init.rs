@@ -32,7 +32,7 @@
 
 use crate::setup_error::SetupError;
 use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, send};
-use crate::{caps, egress, landlock, mounts, pty, rlimit, seccomp, userns};
+use crate::{caps, egress, landlock, memfd, mounts, pty, rlimit, seccomp, userns};
 use cofferdam_policy::plan::{SandboxPlan, TerminalPlan};
 use cofferdam_record::bundle::{ControlObservation, ControlStatus};
 use rustix::process::{Pid, Signal, WaitOptions};
@@ -488,6 +488,11 @@ fn pid1(plan: &SandboxPlan) -> i32 {
 }
 
 fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
+    // Through the host's procfs, before the composed root makes /proc/sys read-only: the
+    // value is this (new) pid namespace's.
+    if !plan.fs.workdir_exec {
+        report(memfd::seal_exec(true));
+    }
     mounts::compose_and_pivot(&plan.fs)
         .map_err(|e| fail(&e))?
         .into_iter()
@@ -559,6 +564,13 @@ fn candidates(argv0: &str, env: &[(String, String)]) -> Vec<CString> {
 }
 
 pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
+    run_command_on(plan, None)
+}
+
+/// [`run_command`] on `slave`, the command's terminal when it was allocated already (the
+/// scoped tier allocates it before Landlock, to grant that one terminal alone); `None`
+/// allocates it here when the plan has a terminal.
+pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 {
     let argv: Vec<CString> = plan
         .argv
         .iter()
@@ -580,9 +592,10 @@ pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
         return 127;
     }
     let paths = candidates(&plan.argv[0], &plan.env);
-    let slave = match plan.terminal {
-        None => None,
-        Some(size) => match open_terminal(size) {
+    let slave = match (slave, plan.terminal) {
+        (Some(slave), _) => Some(slave),
+        (None, None) => None,
+        (None, Some(size)) => match open_terminal(size) {
             Ok(slave) => Some(slave),
             Err(code) => return code,
         },
@@ -705,7 +718,7 @@ pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
 /// The command's pseudo-terminal, allocated from the sandbox's own devpts (so it is a real
 /// `/dev/pts/N` inside) with the plan's window size; the master goes to the supervisor over
 /// the terminal socket, which is closed afterwards. Returns the slave (close-on-exec).
-fn open_terminal(size: TerminalPlan) -> Result<OwnedFd, i32> {
+pub(crate) fn open_terminal(size: TerminalPlan) -> Result<OwnedFd, i32> {
     let socket = take_terminal_socket();
     let pair = pty::open_pair(size).map_err(|errno| {
         fail(&SetupError {

@@ -13,6 +13,7 @@ pub mod egress;
 pub mod init;
 pub mod landlock;
 pub mod launch;
+pub mod memfd;
 pub mod metafilter;
 pub mod mounts;
 pub mod netif;

@@ -10,9 +10,11 @@
 //! does not run: that is the tier's write boundary); the metadata filter (`metafilter`:
 //! Landlock has no right for chmod, chown, utimes or xattrs); the socket filter when the
 //! plan confines TCP; a check that each hidden path really cannot be opened; the seccomp
-//! filter; then the ready marker and the command. Evidence of absence is reported too: no
-//! pid namespace (`process` is not isolated), and at Landlock ABI below 9, pathname unix
-//! sockets stay reachable (`network` partial).
+//! filter; then the ready marker and the command. With a terminal in the plan, the
+//! command's pseudo-terminal is allocated from the host's `/dev/ptmx` just before Landlock,
+//! and its slave is the one `/dev/pts` entry the ruleset grants. Evidence of absence is
+//! reported too: no pid namespace (`process` is not isolated), and at Landlock ABI below 9,
+//! pathname unix sockets stay reachable (`network` partial).
 //!
 //! The init is a child subreaper: when the command's main process ends, every descendant
 //! left (daemons, background jobs) is killed before the init exits, so nothing keeps
@@ -21,16 +23,19 @@
 //!
 //! Owns the order only; each mechanism is its own module. Single-threaded, like the init.
 
-use crate::init::{SETUP_FAILED, fail, report, require, run_command, status_fd};
+use crate::init::{SETUP_FAILED, fail, open_terminal, report, require, run_command_on, status_fd};
 use crate::setup_error::SetupError;
 use crate::status::{STATUS_FD, StatusMessage, TERMINAL_FD, send};
-use crate::{caps, landlock, metafilter, reaper, rlimit, seccomp, sockfilter};
+use crate::{caps, landlock, memfd, metafilter, reaper, rlimit, seccomp, sockfilter};
 use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_record::EnforcementTier;
 use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
 };
 use serde_json::json;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// The Landlock ABI from which `connect(2)` to a pathname unix socket is a handled right.
@@ -45,10 +50,11 @@ pub fn run_scoped(plan: &SandboxPlan) -> i32 {
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
-    if let Err(code) = setup(plan) {
-        return code;
-    }
-    let code = run_command(plan);
+    let slave = match setup(plan) {
+        Ok(slave) => slave,
+        Err(code) => return code,
+    };
+    let code = run_command_on(plan, slave);
     reaper::kill_descendants();
     code
 }
@@ -60,7 +66,8 @@ fn step_err(step: &str, errno: rustix::io::Errno) -> i32 {
     })
 }
 
-fn setup(plan: &SandboxPlan) -> Result<(), i32> {
+/// Returns the command's terminal when the scoped tier allocated it (before Landlock).
+fn setup(plan: &SandboxPlan) -> Result<Option<OwnedFd>, i32> {
     let scoped = plan.tier == EnforcementTier::LandlockSeccomp;
     rustix::process::chdir(&plan.fs.workdir)
         .map_err(|e| step_err(&format!("chdir {}", plan.fs.workdir.display()), e))?;
@@ -90,15 +97,30 @@ fn setup(plan: &SandboxPlan) -> Result<(), i32> {
         // Advisory: a host process with the projected environment and rlimits, nothing else.
         advisory_absences().into_iter().for_each(report);
         send(status_fd(), &StatusMessage::Ready);
-        return Ok(());
+        return Ok(None);
     };
+    // The command's terminal is allocated before Landlock so that its slave, alone of the
+    // host's /dev/pts, can be granted: the plan grants no /dev/pts, /dev/ptmx or /dev/shm.
+    let slave = match plan.terminal {
+        Some(size) => Some(open_terminal(size)?),
+        None => None,
+    };
+    let mut ruleset = plan.landlock.clone();
+    if let Some(name) = slave
+        .as_ref()
+        .and_then(|s| rustix::termios::ttyname(s, Vec::new()).ok())
+    {
+        ruleset
+            .devices
+            .push(PathBuf::from(OsStr::from_bytes(name.as_bytes())));
+    }
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| step_err("make the init non-dumpable", e))?;
     report(caps::drop_all());
     require(caps::no_new_privs(), "set no_new_privs")?;
     let mut write_enforced = false;
     let mut landlock_abi = 0;
-    for o in landlock::install(&plan.landlock) {
+    for o in landlock::install(&ruleset) {
         if o.dimension == ControlDimension::FilesystemWrite {
             write_enforced = o.status == ControlStatus::Enforced;
             landlock_abi = o
@@ -144,9 +166,13 @@ fn setup(plan: &SandboxPlan) -> Result<(), i32> {
         require(sockfilter::install(tcp), "install the socket filter")?;
     }
     report(hidden_paths(&plan.fs.hidden));
+    if !plan.fs.workdir_exec {
+        // No pid namespace: the host's value, read only.
+        report(memfd::seal_exec(false));
+    }
     require(seccomp::install(&filter), "install the seccomp filter")?;
     send(status_fd(), &StatusMessage::Ready);
-    Ok(())
+    Ok(slave)
 }
 
 /// What the advisory tier does not install, said as observations so that no dimension is

@@ -18,8 +18,15 @@
 //!   (`init_module`, `finit_module`, `delete_module`), `reboot`, `swapon`, `swapoff`,
 //!   `acct`, `quotactl`, `quotactl_fd`, clock setting (`settimeofday`, `clock_settime`,
 //!   `clock_adjtime`, `adjtimex`), `open_by_handle_at`, `syslog` (the kernel log: readable by
-//!   anyone where `kernel.dmesg_restrict` is 0), and `ioctl` with request `TIOCSTI`
+//!   anyone where `kernel.dmesg_restrict` is 0), `fanotify_init` (filesystem-wide file
+//!   activity of other processes; watchers use inotify), and `ioctl` with request `TIOCSTI`
 //!   or `TIOCLINUX` (arg 1).
+//! - **socket families** (every tier, every network mode): `socket(2)` makes only `AF_UNIX`,
+//!   `AF_INET`, `AF_INET6` and `AF_NETLINK` sockets, and of netlink only `NETLINK_ROUTE`
+//!   (arg 2); any other family gets `EAFNOSUPPORT` (what a kernel without it answers) and
+//!   any other netlink protocol `EPROTONOSUPPORT` (likewise: libaudit and udev take it as
+//!   "not built in" and carry on). `socketpair(2)` makes only `AF_UNIX` pairs
+//!   (`EAFNOSUPPORT`). See [`SOCKET_FAMILIES`] for why each is there.
 //! - **`ENOSYS`**: `clone3`. Its flags live in memory a filter cannot read, so it is
 //!   refused as "not implemented" and libc falls back to `clone`, whose flags are checked.
 //! - **kill the process**: any other audit architecture (i386 through `int 0x80` on x86_64,
@@ -29,6 +36,11 @@
 //!   `CONFIG_X86_X32_ABI`. Negative numbers (`syscall(-1)`) are not x32 and are left to the
 //!   kernel.
 //! - **allowed**: everything else.
+//!
+//! No other call makes a socket of a new family: `accept` gives the listener's family,
+//! `io_uring` (whose `IORING_OP_SOCKET` would) is refused above, and i386's `socketcall` is a
+//! non-native ABI, killed. A descriptor received over a unix socket is whatever its sender
+//! made; on the sealed tier nobody outside can send one.
 //!
 //! `name_to_handle_at` is left allowed: a handle is useless without `open_by_handle_at`
 //! (denied, and needing `CAP_DAC_READ_SEARCH` besides), and some tools use it for mount ids.
@@ -47,7 +59,8 @@
 //! loading a filter (conversion to eBPF, then JIT compilation in several passes) grows with
 //! its length, on every run: seccompiler's two programs for this list (one match action
 //! each, so `clone3` needed a second) came to 278 + 10 instructions and took 0.13-0.21 ms
-//! to install here, against 0.06-0.09 ms for this single program of 62 instructions. The
+//! to install here, against 0.06-0.09 ms for this single program of 62 instructions (78
+//! since the socket-family tests and `fanotify_init` joined it). The
 //! program is checked by a classic-BPF interpreter in the unit tests against
 //! [`expected_action`], the rule written as plain Rust, for every syscall number and the
 //! argument values that matter; the mechanism tests attempt each escape under the kernel.
@@ -152,7 +165,35 @@ pub const DENIED: &[(&str, i64)] = &[
     ("adjtimex", libc::SYS_adjtimex),
     ("open_by_handle_at", libc::SYS_open_by_handle_at),
     ("syslog", libc::SYS_syslog),
+    ("fanotify_init", libc::SYS_fanotify_init),
 ];
+
+/// The socket families `socket(2)` may make, on every tier and in every network mode:
+///
+/// - `AF_UNIX`: local IPC (pathname sockets are Landlock's from ABI 9, abstract ones scoped
+///   from ABI 6; the sealed tier has its own network namespace, so its abstract namespace
+///   is private).
+/// - `AF_INET`, `AF_INET6`: on the sealed tier they reach the run's own network namespace
+///   (loopback, and in `allow` mode the supervisor's listeners); on the scoped tier the
+///   socket filter ([`crate::sockfilter`]) narrows them further in mode `none`.
+/// - `AF_NETLINK` with `NETLINK_ROUTE` only: glibc's `getaddrinfo` (`AI_ADDRCONFIG`),
+///   `getifaddrs` and `if_nameindex` ask it for the interfaces, and `ip` lists addresses
+///   and routes with it; changing them needs `CAP_NET_ADMIN`, which the command lacks.
+///   Other protocols (audit, uevents, sock_diag, xfrm, …) are refused: `ss` falls back to
+///   `/proc/net`, libaudit and udev see a kernel without them.
+///
+/// Everything else — `AF_VSOCK` (the VM's host-guest port space, outside any network
+/// namespace), `AF_PACKET`, `AF_BLUETOOTH`, `AF_CAN`, `AF_ALG`, `AF_XDP`, `AF_TIPC`,
+/// `AF_RDS`, `AF_KEY`, `AF_SMC`, … — is refused.
+pub const SOCKET_FAMILIES: &[(&str, u64)] = &[
+    ("AF_UNIX", libc::AF_UNIX as u64),
+    ("AF_INET", libc::AF_INET as u64),
+    ("AF_INET6", libc::AF_INET6 as u64),
+    ("AF_NETLINK", libc::AF_NETLINK as u64),
+];
+
+/// The netlink protocols `socket(AF_NETLINK, _, protocol)` may name.
+pub const NETLINK_PROTOCOLS: &[(&str, u64)] = &[("NETLINK_ROUTE", libc::NETLINK_ROUTE as u64)];
 
 /// The syscall number range the x32 guard kills (x32 numbers carry bit 30).
 pub const X32_RANGE: std::ops::Range<u32> = 0x4000_0000..0x8000_0000;
@@ -203,6 +244,8 @@ impl Action {
 
 const EPERM: Action = Action::Errno(libc::EPERM as u16);
 const ENOSYS: Action = Action::Errno(libc::ENOSYS as u16);
+const EAFNOSUPPORT: Action = Action::Errno(libc::EAFNOSUPPORT as u16);
+const EPROTONOSUPPORT: Action = Action::Errno(libc::EPROTONOSUPPORT as u16);
 
 /// The rule the program implements, written as plain Rust: the action for syscall `nr`
 /// with arguments `args` made under audit architecture `arch`, on the native architecture
@@ -220,6 +263,19 @@ pub fn expected_action(native: u32, x86: bool, arch: u32, nr: u32, args: [u64; 6
             .iter()
             .any(|&(_, flag)| low(args[0]) & flag != 0);
     let terminal_push = nr == libc::SYS_ioctl && [TIOCSTI, TIOCLINUX].contains(&low(args[1]));
+    let listed = |table: &[(&str, u64)], v: u64| table.iter().any(|&(_, f)| f == low(v));
+    if nr == libc::SYS_socket {
+        return if !listed(SOCKET_FAMILIES, args[0]) {
+            EAFNOSUPPORT
+        } else if low(args[0]) == libc::AF_NETLINK as u64 && !listed(NETLINK_PROTOCOLS, args[2]) {
+            EPROTONOSUPPORT
+        } else {
+            Action::Allow
+        };
+    }
+    if nr == libc::SYS_socketpair && low(args[0]) != libc::AF_UNIX as u64 {
+        return EAFNOSUPPORT;
+    }
     if denied || namespace_clone || terminal_push {
         EPERM
     } else if nr == libc::SYS_clone3 {
@@ -271,6 +327,16 @@ impl SeccompFilter {
             }),
         );
         d.insert("enosys_syscalls".to_owned(), json!(["clone3"]));
+        d.insert(
+            "socket_families".to_owned(),
+            json!({
+                "allowed": SOCKET_FAMILIES.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+                "netlink_protocols": NETLINK_PROTOCOLS.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+                "socketpair": ["AF_UNIX"],
+                "errno": "EAFNOSUPPORT",
+                "netlink_errno": "EPROTONOSUPPORT",
+            }),
+        );
         d.insert("non_native_arch".to_owned(), json!("kill_process"));
         d.insert(
             "x32".to_owned(),
@@ -336,6 +402,16 @@ enum Label {
     Clone,
     /// `ioctl`'s request test.
     Ioctl,
+    /// `socket`'s family test.
+    Socket,
+    /// `socket`'s netlink protocol test.
+    Netlink,
+    /// `socketpair`'s family test.
+    Socketpair,
+    /// The `ALLOW` return.
+    Allow,
+    /// The `EAFNOSUPPORT` return.
+    Eafnosupport,
     /// The `EPERM` return.
     Eperm,
     /// The `ENOSYS` return.
@@ -458,6 +534,13 @@ pub fn build_filter() -> Result<SeccompFilter, SeccompError> {
         jump(BPF_JMP_JEQ_K, nr(libc::SYS_ioctl)?, Label::Ioctl, next),
         jump(BPF_JMP_JEQ_K, nr(libc::SYS_clone)?, Label::Clone, next),
         jump(BPF_JMP_JEQ_K, nr(libc::SYS_clone3)?, Label::Enosys, next),
+        jump(BPF_JMP_JEQ_K, nr(libc::SYS_socket)?, Label::Socket, next),
+        jump(
+            BPF_JMP_JEQ_K,
+            nr(libc::SYS_socketpair)?,
+            Label::Socketpair,
+            next,
+        ),
     ];
     for &(_, n) in DENIED {
         dispatch.push(jump(BPF_JMP_JEQ_K, nr(n)?, Label::Eperm, next));
@@ -475,11 +558,40 @@ pub fn build_filter() -> Result<SeccompFilter, SeccompError> {
         jump(BPF_JMP_JEQ_K, word(TIOCLINUX)?, Label::Eperm, next),
         ret(Action::Allow),
     ];
+    let mut socket = vec![op(BPF_LD_W_ABS, arg_low_word(0))];
+    for &(_, family) in SOCKET_FAMILIES {
+        let to = if family == libc::AF_NETLINK as u64 {
+            Label::Netlink
+        } else {
+            Label::Allow
+        };
+        socket.push(jump(BPF_JMP_JEQ_K, word(family)?, to, next));
+    }
+    socket.push(ret(EAFNOSUPPORT));
+    let mut netlink = vec![op(BPF_LD_W_ABS, arg_low_word(2))];
+    for &(_, protocol) in NETLINK_PROTOCOLS {
+        netlink.push(jump(BPF_JMP_JEQ_K, word(protocol)?, Label::Allow, next));
+    }
+    netlink.push(ret(EPROTONOSUPPORT));
+    let socketpair = vec![
+        op(BPF_LD_W_ABS, arg_low_word(0)),
+        jump(
+            BPF_JMP_JEQ_K,
+            word(libc::AF_UNIX as u64)?,
+            Label::Allow,
+            Label::Eafnosupport,
+        ),
+    ];
     let program = link(vec![
         (None, head),
         (None, dispatch),
         (Some(Label::Clone), clone),
         (Some(Label::Ioctl), ioctl),
+        (Some(Label::Socket), socket),
+        (Some(Label::Netlink), netlink),
+        (Some(Label::Socketpair), socketpair),
+        (Some(Label::Allow), vec![ret(Action::Allow)]),
+        (Some(Label::Eafnosupport), vec![ret(EAFNOSUPPORT)]),
         (Some(Label::Eperm), vec![ret(EPERM)]),
         (Some(Label::Enosys), vec![ret(ENOSYS)]),
     ])?;
@@ -642,10 +754,16 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), f.denied_syscalls().len(), "no duplicates");
         let mut nrs: Vec<i64> = DENIED.iter().map(|(_, n)| *n).collect();
-        nrs.extend([libc::SYS_clone, libc::SYS_clone3, libc::SYS_ioctl]);
+        nrs.extend([
+            libc::SYS_clone,
+            libc::SYS_clone3,
+            libc::SYS_ioctl,
+            libc::SYS_socket,
+            libc::SYS_socketpair,
+        ]);
         nrs.sort_unstable();
         nrs.dedup();
-        assert_eq!(nrs.len(), DENIED.len() + 3, "no two names share a number");
+        assert_eq!(nrs.len(), DENIED.len() + 5, "no two names share a number");
     }
 
     #[test]
@@ -792,7 +910,14 @@ mod tests {
             TIOCLINUX << 32,
             libc::TCGETS as u64,
             0x80, // CLONE_NEWTIME: the exit-signal bits of clone's flags
+            libc::AF_VSOCK as u64,
+            libc::AF_PACKET as u64,
+            libc::NETLINK_AUDIT as u64,
+            libc::NETLINK_KOBJECT_UEVENT as u64,
         ];
+        for &(_, f) in SOCKET_FAMILIES.iter().chain(NETLINK_PROTOCOLS) {
+            values.extend([f, f | (1 << 32), f << 32, f + 1]);
+        }
         for &(_, flag) in CLONE_NS_FLAGS {
             values.extend([flag, flag | (1 << 40), flag << 32, !flag & 0xffff_ffff]);
         }
@@ -813,8 +938,8 @@ mod tests {
             AUDIT_ARCH_AARCH64,
         ] {
             for &nr in &numbers {
-                // Each value as argument 0 and as argument 1; the others get junk.
-                for (slot, &v) in values.iter().flat_map(|v| [(0usize, v), (1, v)]) {
+                // Each value as argument 0, 1 and 2; the others get junk.
+                for (slot, &v) in values.iter().flat_map(|v| [(0usize, v), (1, v), (2, v)]) {
                     let mut args = [0xdead_beef_u64; 6];
                     args[slot] = v;
                     let want = expected_action(native(), x86, arch, nr, args).ret();
@@ -825,6 +950,87 @@ mod tests {
             }
         }
         assert!(checked > 100_000, "{checked}");
+        // socket(2): every family below 64 with every netlink protocol below 64 (and both
+        // with junk above the low word), as the kernel reads them.
+        for nr in [libc::SYS_socket as u32, libc::SYS_socketpair as u32] {
+            for family in (0..64u64).flat_map(|f| [f, f | (0xff << 32)]) {
+                for protocol in (0..64u64).flat_map(|p| [p, p | (1 << 63)]) {
+                    let args = [family, 0xdead_beef, protocol, 0, 0, 0];
+                    let want = expected_action(native(), x86, native(), nr, args).ret();
+                    assert_eq!(run(f.program(), native(), nr, args), want, "{nr} {args:x?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn socket_families_follow_the_allowlist() {
+        let sock = |family: i32, protocol: i32| {
+            deny(
+                libc::SYS_socket,
+                [
+                    family as u64,
+                    libc::SOCK_STREAM as u64,
+                    protocol as u64,
+                    0,
+                    0,
+                    0,
+                ],
+            )
+        };
+        let eafnosupport = libc::SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32;
+        let eprotonosupport = libc::SECCOMP_RET_ERRNO | libc::EPROTONOSUPPORT as u32;
+        for family in [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6] {
+            assert_eq!(sock(family, 0), ALLOW, "{family}");
+        }
+        assert_eq!(sock(libc::AF_NETLINK, libc::NETLINK_ROUTE), ALLOW);
+        for protocol in [
+            libc::NETLINK_AUDIT,
+            libc::NETLINK_KOBJECT_UEVENT,
+            libc::NETLINK_SOCK_DIAG,
+            libc::NETLINK_XFRM,
+            libc::NETLINK_NETFILTER,
+            libc::NETLINK_GENERIC,
+        ] {
+            assert_eq!(
+                sock(libc::AF_NETLINK, protocol),
+                eprotonosupport,
+                "{protocol}"
+            );
+        }
+        for family in [
+            libc::AF_VSOCK,
+            libc::AF_PACKET,
+            libc::AF_BLUETOOTH,
+            libc::AF_CAN,
+            libc::AF_ALG,
+            libc::AF_XDP,
+            libc::AF_TIPC,
+            libc::AF_RDS,
+            libc::AF_KEY,
+            libc::AF_UNSPEC,
+            46, // AF_MAX: one past the last family
+        ] {
+            assert_eq!(sock(family, 0), eafnosupport, "{family}");
+        }
+        // A family with junk in the upper half is still the family the kernel uses.
+        assert_eq!(
+            deny(
+                libc::SYS_socket,
+                [(1 << 32) | libc::AF_VSOCK as u64, 1, 0, 0, 0, 0]
+            ),
+            eafnosupport
+        );
+        let pair = |family: i32| deny(libc::SYS_socketpair, [family as u64, 1, 0, 0, 0, 0]);
+        assert_eq!(pair(libc::AF_UNIX), ALLOW);
+        for family in [
+            libc::AF_TIPC,
+            libc::AF_INET,
+            libc::AF_VSOCK,
+            libc::AF_NETLINK,
+        ] {
+            assert_eq!(pair(family), eafnosupport, "{family}");
+        }
     }
 
     /// What the kernel checks before it accepts a classic-BPF seccomp program
@@ -852,7 +1058,15 @@ mod tests {
                 BPF_RET_K => {
                     assert_eq!((ins.jt, ins.jf), (0, 0), "return at {pc}");
                     assert!(
-                        [ALLOW, KILL, EPERM, ENOSYS].contains(&ins.k),
+                        [
+                            ALLOW,
+                            KILL,
+                            EPERM,
+                            ENOSYS,
+                            libc::SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32,
+                            libc::SECCOMP_RET_ERRNO | libc::EPROTONOSUPPORT as u32,
+                        ]
+                        .contains(&ins.k),
                         "return at {pc}"
                     );
                 }
@@ -870,9 +1084,14 @@ mod tests {
     fn the_program_is_one_comparison_per_syscall() {
         let f = build_filter().unwrap();
         let head = if cfg!(target_arch = "x86_64") { 7 } else { 4 };
-        // Head, one jump per number (the list, ioctl, clone, clone3) and the allow, the two
-        // argument tests, the two returns.
-        assert_eq!(f.program().len(), head + DENIED.len() + 3 + 1 + 3 + 4 + 2);
+        // Head, one jump per number (the list, ioctl, clone, clone3, socket, socketpair) and
+        // the allow, the argument tests (clone, ioctl, socket, netlink, socketpair), the four
+        // shared returns.
+        let socket = 2 + SOCKET_FAMILIES.len() + 2 + NETLINK_PROTOCOLS.len() + 2;
+        assert_eq!(
+            f.program().len(),
+            head + DENIED.len() + 5 + 1 + 3 + 4 + socket + 4
+        );
     }
 
     #[test]

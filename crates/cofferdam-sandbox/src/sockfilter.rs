@@ -12,7 +12,8 @@
 //! 1. **families** (`EAFNOSUPPORT`): `socket(2)` is an allowlist —
 //!    - `AF_UNIX` (pathname sockets are Landlock's at ABI 9; abstract ones are scoped at ABI
 //!      6) and `AF_NETLINK` (talks to the local kernel only; glibc's `getaddrinfo` uses it),
-//!      any type;
+//!      any type (the kernel-surface filter, [`crate::seccomp`], installed on every tier,
+//!      narrows netlink to `NETLINK_ROUTE` and every family to its own allowlist);
 //!    - `AF_INET` / `AF_INET6` only when the plan grants some TCP port, and then only with
 //!      type exactly `SOCK_STREAM` (optionally `| SOCK_NONBLOCK | SOCK_CLOEXEC`) and
 //!      protocol 0 or `IPPROTO_TCP`. When no port is granted (network `none`: every connect

@@ -171,7 +171,7 @@ fn device_nodes(ctx: &Ctx) -> Outcome {
         assert_eq!(dev[0]["status"], "enforced");
         "none exists in the minimal /dev (bundle: minimal_dev enforced)"
     } else {
-        "none opens: Landlock grants only /dev/null, zero, full, tty, ptmx, pts and shm"
+        "none opens: Landlock grants only /dev/null, zero, full, tty and the run's own pty"
     };
     check(
         r.value("opened").is_none(),

@@ -44,6 +44,7 @@ mod resources;
 mod resources_tmpfs;
 mod review_output;
 mod secrets;
+mod sockets;
 mod store;
 mod terminal;
 
@@ -64,6 +65,10 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         resources_tmpfs::ATTACKS,
         store::ATTACKS,
         review_output::ATTACKS,
+        sockets::ATTACKS,
+        sockets::DEVICE_ATTACKS,
+        sockets::EXEC_ATTACKS,
+        sockets::WATCH_ATTACKS,
     ]
     .into_iter()
     .flatten()

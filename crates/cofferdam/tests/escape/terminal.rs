@@ -72,7 +72,7 @@ fn tiocsti_own(ctx: &Ctx) -> Outcome {
 }
 
 /// A pty pair: (master, slave).
-fn openpty() -> (File, File) {
+pub fn openpty() -> (File, File) {
     // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a descriptor owned here; the name
     // buffer is NUL-terminated by ptsname_r on success.
     let (master, name) = unsafe {
