@@ -33,6 +33,9 @@ pub const ENFORCED: u32 = 2;
 
 /// Raise this pid namespace's `vm.memfd_noexec` to 2 (when `write`), then read it back.
 pub fn seal_exec(write: bool) -> ControlObservation {
+    // Only pid 1 of a new pid namespace writes: anywhere else the value would be the host's
+    // own pid namespace's, which a run must never change.
+    let write = write && rustix::process::getpid().is_init();
     let written = write.then(|| std::fs::write(MEMFD_NOEXEC, format!("{ENFORCED}\n")));
     let read = std::fs::read_to_string(MEMFD_NOEXEC)
         .map_err(|e| e.to_string())
