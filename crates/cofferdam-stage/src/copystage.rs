@@ -481,7 +481,7 @@ pub fn materialize(copy: &Path, upper: &Path, delta: &Delta) -> Result<(), CopyE
         let meta = fs::symlink_metadata(&from).map_err(io_err("read", &from))?;
         let now_mode = meta.mode() & 0o7777;
         let mode = delta.locked.get(rel).copied().unwrap_or(now_mode);
-        if meta.is_dir() && mode & 0o300 != 0o300 {
+        if meta.is_dir() && (mode & 0o300 != 0o300 || mode != now_mode) {
             if now_mode & 0o300 != 0o300 {
                 fs::set_permissions(&from, fs::Permissions::from_mode(now_mode | 0o700))
                     .map_err(io_err("chmod", &from))?;
