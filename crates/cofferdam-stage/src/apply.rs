@@ -50,12 +50,18 @@
 //! owner of a replaced object), extended attributes and ACLs. A modified file is replaced
 //! by a new inode, so other hard links to the old file keep the old content.
 //!
+//! Permission bits come from the seal's record (what the review showed), not from the
+//! staged inode, which the seal may have lent its owner read access (`chmod 0` stages).
+//!
 //! When the stage and the workdir are on one filesystem, a staged regular file is
-//! hard-linked into place instead of copied (no new inode, no data copy), unless its
-//! setuid/setgid bits must be dropped or, for root, an owner kept: the applied file then
-//! shares its inode with the stage's copy until the job is dropped, and staged files the
-//! command had hard-linked together stay linked. Elsewhere (`EXDEV`, or a link refused)
-//! the content is copied into a new file.
+//! hard-linked into place instead of copied (no new inode, no data copy), once every
+//! extended attribute on it (the command's `user.*` names, an ACL, a file capability) is
+//! removed — one that cannot be removed means a copy — and unless its setuid/setgid bits
+//! must be dropped, its inode's mode is not the recorded one or, for root, an owner kept:
+//! the applied file then shares its inode with the stage's copy until the job is dropped,
+//! and staged files the command had hard-linked together stay linked. Elsewhere (`EXDEV`, or a link refused)
+//! the content is copied into a new file, by data range so holes stay holes
+//! ([`crate::sparse::copy_file`]).
 
 pub(crate) mod fsops;
 

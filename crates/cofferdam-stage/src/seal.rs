@@ -7,8 +7,8 @@
 //! tree, but for one thing: a staged directory or file the command made unreadable to its
 //! owner (`chmod 0`) is lent owner read (and search) permission, so that the seal, review,
 //! diff, apply and drop can read the stage as the job's own user; the change records the
-//! command's mode, and apply writes that. It reads the upper, `stat`s / reads links / reads files of the lower beneath
-//! the lower's root without following symlinks ([`HostRoot`]), and returns values.
+//! command's mode, and apply writes that. It reads the upper, `stat`s / reads links /
+//! reads files of the lower beneath the lower's root without following symlinks ([`HostRoot`]), and returns values.
 //!
 //! Classification of an upper entry (paths are compared as bytes throughout):
 //!
@@ -503,6 +503,40 @@ fn is_bidi_control(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chmod_0_stage_seals_with_the_commands_modes() {
+        use std::os::unix::fs::PermissionsExt;
+        let upper = tempfile::tempdir().unwrap();
+        let lower = tempfile::tempdir().unwrap();
+        let u = upper.path();
+        fs::create_dir_all(u.join("a/b")).unwrap();
+        fs::write(u.join("a/b/f"), "x").unwrap();
+        let set = |p: &str, m: u32| {
+            fs::set_permissions(u.join(p), fs::Permissions::from_mode(m)).unwrap();
+        };
+        set("a/b/f", 0);
+        set("a/b", 0);
+        set("a", 0);
+        let sealed = seal(u, lower.path()).unwrap();
+        let modes: Vec<(&str, Option<u32>)> = sealed
+            .changes
+            .iter()
+            .map(|c| (c.path.as_str(), c.mode))
+            .collect();
+        assert_eq!(
+            modes,
+            [("a", Some(0)), ("a/b", Some(0)), ("a/b/f", Some(0))]
+        );
+        // Lent to the owner for reading, nothing more.
+        let mode = |p: &str| fs::metadata(u.join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            (mode("a"), mode("a/b"), mode("a/b/f")),
+            (0o500, 0o500, 0o400)
+        );
+        set("a", 0o700);
+        set("a/b", 0o700);
+    }
 
     #[test]
     fn display_paths() {

@@ -22,7 +22,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "rec.apply-xattrs",
         boundary: Records,
-        description: "set user.* xattrs and a file capability on staged files (linked and copied by apply)",
+        description: "set user.* xattrs and a file capability on staged files apply hard-links (plain, created setuid/setgid)",
         on: BOTH_MUST,
         probe: apply_xattrs,
     },
@@ -170,8 +170,8 @@ fn xattrs(p: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Sets, on each of `linked` (a plain file: apply links it where it can), `copied` (setuid:
-/// apply copies it) and `sgid`, two `user.*` names and a file capability (cap_net_raw,
+/// Sets, on each of `linked` (a plain file: apply links it where it can), `copied` and
+/// `sgid` (created setuid, setgid: copied when the bits survive creation), two `user.*` names and a file capability (cap_net_raw,
 /// effective; refused without CAP_SETFCAP), printing what it managed.
 const SET_XATTRS: &str = r#"
 import os, struct
