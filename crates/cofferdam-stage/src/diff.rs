@@ -104,6 +104,16 @@ pub fn mode_flags(mode: u32, is_dir: bool) -> Vec<&'static str> {
     v
 }
 
+/// The mode a change list shows next to a path: an added or retyped entry's, and any
+/// change's whose mode stands out (setuid, setgid, world-writable); `None` otherwise. The
+/// flag says whether it stands out (to be painted so it cannot be missed).
+pub fn listed_mode(kind: ChangeKind, mode: Option<u32>, is_dir: bool) -> Option<(String, bool)> {
+    let m = mode?;
+    let loud = mode_flags(m, is_dir).iter().any(|f| *f != "executable");
+    let new = matches!(kind, ChangeKind::Added | ChangeKind::TypeChanged);
+    (new || loud).then(|| (format!("mode {}", mode_text(m, is_dir)), loud))
+}
+
 /// `0755`, or `0777 (world-writable, executable)`.
 pub fn mode_text(mode: u32, is_dir: bool) -> String {
     let flags = mode_flags(mode, is_dir);

@@ -286,7 +286,10 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
                     ChangeKind::TypeChanged => s.warn("type changed"),
                     ChangeKind::Opaque => s.warn("replaced    "),
                 };
-                let _ = writeln!(o, "  {word} {}{}", c.path, change_mode(c, s));
+                let is_dir =
+                    c.new_type == Some(cofferdam_record::bundle::ChangeEntryType::Directory);
+                let mode = crate::cmd::apply::painted_mode(c.kind, c.mode, is_dir, s);
+                let _ = writeln!(o, "  {word} {}{mode}", c.path);
             }
         }
     }
@@ -307,23 +310,6 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
             "\nnext: cofferdam diff {id}  ·  cofferdam apply {id}  ·  cofferdam drop {id}"
         );
     }
-}
-
-/// The staged mode of an added or retyped entry (`  mode 0755`), and of any change whose
-/// mode stands out (setuid, setgid, world-writable), painted so it cannot be missed.
-fn change_mode(c: &cofferdam_record::bundle::ChangeEntry, s: Style) -> String {
-    let Some(m) = c.mode else {
-        return String::new();
-    };
-    let is_dir = c.new_type == Some(cofferdam_record::bundle::ChangeEntryType::Directory);
-    let flags = cofferdam_stage::diff::mode_flags(m, is_dir);
-    let new = matches!(c.kind, ChangeKind::Added | ChangeKind::TypeChanged);
-    let loud = flags.iter().any(|f| *f != "executable");
-    if !new && !loud {
-        return String::new();
-    }
-    let text = format!("  mode {}", cofferdam_stage::diff::mode_text(m, is_dir));
-    if loud { s.bad(&text) } else { s.dim(&text) }
 }
 
 /// `cofferdam jobs`.

@@ -261,6 +261,7 @@ fn hidden_modes(ctx: &Ctx) -> Outcome {
         &["status", "--review", &r.job][..],
         &["diff", &r.job][..],
         &["diff", &r.job, "--stat"][..],
+        &["apply", &r.job, "--dry-run"][..],
     ] {
         let text = match ok(ctx, args, 60) {
             Ok(t) => t,
@@ -306,7 +307,7 @@ fn hidden_modes(ctx: &Ctx) -> Outcome {
     }
     check(
         hidden.is_empty(),
-        "status --review, diff, diff --stat, diff --json and the bundle show every staged mode, flags named",
+        "status --review, diff, diff --stat, apply --dry-run, diff --json and the bundle show every staged mode, flags named",
         format!("modes not shown: {hidden:?}"),
     )
 }
