@@ -30,39 +30,61 @@ pub const SPARSE_CONTEXT: &str = "cofferdam 2026-12 sparse file content v1";
 /// Bytes read (or copied) at a time.
 const CHUNK: usize = 1 << 20;
 
-/// The data ranges `[start, end)` of `file`, whose length is `len`, in order. A filesystem
-/// that cannot tell holes (`EINVAL` from `SEEK_DATA`) reports one range over everything.
-pub fn data_ranges(file: &File, len: u64) -> io::Result<Vec<(u64, u64)>> {
-    let mut out = Vec::new();
-    let mut at = 0u64;
-    while at < len {
-        let start = match rustix::fs::seek(file, SeekFrom::Data(at)) {
-            Ok(s) => s,
-            // No data after `at`: a trailing hole.
-            Err(Errno::NXIO) => break,
-            Err(Errno::INVAL) if at == 0 => return Ok(vec![(0, len)]),
-            Err(e) => return Err(e.into()),
-        };
-        if start >= len {
-            break;
-        }
-        let end = match rustix::fs::seek(file, SeekFrom::Hole(start)) {
-            Ok(h) => h.min(len),
-            Err(Errno::NXIO) => len,
-            Err(e) => return Err(e.into()),
-        };
-        if end <= start {
-            break;
-        }
-        out.push((start, end));
-        at = end;
-    }
-    Ok(out)
+/// The data ranges `[start, end)` of `file`, whose length is `len`, in order, found one at
+/// a time (a file may have millions). A filesystem that cannot tell holes (`EINVAL` from
+/// `SEEK_DATA`) reports one range over everything.
+pub fn data_ranges(file: &File, len: u64) -> DataRanges<'_> {
+    DataRanges { file, len, at: 0 }
 }
 
-/// Whether `ranges` cover the whole of a file of length `len` (no hole).
-fn dense(ranges: &[(u64, u64)], len: u64) -> bool {
-    len == 0 || ranges == [(0, len)]
+/// The iterator of [`data_ranges`].
+#[derive(Debug)]
+pub struct DataRanges<'a> {
+    file: &'a File,
+    len: u64,
+    /// Where the next search starts; `len` when done.
+    at: u64,
+}
+
+impl Iterator for DataRanges<'_> {
+    type Item = io::Result<(u64, u64)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at >= self.len {
+            return None;
+        }
+        let start = match rustix::fs::seek(self.file, SeekFrom::Data(self.at)) {
+            Ok(s) => s,
+            // No data after `at`: a trailing hole.
+            Err(Errno::NXIO) => self.len,
+            Err(Errno::INVAL) if self.at == 0 => {
+                self.at = self.len;
+                return Some(Ok((0, self.len)));
+            }
+            Err(e) => {
+                self.at = self.len;
+                return Some(Err(e.into()));
+            }
+        };
+        if start >= self.len {
+            self.at = self.len;
+            return None;
+        }
+        let end = match rustix::fs::seek(self.file, SeekFrom::Hole(start)) {
+            Ok(h) => h.min(self.len),
+            Err(Errno::NXIO) => self.len,
+            Err(e) => {
+                self.at = self.len;
+                return Some(Err(e.into()));
+            }
+        };
+        if end <= start {
+            self.at = self.len;
+            return None;
+        }
+        self.at = end;
+        Some(Ok((start, end)))
+    }
 }
 
 /// Feed `[start, end)` of `file` to `hasher`.
@@ -93,16 +115,19 @@ fn hash_range(
 /// data ranges.
 pub fn hash_file(file: &File) -> io::Result<String> {
     let len = file.metadata()?.len();
-    let ranges = data_ranges(file, len)?;
+    let mut ranges = data_ranges(file, len);
+    let first = ranges.next().transpose()?;
     let mut buf = vec![0u8; CHUNK];
-    let hasher = if dense(&ranges, len) {
+    // No hole: one range over everything (or nothing at all).
+    let hasher = if len == 0 || first == Some((0, len)) {
         let mut h = blake3::Hasher::new();
         hash_range(file, 0, u64::MAX, &mut buf, &mut h)?;
         h
     } else {
         let mut h = blake3::Hasher::new_derive_key(SPARSE_CONTEXT);
         h.update(&len.to_le_bytes());
-        for (start, end) in ranges {
+        for range in first.map(Ok).into_iter().chain(ranges) {
+            let (start, end) = range?;
             h.update(&start.to_le_bytes());
             h.update(&(end - start).to_le_bytes());
             hash_range(file, start, end, &mut buf, &mut h)?;
@@ -118,11 +143,11 @@ pub fn hash_file(file: &File) -> io::Result<String> {
 /// copied.
 pub fn copy_file(src: &File, dst: &File) -> io::Result<u64> {
     let len = src.metadata()?.len();
-    let ranges = data_ranges(src, len)?;
     let mut copied = 0u64;
     let mut fallback = false;
     let mut buf: Vec<u8> = Vec::new();
-    for (start, end) in ranges {
+    for range in data_ranges(src, len) {
+        let (start, end) = range?;
         let mut at = start;
         while at < end {
             let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(CHUNK);
@@ -170,13 +195,17 @@ mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
-    fn sparse(dir: &std::path::Path, name: &str) -> File {
-        let f = File::options()
+    fn new_file(dir: impl AsRef<std::path::Path>, name: &str) -> File {
+        File::options()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(dir.join(name))
-            .unwrap();
+            .open(dir.as_ref().join(name))
+            .unwrap()
+    }
+
+    fn sparse(dir: &std::path::Path, name: &str) -> File {
+        let f = new_file(dir, name);
         f.write_all_at(b"head", 0).unwrap();
         f.write_all_at(b"middle", 64 << 20).unwrap();
         f.set_len(1 << 40).unwrap();
@@ -188,15 +217,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let src = sparse(dir.path(), "src");
         let t = std::time::Instant::now();
-        let ranges = data_ranges(&src, 1 << 40).unwrap();
+        let ranges: Vec<(u64, u64)> = data_ranges(&src, 1 << 40).map(Result::unwrap).collect();
         assert!(!ranges.is_empty() && ranges.len() <= 2, "{ranges:?}");
+        assert_eq!(ranges[0].0, 0);
         let h1 = hash_file(&src).unwrap();
-        let dst = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(dir.path().join("dst"))
-            .unwrap();
+        let dst = new_file(dir.path(), "dst");
         let copied = copy_file(&src, &dst).unwrap();
         assert!(copied < 64 << 20, "{copied} bytes of data copied");
         let meta = dst.metadata().unwrap();
@@ -207,6 +232,27 @@ mod tests {
         assert_eq!(&b, b"middle");
         assert_eq!(hash_file(&dst).unwrap(), h1);
         assert!(t.elapsed() < std::time::Duration::from_secs(20));
+    }
+
+    #[test]
+    fn leading_and_inner_holes_copy_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = new_file(dir.path(), "s");
+        for (i, at) in [1u64 << 20, 3 << 20, (5 << 20) + 7].iter().enumerate() {
+            src.write_all_at(&vec![b'a' + i as u8; 10_000], *at)
+                .unwrap();
+        }
+        src.set_len(6 << 20).unwrap();
+        let dst = new_file(dir.path(), "d");
+        copy_file(&src, &dst).unwrap();
+        let (a, b) = (
+            std::fs::read(dir.path().join("s")).unwrap(),
+            std::fs::read(dir.path().join("d")).unwrap(),
+        );
+        assert!(a == b, "the copy differs");
+        assert_eq!(hash_file(&src).unwrap(), hash_file(&dst).unwrap());
+        let first = data_ranges(&src, 6 << 20).next().unwrap().unwrap();
+        assert!(first.0 > 0, "a leading hole: {first:?}");
     }
 
     #[test]
