@@ -50,12 +50,18 @@
 //! owner of a replaced object), extended attributes and ACLs. A modified file is replaced
 //! by a new inode, so other hard links to the old file keep the old content.
 //!
+//! Permission bits come from the seal's record (what the review showed), not from the
+//! staged inode, which the seal may have lent its owner read access (`chmod 0` stages).
+//!
 //! When the stage and the workdir are on one filesystem, a staged regular file is
-//! hard-linked into place instead of copied (no new inode, no data copy), unless its
-//! setuid/setgid bits must be dropped or, for root, an owner kept: the applied file then
-//! shares its inode with the stage's copy until the job is dropped, and staged files the
-//! command had hard-linked together stay linked. Elsewhere (`EXDEV`, or a link refused)
-//! the content is copied into a new file.
+//! hard-linked into place instead of copied (no new inode, no data copy), once every
+//! extended attribute on it (the command's `user.*` names, an ACL, a file capability) is
+//! removed — one that cannot be removed means a copy — and unless its setuid/setgid bits
+//! must be dropped, its inode's mode is not the recorded one or, for root, an owner kept:
+//! the applied file then shares its inode with the stage's copy until the job is dropped,
+//! and staged files the command had hard-linked together stay linked. Elsewhere (`EXDEV`, or a link refused)
+//! the content is copied into a new file, by data range so holes stay holes
+//! ([`crate::sparse::copy_file`]).
 
 pub(crate) mod fsops;
 
@@ -202,7 +208,11 @@ pub enum What {
 #[derive(Debug, Clone, Copy)]
 struct UpperEntry {
     what: What,
+    /// The staged object's type bits with the permission bits the seal recorded (what the
+    /// review showed; the seal may have lent the owner read access on the inode since).
     st_mode: u32,
+    /// The inode's own permission bits now.
+    inode_perm: u32,
     rdev: u64,
     times: (Timespec, Timespec),
 }
@@ -477,6 +487,7 @@ fn upper_entry(
     path: &[u8],
     display: &str,
     expected: Option<ChangeEntryType>,
+    recorded_mode: Option<u32>,
 ) -> Result<UpperEntry, ApplyError> {
     let stage_io = |e: Errno| ApplyError::StageIo {
         path: display.to_owned(),
@@ -502,9 +513,11 @@ fn upper_entry(
         tv_sec: sec,
         tv_nsec: i64::try_from(nsec).unwrap_or(0),
     };
+    let perm = recorded_mode.map_or(st.st_mode & 0o7777, |m| m & 0o7777);
     Ok(UpperEntry {
         what,
-        st_mode: st.st_mode,
+        st_mode: (st.st_mode & !0o7777) | perm,
+        inode_perm: st.st_mode & 0o7777,
         rdev: st.st_rdev,
         times: (
             ts(st.st_atime, st.st_atime_nsec as u64),
@@ -617,7 +630,7 @@ pub fn check(
         for &i in &unit.covers {
             let ch = &stage.changes[i];
             if ch.kind != ChangeKind::Deleted {
-                let up = upper_entry(roots.upper(), &ch.path, &ch.display, ch.new_type)?;
+                let up = upper_entry(roots.upper(), &ch.path, &ch.display, ch.new_type, ch.mode)?;
                 if up.what == What::Special && !opts.allow_special {
                     out.refusals.push(Refusal {
                         index: i,
@@ -1194,7 +1207,7 @@ fn create_entry(
                 OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
             )
             .map_err(|e| stage_io(fsops::io_err(e)))?;
-            let mut src = File::from(src);
+            let src = File::from(src);
             let meta = src.metadata().map_err(stage_io)?;
             if !meta.is_file() {
                 return Err(ApplyError::StageChanged {
@@ -1203,9 +1216,16 @@ fn create_entry(
                     expected: "file",
                 });
             }
-            // Same filesystem, nothing to change on the inode: link the staged file.
+            // Same filesystem, nothing to change on the inode: link the staged file, once
+            // its extended attributes (the command's) are gone; one that cannot be removed
+            // means a copy, which carries none.
             let same_owner = owner.is_none_or(|o| o == (meta.uid(), meta.gid()));
-            if roots.links.get() && same_owner && up.written_perm() == up.perm() {
+            let same_mode = up.written_perm() == up.perm() && up.inode_perm == up.perm();
+            if roots.links.get()
+                && same_owner
+                && same_mode
+                && fsops::strip_xattrs(src.as_fd()).map_err(|e| stage_io(fsops::io_err(e)))?
+            {
                 match fsops::link_fd(src.as_fd(), dir, name) {
                     Ok(()) => return fsops::id_of(src.as_fd()).map_err(write_err("inspect", path)),
                     Err(Errno::XDEV | Errno::PERM | Errno::ACCESS | Errno::NOENT) => {
@@ -1222,8 +1242,8 @@ fn create_entry(
                 Mode::from_raw_mode(0o600),
             )
             .map_err(write_err("create", path))?;
-            let mut dst = File::from(dst);
-            io::copy(&mut src, &mut dst).map_err(|e| ApplyError::Write {
+            let dst = File::from(dst);
+            crate::sparse::copy_file(&src, &dst).map_err(|e| ApplyError::Write {
                 action: "write",
                 path: display.to_owned(),
                 source: e,

@@ -12,7 +12,7 @@
 //! Unlike the overlay, this is O(tree), said in the docs: the copy reads the whole workdir
 //! (`.git` included), the snapshot and the comparison each `lstat` every entry of the copy.
 //! Regular files are cloned with `FICLONE` where the filesystem can (btrfs, XFS, bcachefs:
-//! no data is copied), else copied (`copy_file_range` through `std::io::copy`).
+//! no data is copied), else copied by data range, holes kept ([`crate::sparse::copy_file`]).
 //!
 //! # What is copied
 //!
@@ -307,12 +307,12 @@ pub fn copy_workdir_excluding(
 /// Copy one regular file: `FICLONE` first, a plain copy when the filesystem cannot clone.
 /// Keeps the permission bits and the timestamps. Returns whether it was cloned.
 fn copy_file(src: &Path, dst: &Path, meta: &fs::Metadata) -> Result<bool, CopyError> {
-    let mut from = OpenOptions::new()
+    let from = OpenOptions::new()
         .read(true)
         .custom_flags(libc_nofollow())
         .open(src)
         .map_err(io_err("read", src))?;
-    let mut to = OpenOptions::new()
+    let to = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
@@ -320,7 +320,7 @@ fn copy_file(src: &Path, dst: &Path, meta: &fs::Metadata) -> Result<bool, CopyEr
         .map_err(io_err("create", dst))?;
     let cloned = rustix::fs::ioctl_ficlone(&to, &from).is_ok();
     if !cloned {
-        io::copy(&mut from, &mut to).map_err(io_err("copy", src))?;
+        crate::sparse::copy_file(&from, &to).map_err(io_err("copy", src))?;
     }
     set_meta(&to, dst, meta)?;
     Ok(cloned)
@@ -349,6 +349,56 @@ fn set_meta(file: &File, path: &Path, meta: &fs::Metadata) -> Result<(), CopyErr
 
 /// Every entry below `root` (not following symlinks), relative path → state.
 pub fn list(root: &Path) -> Result<BTreeMap<PathBuf, EntryState>, CopyError> {
+    list_with(root, false)
+}
+
+/// Give the owner the permission bits `need` on every directory beneath `root` (nested
+/// too) that lacks them — a stage or copy the command `chmod 0`ed — before a walk that must
+/// read it as the job's own user. Returns each such directory's own mode, for the records
+/// (apply writes that mode, never the inode's). A directory the caller does not own (and
+/// cannot change) is left as it is, and the walk reports it.
+pub(crate) fn lend_dirs(root: &Path, need: u32) -> io::Result<HashMap<PathBuf, u32>> {
+    let mut locked = HashMap::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let path = entry?.path();
+            let meta = fs::symlink_metadata(&path)?;
+            if !meta.is_dir() {
+                continue;
+            }
+            let mode = meta.mode() & 0o7777;
+            if mode & need != need
+                && fs::set_permissions(&path, fs::Permissions::from_mode(mode | need)).is_ok()
+            {
+                locked.insert(path.clone(), mode);
+            }
+            todo.push(path);
+        }
+    }
+    Ok(locked)
+}
+
+/// [`list`] of the copy after the run: a directory the command left without owner read,
+/// write or search permission (`chmod 0`) is lent it, so it can be listed and its entries
+/// moved, and is listed with the mode the command gave it; [`compare`] keeps those modes
+/// ([`Delta::locked`]) for [`materialize`] to put back in the upper. The copy is the run's
+/// scratch, consumed by [`materialize`].
+pub fn list_after_run(root: &Path) -> Result<BTreeMap<PathBuf, EntryState>, CopyError> {
+    list_with(root, true)
+}
+
+fn list_with(root: &Path, lend: bool) -> Result<BTreeMap<PathBuf, EntryState>, CopyError> {
+    let locked = if lend {
+        lend_dirs(root, 0o700).map_err(io_err("read", root))?
+    } else {
+        HashMap::new()
+    };
     let mut out = BTreeMap::new();
     for entry in WalkDir::new(root).follow_links(false).min_depth(1) {
         let entry = entry.map_err(|e| {
@@ -362,7 +412,10 @@ pub fn list(root: &Path) -> Result<BTreeMap<PathBuf, EntryState>, CopyError> {
         let meta = entry
             .metadata()
             .map_err(|e| io_err("read", entry.path())(e.into()))?;
-        let state = EntryState::of(entry.path(), &meta).map_err(io_err("read", entry.path()))?;
+        let state = match locked.get(entry.path()) {
+            Some(mode) => EntryState::Dir { mode: *mode },
+            None => EntryState::of(entry.path(), &meta).map_err(io_err("read", entry.path()))?,
+        };
         let rel = entry
             .path()
             .strip_prefix(root)
@@ -382,6 +435,9 @@ pub struct Delta {
     pub dir_modes: Vec<(PathBuf, u32)>,
     /// Entries of the snapshot that are gone (the topmost of a deleted tree only).
     pub deleted: Vec<PathBuf>,
+    /// Directories of the copy whose own mode lacks owner read, write or search, with that
+    /// mode ([`list_after_run`] lent them the permission in the copy).
+    pub locked: BTreeMap<PathBuf, u32>,
 }
 
 impl Delta {
@@ -399,6 +455,11 @@ pub fn compare(snapshot: &Snapshot, now: &BTreeMap<PathBuf, EntryState>) -> Delt
     let mut kept: BTreeSet<&Path> = BTreeSet::new();
     kept.insert(Path::new(""));
     for (rel, state) in now {
+        if let EntryState::Dir { mode } = state
+            && mode & 0o700 != 0o700
+        {
+            delta.locked.insert(rel.clone(), *mode);
+        }
         let parent = rel.parent().unwrap_or(Path::new(""));
         if !kept.contains(parent) {
             continue; // below a new or replaced directory: moved with it
@@ -434,24 +495,38 @@ pub fn materialize(copy: &Path, upper: &Path, delta: &Delta) -> Result<(), CopyE
     // can still be filled.
     let mut modes: Vec<(PathBuf, u32)> = Vec::new();
     for rel in &delta.put {
-        ensure_parents(copy, upper, rel, &mut modes)?;
+        ensure_parents(copy, upper, rel, &delta.locked, &mut modes)?;
         let from = copy.join(rel);
         let to = upper.join(rel);
         // Moving a directory to another parent rewrites its `..`, which needs write
         // permission on it (for anyone but root): a directory the command left read-only
         // is lent the permission and gets its mode back with the others, last.
         let meta = fs::symlink_metadata(&from).map_err(io_err("read", &from))?;
-        let mode = meta.mode() & 0o7777;
-        if meta.is_dir() && mode & 0o300 != 0o300 {
-            fs::set_permissions(&from, fs::Permissions::from_mode(mode | 0o700))
-                .map_err(io_err("chmod", &from))?;
+        let now_mode = meta.mode() & 0o7777;
+        let mode = delta.locked.get(rel).copied().unwrap_or(now_mode);
+        if meta.is_dir() && (mode & 0o300 != 0o300 || mode != now_mode) {
+            if now_mode & 0o300 != 0o300 {
+                fs::set_permissions(&from, fs::Permissions::from_mode(now_mode | 0o700))
+                    .map_err(io_err("chmod", &from))?;
+            }
             modes.push((to.clone(), mode));
+        }
+        // Locked directories inside it, lent permission in the copy: their own modes back.
+        if meta.is_dir() {
+            for (sub, m) in delta
+                .locked
+                .range(rel.clone()..)
+                .skip_while(|(p, _)| *p == rel)
+                .take_while(|(p, _)| p.starts_with(rel))
+            {
+                modes.push((upper.join(sub), *m));
+            }
         }
         fs::rename(&from, &to).map_err(io_err("move into the stage", &from))?;
         strip_overlay_xattrs(&to)?;
     }
     for (rel, mode) in &delta.dir_modes {
-        ensure_parents(copy, upper, rel, &mut modes)?;
+        ensure_parents(copy, upper, rel, &delta.locked, &mut modes)?;
         let to = upper.join(rel);
         match DirBuilder::new().mode(0o700).create(&to) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
@@ -462,7 +537,7 @@ pub fn materialize(copy: &Path, upper: &Path, delta: &Delta) -> Result<(), CopyE
         modes.push((to, *mode));
     }
     for rel in &delta.deleted {
-        ensure_parents(copy, upper, rel, &mut modes)?;
+        ensure_parents(copy, upper, rel, &delta.locked, &mut modes)?;
         whiteout(&upper.join(rel))?;
     }
     modes.sort_by(|a, b| b.0.cmp(&a.0));
@@ -479,6 +554,7 @@ fn ensure_parents(
     copy: &Path,
     upper: &Path,
     rel: &Path,
+    locked: &BTreeMap<PathBuf, u32>,
     modes: &mut Vec<(PathBuf, u32)>,
 ) -> Result<(), CopyError> {
     let Some(parent) = rel.parent() else {
@@ -491,9 +567,12 @@ fn ensure_parents(
         if fs::symlink_metadata(&dir).is_ok() {
             continue;
         }
-        let mode = fs::symlink_metadata(copy.join(&built))
-            .map(|m| m.mode() & 0o7777)
-            .unwrap_or(0o755);
+        let mode = match locked.get(&built) {
+            Some(m) => *m,
+            None => fs::symlink_metadata(copy.join(&built))
+                .map(|m| m.mode() & 0o7777)
+                .unwrap_or(0o755),
+        };
         DirBuilder::new()
             .mode(0o700)
             .create(&dir)

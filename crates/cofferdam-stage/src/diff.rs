@@ -74,6 +74,54 @@ pub struct FileDiff {
     /// Why applying it now would be refused, when the host changed since the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conflict: Option<String>,
+    /// The staged permission bits, octal (`"0755"`), for everything that has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// The host's permission bits before, octal, when the host had the object.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_mode: Option<String>,
+    /// What stands out in the staged mode ([`mode_flags`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mode_flags: Vec<&'static str>,
+}
+
+/// What a reviewer must not miss in permission bits: `setuid`, `setgid` (both stripped
+/// from files when applied), `world-writable`, and `executable` for a file.
+pub fn mode_flags(mode: u32, is_dir: bool) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if mode & 0o4000 != 0 {
+        v.push("setuid");
+    }
+    if mode & 0o2000 != 0 {
+        v.push("setgid");
+    }
+    if mode & 0o002 != 0 {
+        v.push("world-writable");
+    }
+    if !is_dir && mode & 0o111 != 0 {
+        v.push("executable");
+    }
+    v
+}
+
+/// The mode a change list shows next to a path: an added or retyped entry's, and any
+/// change's whose mode stands out (setuid, setgid, world-writable); `None` otherwise. The
+/// flag says whether it stands out (to be painted so it cannot be missed).
+pub fn listed_mode(kind: ChangeKind, mode: Option<u32>, is_dir: bool) -> Option<(String, bool)> {
+    let m = mode?;
+    let loud = mode_flags(m, is_dir).iter().any(|f| *f != "executable");
+    let new = matches!(kind, ChangeKind::Added | ChangeKind::TypeChanged);
+    (new || loud).then(|| (format!("mode {}", mode_text(m, is_dir)), loud))
+}
+
+/// `0755`, or `0777 (world-writable, executable)`.
+pub fn mode_text(mode: u32, is_dir: bool) -> String {
+    let flags = mode_flags(mode, is_dir);
+    if flags.is_empty() {
+        format!("{mode:04o}")
+    } else {
+        format!("{mode:04o} ({})", flags.join(", "))
+    }
 }
 
 /// The two roots a diff reads from.
@@ -183,6 +231,15 @@ pub fn diff_change(sides: &Sides<'_>, c: &StagedChange) -> Result<FileDiff, Diff
         deletions: 0,
         binary: false,
         conflict: None,
+        mode: c.mode.map(|m| format!("{m:04o}")),
+        old_mode: match &c.recorded.host {
+            crate::fingerprint::HostState::File { mode, .. }
+            | crate::fingerprint::HostState::Dir { mode } => Some(format!("{mode:04o}")),
+            _ => None,
+        },
+        mode_flags: c
+            .mode
+            .map_or_else(Vec::new, |m| mode_flags(m, c.new_is_dir())),
     };
     let rel = Path::new(fsops::os(&c.path));
     match sides.host.fingerprint(rel) {
@@ -228,15 +285,20 @@ pub fn diff_change(sides: &Sides<'_>, c: &StagedChange) -> Result<FileDiff, Diff
             return Ok(d);
         }
         (_, Some(ChangeEntryType::Directory)) => {
+            let mode = c
+                .mode
+                .map_or(String::new(), |m| format!(", mode {}", mode_text(m, true)));
             d.summary = Some(match c.kind {
-                ChangeKind::Added => "new directory".to_owned(),
+                ChangeKind::Added => format!("new directory{mode}"),
                 ChangeKind::TypeChanged => {
-                    format!("{} replaced by a directory", type_word(c.old_type))
+                    format!("{} replaced by a directory{mode}", type_word(c.old_type))
                 }
                 _ => {
                     let was = mode_of(sides.target, &c.path);
                     match (was, c.mode) {
-                        (Some(a), Some(b)) => format!("directory mode {a:04o} → {b:04o}"),
+                        (Some(a), Some(b)) => {
+                            format!("directory mode {a:04o} → {}", mode_text(b, true))
+                        }
                         _ => "directory mode changed".to_owned(),
                     }
                 }
@@ -266,8 +328,13 @@ pub fn diff_change(sides: &Sides<'_>, c: &StagedChange) -> Result<FileDiff, Diff
             return Ok(d);
         }
         (_, Some(ChangeEntryType::Other)) => {
+            let mode = c
+                .mode
+                .map_or(String::new(), |m| format!(", mode {}", mode_text(m, false)));
             d.summary = Some(match c.kind {
-                ChangeKind::Added => "new special file (device node, fifo or socket)".to_owned(),
+                ChangeKind::Added => {
+                    format!("new special file (device node, fifo or socket){mode}")
+                }
                 _ => "special file changed".to_owned(),
             });
             return Ok(d);
@@ -294,10 +361,21 @@ pub fn diff_change(sides: &Sides<'_>, c: &StagedChange) -> Result<FileDiff, Diff
     if c.kind == ChangeKind::TypeChanged {
         notes.push(format!("{} replaced by a file", type_word(c.old_type)));
     }
+    // git's header for a new file, with what stands out in the mode.
+    if let Some(m) = c.mode
+        && (old_mode.is_none() || c.kind != ChangeKind::Modified)
+    {
+        let flags = mode_flags(m, false);
+        let mut note = format!("new file mode {:06o}", 0o100_000 | (m & 0o7777));
+        if !flags.is_empty() {
+            note.push_str(&format!(" ({})", flags.join(", ")));
+        }
+        notes.push(note);
+    }
     if let (Some(a), Some(b)) = (old_mode, c.mode)
         && a != b
     {
-        notes.push(format!("mode {a:04o} → {b:04o}"));
+        notes.push(format!("mode {a:04o} → {}", mode_text(b, false)));
     }
     if let Some(m) = c.mode
         && m & 0o6000 != 0

@@ -25,7 +25,9 @@
 //! ```
 //!
 //! `mode` is the permission bits including setuid/setgid/sticky (`st_mode & 0o7777`);
-//! `other.st_mode` is the whole `st_mode`, file type bits included. `blake3` is omitted
+//! `other.st_mode` is the whole `st_mode`, file type bits included. `blake3` is the content
+//! hash of [`crate::sparse::hash_file`] (plain BLAKE3 for a file without holes; a file with
+//! holes is read by its data ranges only, so a huge sparse file is quick). It is omitted
 //! when the file could not be read (permission denied); a recheck that cannot read it
 //! either then matches on size, mode and ctime alone. `ctime` is omitted for `absent`.
 
@@ -103,7 +105,8 @@ pub enum HostState {
         size: u64,
         /// Permission bits (`st_mode & 0o7777`).
         mode: u32,
-        /// BLAKE3 of the content, lowercase hex; absent when the file could not be read.
+        /// The content hash ([`crate::sparse::hash_file`]), lowercase hex; absent when the
+        /// file could not be read.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         blake3: Option<String>,
     },
@@ -449,7 +452,7 @@ impl HostRoot {
         {
             return Err(unstable());
         }
-        let hash = hash_reader(&file).map_err(io_err)?;
+        let hash = crate::sparse::hash_file(&file).map_err(io_err)?;
         Ok(Fingerprint {
             host: HostState::File {
                 size: meta.size(),
@@ -519,13 +522,6 @@ pub(crate) fn ctime_of(meta: &std::fs::Metadata) -> Ctime {
         sec: meta.ctime(),
         nsec: u32::try_from(meta.ctime_nsec()).unwrap_or(0),
     }
-}
-
-/// BLAKE3 of everything `reader` yields, lowercase hex.
-pub(crate) fn hash_reader(reader: impl io::Read) -> io::Result<String> {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(reader)?;
-    Ok(hasher.finalize().to_hex().to_string())
 }
 
 /// Whether `ft` is a device node, fifo or socket.

@@ -4,8 +4,11 @@
 //! looks at (never walks) its counterpart in the lower (the host workdir), so its cost
 //! follows the number of entries the run touched, not the size of the workdir. It also
 //! owns the display form of change paths ([`display_path`]). It may not change either
-//! tree: it reads the upper, `stat`s / reads links / reads files of the lower beneath
-//! the lower's root without following symlinks ([`HostRoot`]), and returns values.
+//! tree, but for one thing: a staged directory or file the command made unreadable to its
+//! owner (`chmod 0`) is lent owner read (and search) permission, so that the seal, review,
+//! diff, apply and drop can read the stage as the job's own user; the change records the
+//! command's mode, and apply writes that. It reads the upper, `stat`s / reads links /
+//! reads files of the lower beneath the lower's root without following symlinks ([`HostRoot`]), and returns values.
 //!
 //! Classification of an upper entry (paths are compared as bytes throughout):
 //!
@@ -16,7 +19,7 @@
 //! | anything else | absent | `added`; below an added directory everything is `added` |
 //! | directory with `user.overlay.opaque=y` (or `trusted.`) | directory | `opaque`; every entry below it is `added` |
 //! | any | a different type | `type_changed`; below a directory that replaced a non-directory everything is `added` |
-//! | file | file | `modified` when size, content (BLAKE3) or permission bits differ, else none |
+//! | file | file | `modified` when size, content ([`crate::sparse::hash_file`]) or permission bits differ, else none |
 //! | directory | directory | `modified` when the permission bits differ, else none (its entries are still scanned) |
 //! | symlink | symlink | `modified` when the target bytes differ |
 //! | device/fifo/socket | same kind | `modified` when mode or device number differ |
@@ -30,10 +33,11 @@
 //! state (it still exists on the host, hidden), so applying over a host file edited
 //! meanwhile is caught.
 
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use cofferdam_record::bundle::{ChangeEntry, ChangeEntryType, ChangeKind};
@@ -42,7 +46,7 @@ use walkdir::WalkDir;
 
 use crate::fingerprint::{
     Fingerprint, FingerprintEntry, FingerprintError, Fingerprints, HostRoot, HostState, PERM_MASK,
-    hash_reader, is_other,
+    is_other,
 };
 
 /// The extended attributes that mark an opaque directory, in the order they are tried:
@@ -157,9 +161,11 @@ pub fn seal(upper: &Path, lower: &Path) -> Result<SealResult, SealError> {
             path: upper.to_path_buf(),
         });
     }
+    let locked = crate::copystage::lend_dirs(upper, 0o500).map_err(upper_err(upper))?;
     let mut scan = Scan {
         host: HostRoot::open(lower)?,
         upper,
+        locked,
         found: Vec::new(),
         whiteouts: 0,
         warnings: Vec::new(),
@@ -206,6 +212,8 @@ pub fn seal(upper: &Path, lower: &Path) -> Result<SealResult, SealError> {
 struct Scan<'a> {
     host: HostRoot,
     upper: &'a Path,
+    /// Directories [`crate::copystage::lend_dirs`] lent permission to, with the command's modes.
+    locked: HashMap<PathBuf, u32>,
     found: Vec<(ChangeEntry, FingerprintEntry)>,
     whiteouts: usize,
     warnings: Vec<String>,
@@ -225,6 +233,11 @@ impl Scan<'_> {
         let meta = entry.metadata().map_err(|e| upper_err(e.into()))?;
         let up = upper_of(path, &meta).map_err(upper_err)?;
         let is_dir = matches!(up, Upper::Dir { .. });
+        let up = match (up, self.locked.get(path)) {
+            (Upper::Dir { .. }, Some(mode)) => Upper::Dir { mode: *mode },
+            (up, _) => up,
+        };
+        lend_file(path, &up).map_err(upper_err)?;
 
         if matches!(up, Upper::Whiteout) && ctx.all_added {
             return Ok(None); // hides nothing: the host's entries here are already hidden
@@ -408,6 +421,21 @@ fn upper_of(path: &Path, meta: &fs::Metadata) -> io::Result<Upper> {
     })
 }
 
+/// Give the owner read permission on a staged file the command took it from, as
+/// [`crate::copystage::lend_dirs`] does for directories (`up` holds the command's mode, taken first).
+fn lend_file(path: &Path, up: &Upper) -> io::Result<()> {
+    let Upper::File { mode, .. } = up else {
+        return Ok(());
+    };
+    if mode & 0o400 != 0 {
+        return Ok(());
+    }
+    match fs::set_permissions(path, fs::Permissions::from_mode(mode | 0o400)) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(()),
+        other => other,
+    }
+}
+
 /// Whether the upper directory at `path` is marked opaque.
 fn is_opaque(path: &Path) -> bool {
     OPAQUE_XATTRS.iter().any(|name| {
@@ -432,7 +460,7 @@ fn hash_upper_file(path: &Path) -> io::Result<Option<String>> {
     if !File::metadata(&file)?.file_type().is_file() {
         return Err(io::Error::other("changed while the stage was sealed"));
     }
-    hash_reader(&file).map(Some)
+    crate::sparse::hash_file(&file).map(Some)
 }
 
 /// The display form of a relative path: the text itself when it is UTF-8 without control
@@ -446,6 +474,40 @@ pub fn display_path(bytes: &[u8]) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chmod_0_stage_seals_with_the_commands_modes() {
+        use std::os::unix::fs::PermissionsExt;
+        let upper = tempfile::tempdir().unwrap();
+        let lower = tempfile::tempdir().unwrap();
+        let u = upper.path();
+        fs::create_dir_all(u.join("a/b")).unwrap();
+        fs::write(u.join("a/b/f"), "x").unwrap();
+        let set = |p: &str, m: u32| {
+            fs::set_permissions(u.join(p), fs::Permissions::from_mode(m)).unwrap();
+        };
+        set("a/b/f", 0);
+        set("a/b", 0);
+        set("a", 0);
+        let sealed = seal(u, lower.path()).unwrap();
+        let modes: Vec<(&str, Option<u32>)> = sealed
+            .changes
+            .iter()
+            .map(|c| (c.path.as_str(), c.mode))
+            .collect();
+        assert_eq!(
+            modes,
+            [("a", Some(0)), ("a/b", Some(0)), ("a/b/f", Some(0))]
+        );
+        // Lent to the owner for reading, nothing more.
+        let mode = |p: &str| fs::metadata(u.join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            (mode("a"), mode("a/b"), mode("a/b/f")),
+            (0o500, 0o500, 0o400)
+        );
+        set("a", 0o700);
+        set("a/b", 0o700);
+    }
 
     #[test]
     fn display_paths() {

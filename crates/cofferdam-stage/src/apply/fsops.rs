@@ -156,6 +156,45 @@ pub(crate) fn link_fd(src: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &[u8]) -> 
     }
 }
 
+/// The extended attribute names of the open object `fd` (those the caller may see); none
+/// where the filesystem has no extended attributes.
+pub(crate) fn xattr_names(fd: BorrowedFd<'_>) -> Result<Vec<Vec<u8>>, Errno> {
+    let mut buf = vec![0u8; 256];
+    let n = loop {
+        match rustix::fs::flistxattr(fd, &mut buf[..]) {
+            Ok(n) => break n,
+            Err(Errno::RANGE) => {
+                let want = rustix::fs::flistxattr_query(fd)?;
+                buf.resize(want.max(buf.len() * 2), 0);
+            }
+            Err(Errno::NOTSUP) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        }
+    };
+    Ok(buf
+        .get(..n)
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|name| !name.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect())
+}
+
+/// Remove every extended attribute of the open file `fd` (the workload's `user.*` names,
+/// an ACL, a file capability, overlayfs's own markers); whether none is left. A name the
+/// caller may not remove (`security.capability` without `CAP_SETFCAP`, an LSM label) stays
+/// and the answer is `false`: the caller must not let the inode reach the host.
+pub(crate) fn strip_xattrs(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
+    for name in xattr_names(fd)? {
+        match rustix::fs::fremovexattr(fd, os(&name)) {
+            Ok(()) | Err(Errno::NODATA) => {}
+            Err(Errno::PERM | Errno::ACCESS | Errno::NOTSUP | Errno::ROFS) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(xattr_names(fd)?.is_empty())
+}
+
 /// Remove whatever is at `name` in `dir`, a whole directory tree included, without
 /// following symlinks. Absent is fine. Directories without owner rwx are given it first.
 pub(crate) fn remove_tree_at(dir: BorrowedFd<'_>, name: &[u8]) -> Result<(), Errno> {
@@ -342,6 +381,21 @@ mod tests {
         assert!(!base.join("t").exists());
         assert!(base.join("keep/k").exists());
         remove_tree_at(r.as_fd(), b"t").unwrap();
+    }
+
+    #[test]
+    fn strips_every_xattr_it_may() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("f");
+        std::fs::write(&p, b"1").unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        if rustix::fs::fsetxattr(&f, "user.a", b"1", rustix::fs::XattrFlags::empty()).is_err() {
+            return; // no user xattrs on this filesystem
+        }
+        rustix::fs::fsetxattr(&f, "user.b", b"2", rustix::fs::XattrFlags::empty()).unwrap();
+        assert_eq!(xattr_names(f.as_fd()).unwrap().len(), 2);
+        assert!(strip_xattrs(f.as_fd()).unwrap());
+        assert!(xattr_names(f.as_fd()).unwrap().is_empty());
     }
 
     #[test]

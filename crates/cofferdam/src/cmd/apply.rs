@@ -189,6 +189,17 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// A change list's mode note (`  mode 0777 (world-writable, executable)`), painted loud
+/// when the mode stands out; empty when there is none to show
+/// (`cofferdam_stage::diff::listed_mode`).
+pub(crate) fn painted_mode(k: ChangeKind, mode: Option<u32>, is_dir: bool, s: Style) -> String {
+    match cofferdam_stage::diff::listed_mode(k, mode, is_dir) {
+        Some((text, true)) => s.bad(&format!("  {text}")),
+        Some((text, false)) => s.dim(&format!("  {text}")),
+        None => String::new(),
+    }
+}
+
 pub(crate) fn kind_word(k: ChangeKind) -> &'static str {
     match k {
         ChangeKind::Added => "added",
@@ -647,7 +658,8 @@ fn print_result(
             v.iter()
                 .map(|&i| {
                     let c = &stage.changes[i];
-                    json!({"path": c.display, "kind": c.kind})
+                    let mode = c.mode.map(|m| format!("{m:04o}"));
+                    json!({"path": c.display, "kind": c.kind, "mode": mode})
                 })
                 .collect()
         };
@@ -688,9 +700,10 @@ fn print_result(
     );
     for &i in applied.iter().take(LIST_LIMIT) {
         let c = &stage.changes[i];
+        let mode = painted_mode(c.kind, c.mode, c.new_is_dir(), s);
         let _ = writeln!(
             o,
-            "  {:<12} {}",
+            "  {:<12} {}{mode}",
             s.good(kind_word(c.kind)),
             escape(&c.display)
         );

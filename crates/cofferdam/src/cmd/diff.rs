@@ -194,7 +194,24 @@ fn render_stat(o: &mut String, diffs: &[FileDiff], s: Style) {
         } else {
             String::new()
         };
-        let _ = writeln!(o, " {:<width$} | {what}{mark}", escape(&d.path));
+        // A text diff's summary (where a new file's mode is) is not on the stat line.
+        let mode = match (&d.unified, &d.mode) {
+            (Some(_), Some(m)) if d.old_mode.is_none() || !d.mode_flags.is_empty() => {
+                let flags = if d.mode_flags.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", d.mode_flags.join(", "))
+                };
+                let text = format!("  mode {m}{flags}");
+                if d.mode_flags.iter().any(|f| *f != "executable") {
+                    s.bad(&text)
+                } else {
+                    s.dim(&text)
+                }
+            }
+            _ => String::new(),
+        };
+        let _ = writeln!(o, " {:<width$} | {what}{mode}{mark}", escape(&d.path));
     }
     let _ = writeln!(
         o,

@@ -290,7 +290,10 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
                     ChangeKind::TypeChanged => s.warn("type changed"),
                     ChangeKind::Opaque => s.warn("replaced    "),
                 };
-                let _ = writeln!(o, "  {word} {}", escape(&c.path));
+                let is_dir =
+                    c.new_type == Some(cofferdam_record::bundle::ChangeEntryType::Directory);
+                let mode = crate::cmd::apply::painted_mode(c.kind, c.mode, is_dir, s);
+                let _ = writeln!(o, "  {word} {}{mode}", escape(&c.path));
             }
         }
     }

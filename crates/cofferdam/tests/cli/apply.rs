@@ -855,3 +855,74 @@ fn drop_after_an_interrupted_apply_cleans_up_and_keeps_what_was_written() {
     assert!(written >= 299, "{written}");
     assert_eq!(job_json(&s, &id)["state"], "discarded");
 }
+
+#[test]
+fn new_modes_show_before_apply_and_a_sparse_file_applies_sparse() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    // `sp` is setuid, so apply copies it (the bit is dropped) rather than linking it.
+    run(
+        &s,
+        "echo a > open; chmod 0777 open; truncate -s 1T sp; chmod 4755 sp; mkdir pub; chmod 1777 pub",
+    );
+    let json: Value = serde_json::from_str(&ok(&s
+        .cmd()
+        .args(["diff", "last", "--json"])
+        .output()
+        .unwrap()))
+    .unwrap();
+    let of = |p: &str| {
+        json["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["path"] == p)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(of("open")["mode"], "0777");
+    assert_eq!(
+        of("open")["mode_flags"],
+        serde_json::json!(["world-writable", "executable"])
+    );
+    assert_eq!(of("sp")["mode"], "4755");
+    assert_eq!(of("pub")["mode"], "1777");
+    assert!(of("sp")["summary"].as_str().unwrap().contains("large file"));
+    let review = ok(&s
+        .cmd()
+        .args(["--color", "never", "status", "--review", "last"])
+        .output()
+        .unwrap());
+    assert!(
+        review
+            .lines()
+            .any(|l| l.contains("open") && l.contains("mode 0777 (world-writable")),
+        "{review}"
+    );
+    assert!(
+        review
+            .lines()
+            .any(|l| l.contains("sp") && l.contains("4755 (setuid")),
+        "{review}"
+    );
+    let diff = ok(&s
+        .cmd()
+        .args(["--color", "never", "diff", "last"])
+        .output()
+        .unwrap());
+    assert!(
+        diff.contains("new file mode 100777 (world-writable, executable)"),
+        "{diff}"
+    );
+    ok(&s.cmd().args(["apply", "last"]).output().unwrap());
+    let m = std::fs::metadata(s.work.path().join("sp")).unwrap();
+    assert_eq!(m.len(), 1 << 40);
+    assert!(
+        m.blocks() * 512 < 1 << 20,
+        "{} blocks allocated",
+        m.blocks()
+    );
+    assert_eq!(m.permissions().mode() & 0o7777, 0o755);
+}

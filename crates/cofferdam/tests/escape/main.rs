@@ -30,6 +30,7 @@
 #[allow(dead_code)]
 mod common;
 
+mod apply_records;
 mod crash;
 mod fs_read;
 mod fs_write;
@@ -60,6 +61,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         metadata::ATTACKS,
         terminal::ATTACKS,
         records::ATTACKS,
+        apply_records::ATTACKS,
         resources::ATTACKS,
         secrets::ATTACKS,
         resources_tmpfs::ATTACKS,

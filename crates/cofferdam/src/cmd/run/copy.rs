@@ -176,7 +176,7 @@ impl CopyStage {
     /// `cofferdam_stage::copystage`), then remove the copy, the HOME stage and the temp
     /// directory. The seal runs on `upper` afterwards, as on the sealed tier.
     pub fn finish(self, upper: &Path) -> Result<(), Failure> {
-        let now = copystage::list(&self.paths.copy).map_err(Failure::setup)?;
+        let now = copystage::list_after_run(&self.paths.copy).map_err(Failure::setup)?;
         let delta = copystage::compare(&self.snapshot, &now);
         copystage::materialize(&self.paths.copy, upper, &delta).map_err(Failure::setup)?;
         for dir in [&self.paths.copy, &self.paths.home, &self.paths.tmp] {
