@@ -216,7 +216,6 @@ mod tests {
     fn a_tebibyte_with_holes_hashes_and_copies_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let src = sparse(dir.path(), "src");
-        let t = std::time::Instant::now();
         let ranges: Vec<(u64, u64)> = data_ranges(&src, 1 << 40).map(Result::unwrap).collect();
         assert!(!ranges.is_empty() && ranges.len() <= 2, "{ranges:?}");
         assert_eq!(ranges[0].0, 0);
@@ -231,7 +230,6 @@ mod tests {
         dst.read_exact_at(&mut b, 64 << 20).unwrap();
         assert_eq!(&b, b"middle");
         assert_eq!(hash_file(&dst).unwrap(), h1);
-        assert!(t.elapsed() < std::time::Duration::from_secs(20));
     }
 
     #[test]
