@@ -321,13 +321,13 @@ fn is_proxy_name(name: &str) -> bool {
     PROXY_ENV.iter().any(|p| p.eq_ignore_ascii_case(name))
 }
 
-/// The size of the sealed tier's private HOME and `/dev/shm` when `--tmp-size` is not
+/// The size of the sealed tier's private `/tmp`, HOME and `/dev/shm` when `--tmp-size` is not
 /// given: bounded, so a workload cannot fill half the host's RAM through them (a tmpfs
 /// without `size=` gets half of it), and large enough for a build's caches and Chromium's
 /// or Python multiprocessing's shared memory.
 pub const DEFAULT_PRIVATE_TMPFS_BYTES: u64 = 1 << 30;
 
-/// The size of the private HOME and `/dev/shm` tmpfs: `--tmp-size` when given (the one
+/// The size of the private `/tmp`, HOME and `/dev/shm` tmpfs: `--tmp-size` when given (the one
 /// size knob for the run's scratch space), else [`DEFAULT_PRIVATE_TMPFS_BYTES`].
 pub fn private_tmpfs_size(tmp_size: Option<u64>) -> u64 {
     tmp_size.unwrap_or(DEFAULT_PRIVATE_TMPFS_BYTES)

@@ -769,7 +769,9 @@ fn temp_dir(tier: EnforcementTier, p: &Policy, root: &Path) -> TempDirReport {
             path: "/tmp".into(),
             private: true,
             backing: "a fresh tmpfs".into(),
-            size_limit_bytes: p.resources.tmp_size.map(|s| s.0),
+            size_limit_bytes: Some(crate::plan::private_tmpfs_size(
+                p.resources.tmp_size.map(|s| s.0),
+            )),
             home_and_shm_size_limit_bytes: Some(crate::plan::private_tmpfs_size(
                 p.resources.tmp_size.map(|s| s.0),
             )),

@@ -898,10 +898,9 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     } else {
         MountAttrFlags::MOUNT_ATTR_NOEXEC
     };
-    let tmp_opts = match plan.tmp_size {
-        Some(bytes) => format!("mode=1777,size={bytes}"),
-        None => "mode=1777".to_owned(),
-    };
+    // /tmp is bounded like HOME and /dev/shm, asked or not: a tmpfs without `size=` may
+    // take half the host's RAM.
+    let tmp_opts = format!("mode=1777,size={}", plan.private_tmpfs_size);
     let home_opts = format!("mode=0700,size={}", plan.private_tmpfs_size);
     for (dir, opts, purpose) in [
         (Path::new("/tmp"), tmp_opts.as_str(), Purpose::System),
@@ -1130,7 +1129,7 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                 o.details.insert("tmp_size_read_back".into(), json!(tmp));
                 // HOME's tmpfs is under the workdir overlay when the workdir is HOME.
                 let home_ok = home_covered || home.is_some();
-                let tmp_ok = plan.tmp_size.is_none() || tmp.is_some();
+                let tmp_ok = tmp.is_some();
                 if !(home_ok && tmp_ok) {
                     o.status = ControlStatus::Partial;
                     o.reason =

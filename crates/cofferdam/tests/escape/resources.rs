@@ -1,7 +1,6 @@
 //! Resources: rlimits, the cgroup pids limit where one installs, the wall-clock timeout, the
 //! stage cap and the private /tmp's size. A fork bomb without `--pids` meets cofferdam's
-//! default pids limit; memory through the temp directory without `--tmp-size` is not
-//! contained by a default yet.
+//! default pids limit; the private tmpfs are bounded by default (resources_tmpfs.rs).
 
 use crate::harness::{
     Attack, BOTH_MUST, Boundary::Resources, Ctx, EVERY_TIER_MUST, Outcome, Run, SEALED_MUST, Tier,
@@ -10,10 +9,6 @@ use crate::harness::{
 
 /// Attacks that need what is being built; printed under the table, not run.
 pub const TO_BE_ADDED: &[(&str, &str)] = &[
-    (
-        "res.tmp-default",
-        "fill the private /tmp without --tmp-size (default size: half of RAM; HOME and /dev/shm are bounded, resources_tmpfs): needs a default /tmp size or memory cgroup",
-    ),
     (
         "res.memory",
         "allocate past --memory across processes: needs the memory cgroup (RLIMIT_DATA is per process)",

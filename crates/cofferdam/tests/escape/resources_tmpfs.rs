@@ -12,7 +12,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "res.home-tmpfs-bound",
         boundary: Resources,
-        description: "fill HOME's tmpfs past --tmp-size 4MiB; without it, HOME and /dev/shm are bounded (1 GiB), not half the RAM",
+        description: "fill HOME's and /tmp's tmpfs past --tmp-size 4MiB; without it, /tmp, HOME and /dev/shm are bounded (1 GiB), not half the RAM",
         on: SEALED_MUST,
         probe: home_tmpfs_bound,
     },
@@ -52,11 +52,12 @@ fn home_tmpfs_bound(ctx: &Ctx) -> Outcome {
         &[
             "sh",
             "-c",
-            "dd if=/dev/zero of=$HOME/big bs=1M count=8 2>/dev/null; echo size=$(stat -c %s $HOME/big); echo shm=$(df -k --output=size /dev/shm | tail -1)",
+            "dd if=/dev/zero of=$HOME/big bs=1M count=8 2>/dev/null; echo size=$(stat -c %s $HOME/big); dd if=/dev/zero of=/tmp/big bs=1M count=8 2>/dev/null; echo tmp=$(stat -c %s /tmp/big)",
         ],
     );
     ctx.assert_boundary(&r);
     let size: u64 = r.value("size").unwrap().parse().unwrap();
+    let tmp: u64 = r.value("tmp").unwrap().parse().unwrap();
     let tmpfs = crate::harness::controls_of(&r.bundle, "tmpfs");
     assert_eq!(tmpfs[0]["details"]["home_size_bytes"], 4 * MIB, "{tmpfs:?}");
     let scope = ctx.scope();
@@ -67,7 +68,7 @@ fn home_tmpfs_bound(ctx: &Ctx) -> Outcome {
         scope["temp_dir"]
     );
     // The default: bounded without --tmp-size (statfs only, nothing written).
-    let d = ctx.sh("echo home=$(df -k --output=size $HOME | tail -1); echo shm=$(df -k --output=size /dev/shm | tail -1)");
+    let d = ctx.sh("echo home=$(df -k --output=size $HOME | tail -1); echo shm=$(df -k --output=size /dev/shm | tail -1); echo tmp=$(df -k --output=size /tmp | tail -1)");
     let kib = |k: &str| d.value(k).and_then(|v| v.trim().parse::<u64>().ok());
     let default =
         crate::harness::controls_of(&d.bundle, "tmpfs")[0]["details"]["home_size_bytes"].as_u64();
@@ -77,15 +78,29 @@ fn home_tmpfs_bound(ctx: &Ctx) -> Outcome {
         "{}",
         d.bundle["executor_observations"]
     );
+    let default_tmp =
+        crate::harness::controls_of(&d.bundle, "tmpfs")[0]["details"]["tmp_size_read_back"]
+            .as_u64();
+    assert_eq!(
+        default_tmp,
+        Some(1 << 30),
+        "{}",
+        d.bundle["executor_observations"]
+    );
     check(
-        size <= 4 * MIB && kib("home") == Some(1 << 20) && kib("shm") == Some(1 << 20),
+        size <= 4 * MIB
+            && tmp <= 4 * MIB
+            && kib("home") == Some(1 << 20)
+            && kib("shm") == Some(1 << 20)
+            && kib("tmp") == Some(1 << 20),
         format!(
-            "{size} bytes fit in HOME (ENOSPC past 4 MiB); default HOME and /dev/shm 1 GiB; bundle and scope show the bound"
+            "{size} bytes fit in HOME and {tmp} in /tmp (ENOSPC past 4 MiB); default /tmp, HOME and /dev/shm 1 GiB; bundle and scope show the bound"
         ),
         format!(
-            "HOME took {size} bytes; default HOME {:?} KiB, /dev/shm {:?} KiB",
+            "HOME took {size} bytes, /tmp {tmp}; default HOME {:?} KiB, /dev/shm {:?} KiB, /tmp {:?} KiB",
             kib("home"),
-            kib("shm")
+            kib("shm"),
+            kib("tmp")
         ),
     )
 }
