@@ -47,7 +47,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "net.interfaces",
         boundary: Network,
-        description: "find an interface other than lo; add a route",
+        description: "find an interface other than lo; set lo's MTU (to the host's value: success is seen, never a change)",
         on: BOTH_MUST,
         probe: interfaces,
     },
@@ -223,25 +223,30 @@ fn raw_socket(ctx: &Ctx) -> Outcome {
 }
 
 fn interfaces(ctx: &Ctx) -> Outcome {
-    let r = ctx.sh("echo ifs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,); ip route add default dev lo 2>/dev/null && echo route=added; true");
+    // An RTM_NEWLINK that needs CAP_NET_ADMIN in the network namespace's owner and sets
+    // what is already there: on a tier without a network namespace one that gets through
+    // changes nothing on the host (never a route, which would).
+    let mtu = std::fs::read_to_string("/sys/class/net/lo/mtu").unwrap();
+    ctx.var("LO_MTU", mtu.trim());
+    let r = ctx.sh("echo ifs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,); ip link set dev lo mtu $LO_MTU 2>/dev/null && echo link=set; true");
     ctx.assert_boundary(&r);
     if ctx.tier() != Sealed {
         // No network namespace: the host's interfaces are listed (the scope report's
         // "network: no network namespace"); changing them needs a capability it lacks.
         return check(
-            r.value("route").is_none(),
+            r.value("link").is_none(),
             format!(
-                "no route added; the host's interfaces are visible (no network namespace): {}",
+                "lo unchanged (the MTU set refused); the host's interfaces are visible (no network namespace): {}",
                 r.value("ifs").unwrap_or("?")
             ),
-            "added a route on the host",
+            "set lo's MTU on the host",
         );
     }
     let netns = crate::harness::controls_of(&r.bundle, "netns");
     assert_eq!(netns[0]["details"]["interfaces"], serde_json::json!(["lo"]));
     assert_eq!(netns[0]["details"]["mode"], "none");
     check(
-        r.value("ifs") == Some("lo,") && r.value("route").is_none(),
+        r.value("ifs") == Some("lo,") && r.value("link").is_none(),
         "only lo inside; the bundle records interfaces [lo], mode none",
         format!("inside: {}", r.out),
     )
