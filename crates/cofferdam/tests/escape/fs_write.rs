@@ -175,9 +175,10 @@ fn absolute_outside(ctx: &Ctx) -> Outcome {
 fn usr(ctx: &Ctx) -> Outcome {
     let c = ctx.canaries();
     let r = ctx.sh(
-        "echo pwn > $USR_CANARY/new; mkdir $USR_CANARY/d; echo pwn >> $USR_CANARY/file; mv $USR_CANARY/file $USR_CANARY/moved; rm -f $USR_CANARY/file; true",
+        "echo seen=$(head -c 9 $USR_CANARY/file); echo pwn > $USR_CANARY/new; mkdir $USR_CANARY/d; echo pwn >> $USR_CANARY/file; mv $USR_CANARY/file $USR_CANARY/moved; rm -f $USR_CANARY/file; true",
     );
     ctx.assert_boundary(&r);
+    c.assert_seen(&r);
     let changed = c.changed();
     check(
         changed.is_empty(),
@@ -188,8 +189,9 @@ fn usr(ctx: &Ctx) -> Outcome {
 
 fn etc_passwd(ctx: &Ctx) -> Outcome {
     let c = ctx.canaries();
-    let r = ctx.sh("echo 'pwn:x:0:0::/:/bin/sh' >> $ETC_CANARY; echo rc=$?; rm -f $ETC_CANARY");
+    let r = ctx.sh("echo seen=$(head -c 9 $ETC_CANARY); echo 'pwn:x:0:0::/:/bin/sh' >> $ETC_CANARY; echo rc=$?; rm -f $ETC_CANARY");
     ctx.assert_boundary(&r);
+    c.assert_seen(&r);
     let changed = c.changed();
     check(
         changed.is_empty() && r.value("rc") != Some("0"),
@@ -280,8 +282,9 @@ fn hardlink_in_workdir(ctx: &Ctx) -> Outcome {
 fn hardlink_system_file(ctx: &Ctx) -> Outcome {
     let c = ctx.canaries();
     let r =
-        ctx.sh("ln $ETC_CANARY h && echo linked=yes; echo pwn >> h; echo pwn >> $ETC_CANARY; true");
+        ctx.sh("echo seen=$(head -c 9 $ETC_CANARY); ln $ETC_CANARY h && echo linked=yes; echo pwn >> h; echo pwn >> $ETC_CANARY; true");
     ctx.assert_boundary(&r);
+    c.assert_seen(&r);
     let changed = c.changed();
     check(
         changed.is_empty(),

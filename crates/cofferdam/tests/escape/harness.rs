@@ -366,7 +366,7 @@ pub struct Canaries {
     pub usr: PathBuf,
     /// Whether they are root-owned files in `/etc` and `/usr/lib`.
     pub system: bool,
-    before: String,
+    before: Vec<String>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -410,13 +410,32 @@ impl Canaries {
         }
     }
 
-    /// What changed since they were made (empty when nothing did).
+    /// What changed since they were made (empty when nothing did): each entry whose state
+    /// is new, then each that is gone.
     pub fn changed(&self) -> String {
         let now = canary_state(&self.etc, &self.usr);
-        if now == self.before {
+        let new: Vec<&String> = now.iter().filter(|l| !self.before.contains(l)).collect();
+        let gone: Vec<&String> = self.before.iter().filter(|l| !now.contains(l)).collect();
+        if new.is_empty() && gone.is_empty() {
             String::new()
         } else {
-            format!("canaries were {} now {}", self.before, now)
+            format!("canary changed: now {new:?}; was {gone:?}")
+        }
+    }
+
+    /// The root-owned canaries are in the sandbox's view on every tier (the system
+    /// directories are), so the attack's `seen=$(head -c 9 <canary>)` must have read one:
+    /// a denial of a file the command cannot even see would prove nothing. (The caller's
+    /// temp-dir canaries are outside the sealed tier's view, by its mount namespace.)
+    pub fn assert_seen(&self, r: &Run) {
+        if self.system {
+            assert_eq!(
+                r.value("seen"),
+                Some("cofferdam"),
+                "the command did not see the canary: {}{}",
+                r.out,
+                r.err
+            );
         }
     }
 
@@ -482,8 +501,8 @@ fn sweep_stale_canaries() {
     }
 }
 
-/// Type, mode, owner, mtime, size and content of a canary and its entries, as one line.
-fn canary_state(etc: &Path, usr: &Path) -> String {
+/// Type, mode, owner, mtime, size and content of each canary and entry, one line each.
+fn canary_state(etc: &Path, usr: &Path) -> Vec<String> {
     use std::os::unix::fs::MetadataExt;
     let one = |p: &Path| match p.symlink_metadata() {
         Err(e) => format!("{}: {e}", p.display()),
@@ -511,7 +530,7 @@ fn canary_state(etc: &Path, usr: &Path) -> String {
         names.sort();
         parts.extend(names.iter().map(|p| one(p)));
     }
-    parts.join("; ")
+    parts
 }
 
 /// A fresh world for one attack: `base/{work,home,store,outside}`, and on demand its

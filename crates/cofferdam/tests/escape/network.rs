@@ -87,8 +87,19 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "net.visible-socket-files",
         boundary: Network,
-        description: "connect to every socket file visible outside the workdir (system view)",
-        on: BOTH_MUST,
+        description: "find every socket file visible outside the workdir (system view); connect to the harness's canary listener among them",
+        // A listener in a visible system directory is reachable below Landlock ABI 9,
+        // like one in the workdir (before the canary, this host had none there to try).
+        on: &[
+            (
+                Sealed,
+                Documented("pathname unix sockets inside visible paths"),
+            ),
+            (
+                Scoped,
+                Documented("pathname unix sockets inside visible paths"),
+            ),
+        ],
         probe: visible_sockets,
     },
 ];
@@ -316,10 +327,18 @@ fn tcp_ipv6(ctx: &Ctx) -> Outcome {
     )
 }
 
+/// The sweep only looks at the host's sockets (lstat): connecting to every one, as root on
+/// a tier whose boundary is gone, would knock on every daemon of the host. What it
+/// connects to is the harness's listener, in the canary directory under `/usr/lib` (as
+/// root; the caller's temp dir otherwise), found by the same sweep.
 fn visible_sockets(ctx: &Ctx) -> Outcome {
+    let c = ctx.canaries();
+    let l = UnixListener::bind(c.usr.join("sock")).unwrap();
+    l.set_nonblocking(true).unwrap();
     let r = ctx.py(
         r#"
 import os, socket, stat
+canary = os.environ["USR_CANARY"] + "/"
 found, connected = [], []
 for top in ["/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib64", "/dev", "/tmp", "/proc/self/root"]:
     for root, dirs, files in os.walk(top):
@@ -331,6 +350,9 @@ for top in ["/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib64", "/dev", "
             try:
                 if stat.S_ISSOCK(os.lstat(p).st_mode):
                     found.append(p)
+                    if not p.startswith(canary):
+                        continue
+                    print("seen=cofferdam")
                     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                     s.settimeout(1)
                     s.connect(p)
@@ -342,14 +364,21 @@ print("connected=" + " ".join(connected))
 "#,
     );
     ctx.assert_boundary(&r);
+    c.assert_seen(&r);
+    let reached = match l.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+        Err(e) => panic!("accept: {e}"),
+    };
     check(
-        r.value("connected") == Some(""),
+        r.value("connected") == Some("") && !reached,
         format!(
-            "{} socket files visible, none connectable",
-            r.value("found").unwrap_or("?")
+            "{} socket files visible; the canary listener is not connectable ({})",
+            r.value("found").unwrap_or("?"),
+            c.kind()
         ),
         format!(
-            "connected to host sockets: {}",
+            "connected to the canary listener: {}",
             r.value("connected").unwrap_or("?")
         ),
     )
