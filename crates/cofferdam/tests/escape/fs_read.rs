@@ -66,7 +66,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "fr.proc-masked",
         boundary: FsRead,
-        description: "read /proc/kcore, keys, kallsyms, timer_list, sched_debug; poke sysrq",
+        description: "read /proc/kcore, keys, kallsyms, timer_list, sched_debug; open sysrq-trigger for writing",
         on: &[(Sealed, Must), (Scoped, Documented(SCOPED_READS))],
         probe: proc_masked,
     },
@@ -295,12 +295,15 @@ fn environ(ctx: &Ctx) -> Outcome {
 }
 
 fn proc_masked(ctx: &Ctx) -> Outcome {
+    // sysrq-trigger and the sysrq sysctl are opened for appending and closed with nothing
+    // written: opening is what must be refused, and one that gets through neither reboots
+    // the host nor changes its sysrq mask.
     let r = ctx.sh(
         r#"for f in kcore keys key-users kallsyms timer_list sched_debug; do
   n=$(head -c 4096 /proc/$f 2>/dev/null | wc -c); echo "$f=$n"
 done
-echo b > /proc/sysrq-trigger && echo sysrq=written
-echo 1 > /proc/sys/kernel/sysrq && echo sysctl=written
+: >> /proc/sysrq-trigger 2>/dev/null && echo sysrq=written
+: >> /proc/sys/kernel/sysrq 2>/dev/null && echo sysctl=written
 true"#,
     );
     ctx.assert_boundary(&r);

@@ -16,14 +16,14 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "fw.usr",
         boundary: FsWrite,
-        description: "create a file under /usr",
+        description: "create, append, rename and delete in a directory under /usr (the harness's canary)",
         on: BOTH_MUST,
         probe: usr,
     },
     Attack {
         id: "fw.etc-passwd",
         boundary: FsWrite,
-        description: "append a user to /etc/passwd",
+        description: "append a passwd line to a root-owned file in /etc and delete it (the harness's canary, not /etc/passwd)",
         on: BOTH_MUST,
         probe: etc_passwd,
     },
@@ -58,7 +58,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "fw.hardlink-system-file",
         boundary: FsWrite,
-        description: "hard-link /etc/hostname into the workdir and write the link",
+        description: "hard-link a root-owned file in /etc (the canary, not /etc/hostname) into the workdir and write the link",
         on: BOTH_MUST,
         probe: hardlink_system_file,
     },
@@ -79,7 +79,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "fw.mount-over",
         boundary: FsWrite,
-        description: "mount a tmpfs or bind over a path, remount /usr read-write",
+        description: "mount a tmpfs or bind over the workdir, remount / read-only, detach / (a private mount namespace)",
         on: BOTH_MUST,
         probe: mount_over,
     },
@@ -121,7 +121,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "fw.kernel-knobs",
         boundary: FsWrite,
-        description: "write host-wide kernel knobs: core_pattern, binfmt_misc, uevent_helper, modprobe",
+        description: "open host-wide kernel knobs for writing (core_pattern, binfmt_misc, uevent_helper, modprobe), writing nothing",
         on: BOTH_MUST,
         probe: kernel_knobs,
     },
@@ -173,50 +173,33 @@ fn absolute_outside(ctx: &Ctx) -> Outcome {
 }
 
 fn usr(ctx: &Ctx) -> Outcome {
-    let n = nonce();
-    ctx.var("N", &n);
-    let r = ctx.sh("echo pwn > /usr/$N; echo pwn > /usr/bin/$N; touch /$N");
+    let c = ctx.canaries();
+    let r = ctx.sh(
+        "echo seen=$(head -c 9 $USR_CANARY/file); echo pwn > $USR_CANARY/new; mkdir $USR_CANARY/d; echo pwn >> $USR_CANARY/file; mv $USR_CANARY/file $USR_CANARY/moved; rm -f $USR_CANARY/file; true",
+    );
     ctx.assert_boundary(&r);
-    let paths = [
-        format!("/usr/{n}"),
-        format!("/usr/bin/{n}"),
-        format!("/{n}"),
-    ];
-    let hit: Vec<&String> = paths
-        .iter()
-        .filter(|p| exists(std::path::Path::new(p)))
-        .collect();
-    for p in &hit {
-        let _ = std::fs::remove_file(p);
-    }
+    c.assert_seen(&r);
+    let changed = c.changed();
     check(
-        hit.is_empty(),
-        "no file under /usr or / on the host",
-        format!("created {hit:?}"),
+        changed.is_empty(),
+        format!("nothing created, changed or removed ({})", c.kind()),
+        changed,
     )
 }
 
 fn etc_passwd(ctx: &Ctx) -> Outcome {
-    let before = std::fs::read("/etc/passwd").unwrap();
-    let mode = || {
-        std::fs::metadata("/etc/passwd")
-            .unwrap()
-            .permissions()
-            .mode()
-    };
-    let mode_before = mode();
-    let r = ctx.sh(
-        // No chmod here: a tier that let it through would leave the real /etc/passwd
-        // world-writable (fw.metadata-system-file tries metadata on a scratch file).
-        "echo 'pwn:x:0:0::/:/bin/sh' >> /etc/passwd; echo rc=$?; rm -f /etc/passwd",
-    );
+    let c = ctx.canaries();
+    let r = ctx.sh("echo seen=$(head -c 9 $ETC_CANARY); echo 'pwn:x:0:0::/:/bin/sh' >> $ETC_CANARY; echo rc=$?; rm -f $ETC_CANARY");
     ctx.assert_boundary(&r);
-    assert_ne!(r.value("rc"), Some("0"), "the append succeeded inside");
-    let after = std::fs::read("/etc/passwd").unwrap();
+    c.assert_seen(&r);
+    let changed = c.changed();
     check(
-        before == after && mode() == mode_before,
-        "/etc/passwd unchanged; the append failed inside",
-        "/etc/passwd changed on the host",
+        changed.is_empty() && r.value("rc") != Some("0"),
+        format!(
+            "the canary is unchanged; the append failed inside ({})",
+            c.kind()
+        ),
+        format!("append exit {:?}; {changed}", r.value("rc")),
     )
 }
 
@@ -297,18 +280,20 @@ fn hardlink_in_workdir(ctx: &Ctx) -> Outcome {
 }
 
 fn hardlink_system_file(ctx: &Ctx) -> Outcome {
-    let before = std::fs::read("/etc/hostname").ok();
-    let r = ctx.sh(
-        "ln /etc/hostname h && echo linked=yes; echo pwn >> h; echo pwn >> /etc/hostname; true",
-    );
+    let c = ctx.canaries();
+    let r =
+        ctx.sh("echo seen=$(head -c 9 $ETC_CANARY); ln $ETC_CANARY h && echo linked=yes; echo pwn >> h; echo pwn >> $ETC_CANARY; true");
     ctx.assert_boundary(&r);
+    c.assert_seen(&r);
+    let changed = c.changed();
     check(
-        std::fs::read("/etc/hostname").ok() == before,
+        changed.is_empty(),
         format!(
-            "/etc/hostname unchanged (link inside: {})",
-            r.value("linked").unwrap_or("refused")
+            "the canary is unchanged (link inside: {}; {})",
+            r.value("linked").unwrap_or("refused"),
+            c.kind()
         ),
-        "/etc/hostname changed on the host",
+        changed,
     )
 }
 
@@ -367,8 +352,12 @@ fn job_store(ctx: &Ctx) -> Outcome {
 }
 
 fn mount_over(ctx: &Ctx) -> Outcome {
+    // Every target is per-mount state (no superblock remount, which namespaces share): on
+    // the sealed tier the sandbox's own mount namespace, on a tier without one the private
+    // namespace the harness wraps the run in as root.
+    ctx.private_mounts();
     let r = ctx.sh(
-        "mount -t tmpfs none . && echo m1=yes; mount --bind /tmp . && echo m2=yes; mount -o remount,rw /usr && echo m3=yes; umount -l / && echo m4=yes; true",
+        "mount -t tmpfs none . && echo m1=yes; mount --bind /tmp . && echo m2=yes; mount -o remount,bind,ro / && echo m3=yes; umount -l / && echo m4=yes; true",
     );
     ctx.assert_boundary(&r);
     let got: Vec<&str> = ["m1", "m2", "m3", "m4"]
@@ -557,9 +546,11 @@ fn kernel_knobs(ctx: &Ctx) -> Outcome {
         .iter()
         .map(|k| std::fs::read_to_string(k).ok())
         .collect();
+    // Opened for appending and closed with nothing written: the open is what the
+    // boundary refuses (read-only mount, Landlock, permissions), and one that gets through
+    // changes no knob.
     let r = ctx.sh(
-        r#"for k in /proc/sys/kernel/core_pattern /proc/sys/kernel/modprobe /sys/kernel/uevent_helper; do echo '|/tmp/pwn' > $k 2>/dev/null && echo "wrote=$k"; done
-echo ':pwn:M::pwn::/tmp/pwn:' > /proc/sys/fs/binfmt_misc/register 2>/dev/null && echo wrote=binfmt; true"#,
+        r#"for k in /proc/sys/kernel/core_pattern /proc/sys/kernel/modprobe /sys/kernel/uevent_helper /proc/sys/fs/binfmt_misc/register; do [ -e $k ] && : >> $k 2>/dev/null && echo "wrote=$k"; done; true"#,
     );
     ctx.assert_boundary(&r);
     let after: Vec<Option<String>> = knobs
@@ -567,10 +558,8 @@ echo ':pwn:M::pwn::/tmp/pwn:' > /proc/sys/fs/binfmt_misc/register 2>/dev/null &&
         .map(|k| std::fs::read_to_string(k).ok())
         .collect();
     check(
-        before == after
-            && r.value("wrote").is_none()
-            && !exists(std::path::Path::new("/proc/sys/fs/binfmt_misc/pwn")),
-        "every knob unchanged on the host; the writes failed inside",
+        before == after && r.value("wrote").is_none(),
+        "every knob unchanged on the host; opening one for writing failed inside",
         format!("wrote {:?}", r.value("wrote")),
     )
 }

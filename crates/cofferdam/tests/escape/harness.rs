@@ -1,6 +1,7 @@
 //! The attack table's types, the per-attack context (a fresh workdir, home, store and an
-//! "outside" directory under one temporary base), the runner that drives the real binary,
-//! and the result table.
+//! "outside" directory under one temporary base; on demand the canaries and a sentinel
+//! process an attack targets instead of the host's own, see main.rs's "attacks target
+//! canaries"), the runner that drives the real binary, and the result table.
 
 use crate::common::{json_of, landlock_abi_independently, require, userns_independently};
 use serde_json::Value;
@@ -322,7 +323,8 @@ pub fn controls_of(b: &Value, mechanism: &str) -> Vec<Value> {
         .collect()
 }
 
-/// A host process the attack tries to reach; killed on drop.
+/// A host process the attack tries to reach (a `sleep` the harness started, leader of its
+/// own process group, so a signal to its group reaches nothing else); killed on drop.
 pub struct HostProcess {
     child: Child,
 }
@@ -345,13 +347,205 @@ impl Drop for HostProcess {
     }
 }
 
-/// A fresh world for one attack: `base/{work,home,store,outside}`.
+/// The prefix of every canary's name (in `/etc`, `/usr/lib` or a temp dir); `.ci/run`
+/// checks none is left behind.
+pub const CANARY_PREFIX: &str = "cofferdam-escape-canary-";
+
+/// What an attack on a system file targets instead of the real one, so an attack that gets
+/// through changes a file the harness made and nothing else.
+///
+/// As root: `etc` is `/etc/cofferdam-escape-canary-<pid>-<n>`, a root-owned 0644 file, and
+/// `usr` is `/usr/lib/cofferdam-escape-canary-<pid>-<n>`, a root-owned 0755 directory
+/// holding `file` (0644), where an attack may try to create, rename or delete entries. As a
+/// user (or a root that may not write `/etc`, e.g. mapped root in a user namespace) no
+/// root-owned file can be made: the same two live in a temp dir of the caller's, which the
+/// sandbox must refuse just as well (a write the caller could make itself). Removed on drop,
+/// also when the attack panics; a set left by a killed test process (its pid gone) is
+/// removed by the next one.
+pub struct Canaries {
+    /// The file standing in for `/etc/passwd`, `/etc/hostname`.
+    pub etc: PathBuf,
+    /// The directory standing in for `/usr`, `/usr/bin`.
+    pub usr: PathBuf,
+    /// Whether they are root-owned files in `/etc` and `/usr/lib`.
+    pub system: bool,
+    before: Vec<String>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+const CANARY_TEXT: &str =
+    "cofferdam escape-suite canary: an attack that changes this got through\n";
+
+impl Canaries {
+    fn new() -> Self {
+        let name = format!("{CANARY_PREFIX}{}-{}", std::process::id(), unique());
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            sweep_stale_canaries();
+            let (etc, usr) = (
+                Path::new("/etc").join(&name),
+                Path::new("/usr/lib").join(&name),
+            );
+            if make_canaries(&etc, &usr).is_ok() {
+                return Self::taken(etc, usr, true, None);
+            }
+            remove_canary(&etc);
+            remove_canary(&usr);
+        }
+        let temp = tempfile::Builder::new()
+            .prefix(CANARY_PREFIX)
+            .tempdir()
+            .unwrap();
+        let (etc, usr) = (temp.path().join("etc"), temp.path().join("usr"));
+        make_canaries(&etc, &usr).unwrap();
+        Self::taken(etc, usr, false, Some(temp))
+    }
+
+    fn taken(etc: PathBuf, usr: PathBuf, system: bool, temp: Option<tempfile::TempDir>) -> Self {
+        let before = canary_state(&etc, &usr);
+        Canaries {
+            etc,
+            usr,
+            system,
+            before,
+            _temp: temp,
+        }
+    }
+
+    /// What changed since they were made (empty when nothing did): each entry whose state
+    /// is new, then each that is gone.
+    pub fn changed(&self) -> String {
+        let now = canary_state(&self.etc, &self.usr);
+        let new: Vec<&String> = now.iter().filter(|l| !self.before.contains(l)).collect();
+        let gone: Vec<&String> = self.before.iter().filter(|l| !now.contains(l)).collect();
+        if new.is_empty() && gone.is_empty() {
+            String::new()
+        } else {
+            format!("canary changed: now {new:?}; was {gone:?}")
+        }
+    }
+
+    /// The root-owned canaries are in the sandbox's view on every tier (the system
+    /// directories are), so the attack's `seen=$(head -c 9 <canary>)` must have read one:
+    /// a denial of a file the command cannot even see would prove nothing. (The caller's
+    /// temp-dir canaries are outside the sealed tier's view, by its mount namespace.)
+    pub fn assert_seen(&self, r: &Run) {
+        if self.system {
+            assert_eq!(
+                r.value("seen"),
+                Some("cofferdam"),
+                "the command did not see the canary: {}{}",
+                r.out,
+                r.err
+            );
+        }
+    }
+
+    /// Where they are, for the evidence.
+    pub fn kind(&self) -> &'static str {
+        if self.system {
+            "root-owned canaries in /etc and /usr/lib"
+        } else {
+            "the caller's canaries in a temp dir (not root)"
+        }
+    }
+}
+
+impl Drop for Canaries {
+    fn drop(&mut self) {
+        if self.system {
+            remove_canary(&self.etc);
+            remove_canary(&self.usr);
+        }
+    }
+}
+
+fn make_canaries(etc: &Path, usr: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(etc, CANARY_TEXT)?;
+    std::fs::set_permissions(etc, std::fs::Permissions::from_mode(0o644))?;
+    std::fs::create_dir(usr)?;
+    std::fs::set_permissions(usr, std::fs::Permissions::from_mode(0o755))?;
+    let file = usr.join("file");
+    std::fs::write(&file, CANARY_TEXT)?;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+}
+
+/// Remove a canary without following a symlink an attack may have put in its place.
+fn remove_canary(p: &Path) {
+    match p.symlink_metadata() {
+        Ok(m) if m.is_dir() => drop(std::fs::remove_dir_all(p)),
+        Ok(_) => drop(std::fs::remove_file(p)),
+        Err(_) => {}
+    }
+}
+
+/// Remove the system canaries of test processes that no longer run (killed before their
+/// drop could).
+fn sweep_stale_canaries() {
+    for dir in ["/etc", "/usr/lib"] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix(CANARY_PREFIX)
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                remove_canary(&e.path());
+            }
+        }
+    }
+}
+
+/// Type, mode, owner, mtime, size and content of each canary and entry, one line each.
+fn canary_state(etc: &Path, usr: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let one = |p: &Path| match p.symlink_metadata() {
+        Err(e) => format!("{}: {e}", p.display()),
+        Ok(m) => format!(
+            "{}: {:o} {}:{} {}.{} {}B {:?}",
+            p.display(),
+            m.mode(),
+            m.uid(),
+            m.gid(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.size(),
+            if m.is_file() {
+                std::fs::read(p)
+                    .ok()
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+            } else {
+                None
+            }
+        ),
+    };
+    let mut parts = vec![one(etc), one(usr)];
+    if let Ok(entries) = std::fs::read_dir(usr) {
+        let mut names: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        names.sort();
+        parts.extend(names.iter().map(|p| one(p)));
+    }
+    parts
+}
+
+/// A fresh world for one attack: `base/{work,home,store,outside}`, and on demand its
+/// [`Canaries`] and a sentinel [`HostProcess`].
 pub struct Ctx {
     base: tempfile::TempDir,
     tier: &'static TierSpec,
     vars: RefCell<Vec<(String, String)>>,
     /// The resource-limit flags of the last run, which the scope report is asked with.
     limits: RefCell<Vec<String>>,
+    canaries: std::cell::OnceCell<Canaries>,
+    private_mounts: std::cell::Cell<bool>,
 }
 
 /// The `run` flags (each with a value) that request a resource limit.
@@ -378,6 +572,8 @@ impl Ctx {
             tier,
             vars: RefCell::new(Vec::new()),
             limits: RefCell::new(Vec::new()),
+            canaries: std::cell::OnceCell::new(),
+            private_mounts: std::cell::Cell::new(false),
         };
         for (k, v) in [
             ("BASE", ctx.base()),
@@ -424,6 +620,11 @@ impl Ctx {
             let mut c = Command::new("unshare");
             c.args(["-U", "-r", "sh", "-c", NO_USERNS, "sh"]).arg(bin);
             c
+        } else if self.private_mounts.get() {
+            let mut c = Command::new("unshare");
+            c.args(["--mount", "--propagation", "private", "--"])
+                .arg(bin);
+            c
         } else {
             Command::new(bin)
         };
@@ -438,9 +639,27 @@ impl Ctx {
         c
     }
 
-    /// `cofferdam run --json` on this tier with `extra` flags and the command `argv`.
-    pub fn run(&self, extra: &[&str], argv: &[&str]) -> Run {
+    /// [`Ctx::cmd`] in a session of its own: whatever the command does to "its" terminal
+    /// cannot reach the terminal the suite runs in (`/dev/tty` inside has none to open).
+    pub fn detached_cmd(&self) -> Command {
+        use std::os::unix::process::CommandExt;
         let mut c = self.cmd();
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            c.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        c
+    }
+
+    /// `cofferdam run --json` on this tier with `extra` flags and the command `argv`, in a
+    /// session of its own ([`Ctx::detached_cmd`]).
+    pub fn run(&self, extra: &[&str], argv: &[&str]) -> Run {
+        let mut c = self.detached_cmd();
         c.args(["--color", "never", "run", "--json"])
             .args(self.tier.run_args);
         for (k, _) in self.vars.borrow().iter() {
@@ -482,15 +701,41 @@ impl Ctx {
         self.run(&[], &["/usr/bin/python3", "-c", script])
     }
 
-    /// A host `sleep` the attack may try to signal (its pid in `$HOSTPID`).
+    /// A host `sleep` the attack may try to signal: its pid in `$HOSTPID`, and its own
+    /// process group (`$HOSTPGID`, the same number) for an attack on a group: the canary
+    /// that stands in for every process the caller may signal (never `kill(-1)`).
     pub fn host_process(&self) -> HostProcess {
+        use std::os::unix::process::CommandExt;
         let child = Command::new("sleep")
             .arg("300")
             .stdin(Stdio::null())
+            .process_group(0)
             .spawn()
             .unwrap();
         self.var("HOSTPID", child.id().to_string());
+        self.var("HOSTPGID", child.id().to_string());
         HostProcess { child }
+    }
+
+    /// This attack's canaries (made on first use; `$ETC_CANARY`, `$USR_CANARY` inside).
+    pub fn canaries(&self) -> &Canaries {
+        self.canaries.get_or_init(|| {
+            let c = Canaries::new();
+            self.var("ETC_CANARY", c.etc.display().to_string());
+            self.var("USR_CANARY", c.usr.display().to_string());
+            c
+        })
+    }
+
+    /// Run every later cofferdam command of this attack, when the suite is root, in a
+    /// private mount namespace of the harness's own: a mount attack that gets through on a
+    /// tier without one lands there and dies with the run, not in the host's mount table.
+    /// (As a user the kernel refuses any mount on such a tier anyway.)
+    pub fn private_mounts(&self) {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            self.private_mounts.set(true);
+        }
     }
 
     /// `cofferdam scope --json` for this context.

@@ -61,31 +61,35 @@ macro_rules! denied_syscalls {
 }
 
 // Arguments are chosen so that an unfiltered call would do something observable (succeed,
-// or fail with another errno) but nothing harmful.
+// or fail with another errno) but nothing harmful, even as root on a tier whose filter is
+// gone: an invalid flag, command or magic number the kernel checks right after the
+// capability (and before acting), a path that does not exist, a module that is not loaded.
+// Never a valid state change of the host (no kexec unload, module removal, C-A-D switch,
+// accounting off, host mount).
 denied_syscalls! {
     "ks.bpf", bpf, libc::SYS_bpf, "5, 0, 0", "bpf(BPF_PROG_LOAD)";
     "ks.perf-event-open", perf_event_open, libc::SYS_perf_event_open, "0, 0, -1, -1, 0", "perf_event_open";
-    "ks.keyctl", keyctl, libc::SYS_keyctl, "0, -3, 1", "keyctl(GET_KEYRING_ID, session, create)";
-    "ks.add-key", add_key, libc::SYS_add_key, "b'user', b'cofferdam', b'x', 1, -3", "add_key into the session keyring";
+    "ks.keyctl", keyctl, libc::SYS_keyctl, "0xc0ffee, 0, 0", "keyctl(an unknown operation)";
+    "ks.add-key", add_key, libc::SYS_add_key, "b'user', b'cofferdam', b'x', 1, 0", "add_key into keyring 0 (none: ENOKEY when allowed)";
     "ks.request-key", request_key, libc::SYS_request_key, "b'user', b'cofferdam', 0, 0", "request_key";
-    "ks.kexec-load", kexec_load, libc::SYS_kexec_load, "0, 0, 0, 0", "kexec_load";
+    "ks.kexec-load", kexec_load, libc::SYS_kexec_load, "0, 0, 0, 0x8000", "kexec_load with an unknown flag (no unload)";
     "ks.kexec-file-load", kexec_file_load, libc::SYS_kexec_file_load, "-1, -1, 0, 0, 0", "kexec_file_load";
     "ks.init-module", init_module, libc::SYS_init_module, "0, 0, b''", "init_module";
     "ks.finit-module", finit_module, libc::SYS_finit_module, "os.open('/dev/null', os.O_RDONLY), b'', 0", "finit_module";
-    "ks.delete-module", delete_module, libc::SYS_delete_module, "b'loop', 0x800", "delete_module";
+    "ks.delete-module", delete_module, libc::SYS_delete_module, "b'cofferdam_no_such_module', 0x800", "delete_module of a module that is not loaded";
     "ks.userfaultfd", userfaultfd, libc::SYS_userfaultfd, "0", "userfaultfd";
     "ks.io-uring-setup", io_uring_setup, libc::SYS_io_uring_setup, "1, 0", "io_uring_setup";
     "ks.io-uring-register", io_uring_register, libc::SYS_io_uring_register, "-1, 0, 0, 0", "io_uring_register";
-    "ks.mount-syscall", mount, libc::SYS_mount, "b'none', b'/tmp', b'tmpfs', 0, 0", "mount(2) a tmpfs";
-    "ks.umount2", umount2, libc::SYS_umount2, "b'/usr', 2", "umount2(/usr, MNT_DETACH)";
-    "ks.pivot-root", pivot_root, libc::SYS_pivot_root, "b'.', b'.'", "pivot_root(., .)";
+    "ks.mount-syscall", mount, libc::SYS_mount, "b'none', b'.', b'tmpfs', 0x80000000, 0", "mount(2) a tmpfs with MS_NOUSER (EINVAL when allowed)";
+    "ks.umount2", umount2, libc::SYS_umount2, "b'.', 0x10", "umount2(., an unknown flag)";
+    "ks.pivot-root", pivot_root, libc::SYS_pivot_root, "b'/cofferdam-no-such-dir', b'.'", "pivot_root onto a path that does not exist";
     "ks.open-tree", open_tree, libc::SYS_open_tree, "-100, b'/', 1", "open_tree(AT_FDCWD, /, OPEN_TREE_CLONE)";
     "ks.fsopen", fsopen, libc::SYS_fsopen, "b'tmpfs', 0", "fsopen(tmpfs)";
-    "ks.move-mount", move_mount, libc::SYS_move_mount, "-100, b'/tmp', -100, b'/usr', 0", "move_mount";
+    "ks.move-mount", move_mount, libc::SYS_move_mount, "-100, b'.', -100, b'.', 0x80000000", "move_mount with an unknown flag";
     "ks.open-by-handle-at", open_by_handle_at, libc::SYS_open_by_handle_at, "-100, 0, 0", "open_by_handle_at (the shocker escape)";
-    "ks.reboot", reboot, libc::SYS_reboot, "0xfee1dead, 672274793, 0", "reboot(LINUX_REBOOT_CMD_CAD_OFF)";
+    "ks.reboot", reboot, libc::SYS_reboot, "0, 0, 0", "reboot with a wrong magic number (EINVAL when allowed)";
     "ks.swapon", swapon, libc::SYS_swapon, "b'/dev/null', 0", "swapon";
-    "ks.acct", acct, libc::SYS_acct, "0", "acct(NULL)";
+    "ks.acct", acct, libc::SYS_acct, "b'/cofferdam-no-such-dir/acct'", "acct onto a path that does not exist (never acct(NULL), which turns accounting off)";
     "ks.settimeofday", settimeofday, libc::SYS_settimeofday, "0, 0", "settimeofday(NULL, NULL), a no-op when allowed";
     "ks.clock-settime", clock_settime, libc::SYS_clock_settime, "0, 0", "clock_settime(CLOCK_REALTIME)";
     "ks.adjtimex", adjtimex, libc::SYS_adjtimex, "0", "adjtimex";

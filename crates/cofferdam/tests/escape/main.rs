@@ -22,6 +22,25 @@
 //! and the run's resource flags; its resource rows' limitations count as lines
 //! (`<name>: <limitation>`).
 //!
+//! Attacks target canaries. The suite runs as root on developers' machines and in CI, and
+//! an attack that gets through (a regression, or a build with a control removed) must show
+//! up as a failed row and nothing else. So no probe touches a real system file, setting,
+//! process or terminal: a file in `/etc` or `/usr` is [`harness::Canaries`] (`ctx.canaries()`,
+//! `$ETC_CANARY`/`$USR_CANARY` inside: root-owned files the harness makes in `/etc` and
+//! `/usr/lib` as root, the caller's own in a temp dir otherwise), a process to signal or
+//! trace is the sentinel of `ctx.host_process()` (its pid and process group, never
+//! `kill(-1)` or pid 1), a kernel knob or `/proc` trigger is opened for writing and closed
+//! with nothing written (the open is what the boundary refuses), a setting is set to the
+//! value it has (the call's success is the evidence), a raw syscall gets arguments the
+//! kernel rejects right after its permission check (an unknown flag, a wrong magic, a
+//! missing path; `EINVAL` or `ENOENT` when allowed, never an effect), a mount attack runs
+//! in a private mount namespace (`ctx.private_mounts()`), and every run starts in a session
+//! of its own (no controlling terminal but a pty the harness made). A new attack on
+//! something the harness has no canary for gets one first: made in the attack's context,
+//! removed on drop (also on panic), and checked after the run as the denial's evidence.
+//! `.ci/run` checks the claim from outside: its own canaries and a snapshot of host files
+//! and settings are unchanged after the tests, its sentinel alive, no canary left behind.
+//!
 //! `ESCAPE_ONLY=<id prefix>` runs a subset, `ESCAPE_TIER=<label>[,<label>]` some tiers. The
 //! result table, with per-tier counts, is printed to stderr even when the test passes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -47,7 +47,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "net.interfaces",
         boundary: Network,
-        description: "find an interface other than lo; add a route",
+        description: "find an interface other than lo; set lo's MTU (to the host's value: success is seen, never a change)",
         on: BOTH_MUST,
         probe: interfaces,
     },
@@ -87,8 +87,19 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "net.visible-socket-files",
         boundary: Network,
-        description: "connect to every socket file visible outside the workdir (system view)",
-        on: BOTH_MUST,
+        description: "find every socket file visible outside the workdir (system view); connect to the harness's canary listener among them",
+        // A listener in a visible system directory is reachable below Landlock ABI 9,
+        // like one in the workdir (before the canary, this host had none there to try).
+        on: &[
+            (
+                Sealed,
+                Documented("pathname unix sockets inside visible paths"),
+            ),
+            (
+                Scoped,
+                Documented("pathname unix sockets inside visible paths"),
+            ),
+        ],
         probe: visible_sockets,
     },
 ];
@@ -223,25 +234,30 @@ fn raw_socket(ctx: &Ctx) -> Outcome {
 }
 
 fn interfaces(ctx: &Ctx) -> Outcome {
-    let r = ctx.sh("echo ifs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,); ip route add default dev lo 2>/dev/null && echo route=added; true");
+    // An RTM_NEWLINK that needs CAP_NET_ADMIN in the network namespace's owner and sets
+    // what is already there: on a tier without a network namespace one that gets through
+    // changes nothing on the host (never a route, which would).
+    let mtu = std::fs::read_to_string("/sys/class/net/lo/mtu").unwrap();
+    ctx.var("LO_MTU", mtu.trim());
+    let r = ctx.sh("echo ifs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,); ip link set dev lo mtu $LO_MTU 2>/dev/null && echo link=set; true");
     ctx.assert_boundary(&r);
     if ctx.tier() != Sealed {
         // No network namespace: the host's interfaces are listed (the scope report's
         // "network: no network namespace"); changing them needs a capability it lacks.
         return check(
-            r.value("route").is_none(),
+            r.value("link").is_none(),
             format!(
-                "no route added; the host's interfaces are visible (no network namespace): {}",
+                "lo unchanged (the MTU set refused); the host's interfaces are visible (no network namespace): {}",
                 r.value("ifs").unwrap_or("?")
             ),
-            "added a route on the host",
+            "set lo's MTU on the host",
         );
     }
     let netns = crate::harness::controls_of(&r.bundle, "netns");
     assert_eq!(netns[0]["details"]["interfaces"], serde_json::json!(["lo"]));
     assert_eq!(netns[0]["details"]["mode"], "none");
     check(
-        r.value("ifs") == Some("lo,") && r.value("route").is_none(),
+        r.value("ifs") == Some("lo,") && r.value("link").is_none(),
         "only lo inside; the bundle records interfaces [lo], mode none",
         format!("inside: {}", r.out),
     )
@@ -311,10 +327,18 @@ fn tcp_ipv6(ctx: &Ctx) -> Outcome {
     )
 }
 
+/// The sweep only looks at the host's sockets (lstat): connecting to every one, as root on
+/// a tier whose boundary is gone, would knock on every daemon of the host. What it
+/// connects to is the harness's listener, in the canary directory under `/usr/lib` (as
+/// root; the caller's temp dir otherwise), found by the same sweep.
 fn visible_sockets(ctx: &Ctx) -> Outcome {
+    let c = ctx.canaries();
+    let l = UnixListener::bind(c.usr.join("sock")).unwrap();
+    l.set_nonblocking(true).unwrap();
     let r = ctx.py(
         r#"
 import os, socket, stat
+canary = os.environ["USR_CANARY"] + "/"
 found, connected = [], []
 for top in ["/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib64", "/dev", "/tmp", "/proc/self/root"]:
     for root, dirs, files in os.walk(top):
@@ -326,6 +350,9 @@ for top in ["/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib64", "/dev", "
             try:
                 if stat.S_ISSOCK(os.lstat(p).st_mode):
                     found.append(p)
+                    if not p.startswith(canary):
+                        continue
+                    print("seen=cofferdam")
                     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                     s.settimeout(1)
                     s.connect(p)
@@ -337,14 +364,30 @@ print("connected=" + " ".join(connected))
 "#,
     );
     ctx.assert_boundary(&r);
+    c.assert_seen(&r);
+    let reached = match l.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+        Err(e) => panic!("accept: {e}"),
+    };
+    let refused = r.value("connected") == Some("") && !reached;
+    // The documented line covers visible paths only: the caller's temp-dir canary is not
+    // one (private /tmp on the sealed tier, not granted on the scoped), so reaching it
+    // fails whatever the verdict.
+    assert!(
+        c.system || refused,
+        "connected to the canary listener in a temp dir, outside every visible path: {}",
+        r.out
+    );
     check(
-        r.value("connected") == Some(""),
+        refused,
         format!(
-            "{} socket files visible, none connectable",
-            r.value("found").unwrap_or("?")
+            "{} socket files visible; the canary listener is not connectable ({})",
+            r.value("found").unwrap_or("?"),
+            c.kind()
         ),
         format!(
-            "connected to host sockets: {}",
+            "connected to the canary listener: {}",
             r.value("connected").unwrap_or("?")
         ),
     )

@@ -18,7 +18,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "ps.kill-all",
         boundary: Process,
-        description: "kill(-1, SIGKILL): every process the caller may signal",
+        description: "SIGKILL a host process group (the harness's sentinel's, standing in for kill(-1))",
         on: BOTH_MUST,
         probe: kill_all,
     },
@@ -43,7 +43,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "ps.ptrace-attach",
         boundary: Process,
-        description: "ptrace(PTRACE_ATTACH) the sandbox's pid 1; PTRACE_TRACEME",
+        description: "ptrace(PTRACE_ATTACH) a host process (the harness's sentinel); PTRACE_TRACEME",
         on: BOTH_MUST,
         probe: ptrace_attach,
     },
@@ -92,7 +92,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "ps.sethostname",
         boundary: Process,
-        description: "change the hostname and domain name",
+        description: "set the host name and domain name (to the values they have: success is seen, never a change)",
         on: BOTH_MUST,
         probe: sethostname,
     },
@@ -128,14 +128,20 @@ fn kill_host_pid(ctx: &Ctx) -> Outcome {
     )
 }
 
+/// Never `kill(-1)`: on a tier where it got through it would kill every process of the
+/// caller's (as root, the machine's). A group signal takes the same permission checks per
+/// process, so the sentinel's own group stands in for "every process it may signal".
 fn kill_all(ctx: &Ctx) -> Outcome {
     let mut host = ctx.host_process();
-    let r = ctx.py("import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError as e:\n    print('err=', e)\nprint('survived=yes')");
+    let r = ctx.py("import os, signal\ntry:\n    os.killpg(int(os.environ['HOSTPGID']), signal.SIGKILL)\n    print('sent=yes')\nexcept OSError as e:\n    print('err=%d' % e.errno)");
     ctx.assert_boundary(&r);
     check(
-        host.alive(),
-        "kill(-1) reached only the sandbox's own processes",
-        "kill(-1) killed a host process",
+        host.alive() && r.value("sent").is_none(),
+        format!(
+            "the sentinel's group lives; killpg failed inside (errno {})",
+            r.value("err").unwrap_or("?")
+        ),
+        "killpg killed the host sentinel's process group",
     )
 }
 
@@ -210,13 +216,24 @@ if fd >= 0:
 }
 
 fn ptrace_attach(ctx: &Ctx) -> Outcome {
-    // PTRACE_ATTACH (16) on pid 1, then PTRACE_TRACEME (0), which succeeds when allowed.
-    syscall_probe(ctx, libc::SYS_ptrace, "16, 1, 0, 0", libc::EPERM).and(syscall_probe(
+    // PTRACE_ATTACH (16) on the sentinel, not pid 1 (the host's init on a tier without a
+    // pid namespace), then PTRACE_TRACEME (0), which succeeds when allowed.
+    let mut host = ctx.host_process();
+    let attach = syscall_probe(
         ctx,
         libc::SYS_ptrace,
-        "0, 0, 0, 0",
+        "16, int(os.environ['HOSTPID']), 0, 0",
         libc::EPERM,
-    ))
+    );
+    let alive = host.alive();
+    attach
+        .and(check(alive, "the sentinel lives", "the sentinel died"))
+        .and(syscall_probe(
+            ctx,
+            libc::SYS_ptrace,
+            "0, 0, 0, 0",
+            libc::EPERM,
+        ))
 }
 
 fn process_vm(ctx: &Ctx) -> Outcome {
@@ -299,16 +316,47 @@ fn daemon_outlives(ctx: &Ctx) -> Outcome {
     )
 }
 
+/// The names are set to the host's own values, so one that gets through changes nothing;
+/// what is seen is the call's success in the host's UTS namespace (in a namespace of the
+/// sandbox's own, the names are the sandbox's to set).
 fn sethostname(ctx: &Ctx) -> Outcome {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
-    let domain = std::fs::read_to_string("/proc/sys/kernel/domainname").unwrap();
-    let r = ctx.sh("hostname pwned; echo pwned > /proc/sys/kernel/hostname; echo pwned > /proc/sys/kernel/domainname; true");
+    let read = |f: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{f}")).unwrap();
+    let (host, domain) = (read("hostname"), read("domainname"));
+    let uts = std::fs::read_link("/proc/self/ns/uts").unwrap();
+    ctx.var("HOST_NAME", host.trim_end());
+    ctx.var("HOST_DOMAIN", domain.trim_end());
+    let r = ctx.py(
+        r#"
+import ctypes, os
+l = ctypes.CDLL(None, use_errno=True)
+for name, var, call in [("host", "HOST_NAME", l.sethostname), ("domain", "HOST_DOMAIN", l.setdomainname)]:
+    v = os.environ[var].encode()
+    if call(v, len(v)) == 0:
+        print(name + "=set")
+for f in ["hostname", "domainname"]:
+    try:
+        os.close(os.open("/proc/sys/kernel/" + f, os.O_WRONLY | os.O_APPEND))
+        print(f + "=opened")
+    except OSError:
+        pass
+print("uts=" + os.readlink("/proc/self/ns/uts"))
+"#,
+    );
     ctx.assert_boundary(&r);
+    assert!(r.value("uts").is_some(), "the probe did not run: {}", r.err);
+    let shared = r.value("uts") == Some(&*uts.to_string_lossy());
+    let set: Vec<&str> = ["host", "domain", "hostname", "domainname"]
+        .into_iter()
+        .filter(|k| r.value(k).is_some())
+        .collect();
     check(
-        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap() == host
-            && std::fs::read_to_string("/proc/sys/kernel/domainname").unwrap() == domain,
-        "host name and domain unchanged",
-        "the host's name changed",
+        read("hostname") == host && read("domainname") == domain && (!shared || set.is_empty()),
+        if shared {
+            "refused in the host's UTS namespace; the names are unchanged".to_owned()
+        } else {
+            format!("own UTS namespace (set there: {set:?}); the host's names are unchanged")
+        },
+        format!("set {set:?} in the host's UTS namespace"),
     )
 }
 

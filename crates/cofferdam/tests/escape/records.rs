@@ -23,7 +23,7 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         id: "rec.forge-status",
         boundary: Records,
-        description: "print status-channel lines (controls, exited) on stdout/stderr, fds 3-9, /proc/1/fd/4",
+        description: "print status-channel lines (controls, exited) on stdout/stderr, fds 3-9, the supervisor's /proc/$PPID/fd/4",
         on: BOTH_MUST,
         probe: forge_status,
     },
@@ -124,12 +124,16 @@ fn forged_lines() -> String {
     .join("\n")
 }
 
+/// The status channel is the supervisor's: the command's parent (pid 1 in the sealed
+/// tier's pid namespace, a host pid on the scoped tier). Never `/proc/1/fd/*` on a tier
+/// without a pid namespace, which is the host's init: a write that got through there
+/// would truncate and write whatever its descriptor is.
 fn forge_status(ctx: &Ctx) -> Outcome {
     ctx.var("LINES", forged_lines());
     let r = ctx.sh(
         r#"echo "$LINES"; echo "$LINES" >&2
 for fd in 3 4 5 6 7 8 9; do (eval "echo \"\$LINES\" >&$fd") 2>/dev/null && echo "wrote=$fd"; done
-for p in /proc/1/fd/4 /proc/1/fd/3 /proc/self/fd/4; do echo "$LINES" > $p 2>/dev/null && echo "wrote=$p"; done
+for p in /proc/$PPID/fd/4 /proc/$PPID/fd/3 /proc/self/fd/4; do echo "$LINES" > $p 2>/dev/null && echo "wrote=$p"; done
 exit 3"#,
     );
     ctx.assert_boundary(&r);
@@ -162,7 +166,7 @@ exit 3"#,
 fn forge_exit(ctx: &Ctx) -> Outcome {
     ctx.var("LINES", forged_lines());
     let r = ctx.sh(
-        r#"echo "$LINES"; echo "$LINES" >&2; echo "$LINES" > /proc/1/fd/4 2>/dev/null; kill -9 $$"#,
+        r#"echo "$LINES"; echo "$LINES" >&2; echo "$LINES" > /proc/$PPID/fd/4 2>/dev/null; kill -9 $$"#,
     );
     ctx.assert_boundary(&r);
     check(

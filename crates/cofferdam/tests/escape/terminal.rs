@@ -1,6 +1,7 @@
 //! Terminal: the command cannot type into a terminal (TIOCSTI, TIOCLINUX), not even the
 //! caller's when it is handed one on stdout. (The relayed pseudo-terminal case, stdin a
-//! terminal, is `tests/cli/pty.rs`.)
+//! terminal, is `tests/cli/pty.rs`.) Every terminal an attack reaches is a pty the harness
+//! made; runs start in a session of their own, so the suite's own terminal is never one.
 
 use crate::harness::{Attack, BOTH_MUST, Boundary::Terminal, Ctx, Outcome, check};
 use std::fs::File;
@@ -129,8 +130,10 @@ fn drain(master: &File) -> String {
 
 fn tiocsti_caller(ctx: &Ctx) -> Outcome {
     let (master, slave) = openpty();
+    // A session of its own: INJECT's /dev/tty is then nobody's, never the terminal the
+    // suite runs in; the harness's pty is the only terminal it is handed.
     let out = ctx
-        .cmd()
+        .detached_cmd()
         .args(["run", "-q", "--", "/usr/bin/python3", "-c", INJECT])
         .stdin(std::process::Stdio::null())
         .stdout(slave.try_clone().unwrap())
