@@ -58,6 +58,12 @@ pub struct Tally {
     pub untraced: u64,
     /// Requests and queries for destinations past [`MAX_DESTINATIONS`], in the totals only.
     pub uncounted_destinations: u64,
+    /// Input dropped as malformed or empty: DNS messages that are no query, proxy and
+    /// transparent HTTP heads that are refused or never complete.
+    pub malformed: u64,
+    /// Connections refused because the driver was at a limit (its descriptors, or the
+    /// most connections at once).
+    pub refused_at_limit: u64,
 }
 
 impl Tally {
@@ -142,6 +148,8 @@ impl Tally {
                 refused: Some(self.dns_refused),
             },
             // Filled from the namespace's counters by the driver, when it could read them.
+            malformed_dropped: Some(self.malformed),
+            refused_at_limit: Some(self.refused_at_limit),
             tcp_refused_unlistened: None,
             udp_unlistened: None,
             destinations: self

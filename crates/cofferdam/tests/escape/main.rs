@@ -36,6 +36,7 @@ mod fs_write;
 mod full_disk;
 mod harness;
 mod kernel;
+mod listeners;
 mod metadata;
 mod network;
 mod process;
@@ -52,6 +53,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         kernel::SYSCALL_ATTACKS,
         kernel::ATTACKS,
         network::ATTACKS,
+        listeners::ATTACKS,
         metadata::ATTACKS,
         terminal::ATTACKS,
         records::ATTACKS,
