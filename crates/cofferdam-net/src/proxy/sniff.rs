@@ -225,6 +225,10 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, HeadError> {
             _ => head.fields.push((f.name.to_owned(), f.value.to_vec())),
         }
     }
+    // Room for the `Host` and `Connection` the rebuilt head adds.
+    if head.fields.len() > MAX_FIELDS - 2 {
+        return Err(HeadError::TooManyFields);
+    }
     head.body = length.unwrap_or(0);
     Ok(Some(head))
 }
@@ -331,7 +335,9 @@ fn absolute_authority(target: &str) -> Option<Result<(String, u16), ()>> {
     Some(split_authority(authority, 80).ok_or(()))
 }
 
-/// `host[:port]` or `[v6][:port]` → (lowercased host without brackets, port).
+/// `host[:port]` or `[v6][:port]` → (lowercased host without brackets, port). `None` for
+/// anything else: a host of other characters than a name's, a bracketed one that is no
+/// IPv6 address, a port that is not 1–65535.
 pub fn split_authority(a: &str, default_port: u16) -> Option<(String, u16)> {
     let (host, port) = if let Some(rest) = a.strip_prefix('[') {
         let (h, after) = rest.split_once(']')?;
@@ -351,10 +357,19 @@ pub fn split_authority(a: &str, default_port: u16) -> Option<(String, u16)> {
         Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
         None => default_port,
     };
-    if host.is_empty() {
+    let host = host.trim_end_matches('.');
+    if a.starts_with('[') {
+        // An IP literal: only an IPv6 address (RFC 3986 §3.2.2).
+        host.parse::<std::net::Ipv6Addr>().ok()?;
+    } else if host.is_empty()
+        || !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
+    {
+        // A name or an IPv4 address: nothing a DNS name cannot hold.
         return None;
     }
-    Some((host.trim_end_matches('.').to_ascii_lowercase(), port))
+    Some((host.to_ascii_lowercase(), port))
 }
 
 /// A request to the proxy.
@@ -545,6 +560,12 @@ mod tests {
             b"GET http://svc.test@other.test/ HTTP/1.1\r\n\r\n",
             b"GET https://svc.test/ HTTP/1.1\r\n\r\n",
             b"GET http://svc.test:x/ HTTP/1.1\r\n\r\n",
+            b"GET http://./ HTTP/1.1\r\n\r\n",
+            b"CONNECT ..:443 HTTP/1.1\r\n\r\n",
+            b"CONNECT [[v.x]:443 HTTP/1.1\r\n\r\n",
+            b"CONNECT [v.x]:443 HTTP/1.1\r\n\r\n",
+            b"CONNECT a%2fb:443 HTTP/1.1\r\n\r\n",
+            b"GET http://[[v.x]?q HTTP/1.1\r\n\r\n",
         ] {
             assert_eq!(proxy(bad), Err(ProxyError::Target), "{bad:?}");
         }
