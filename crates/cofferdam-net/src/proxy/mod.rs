@@ -936,11 +936,11 @@ fn serve_transparent(shared: &Shared, mut client: TcpStream) {
 /// another name. Waiting longer never lets a mismatch through.
 fn serve_late_claim(
     shared: &Shared,
-    mut client: TcpStream,
+    client: TcpStream,
     name: &str,
     dest: IpAddr,
     port: u16,
-    mut first: Vec<u8>,
+    first: Vec<u8>,
 ) {
     let by_name = decide::decide_transparent(&shared.allow, dest, Some(name), port, None);
     let Verdict::Allow { upstream, .. } = &by_name else {
@@ -962,6 +962,24 @@ fn serve_late_claim(
             return reset(client);
         }
     };
+    let tcp = InterceptedProtocol::Tcp;
+    relay_once_told(shared, client, up, tcp, name, dest, port, first);
+}
+
+/// Relay a connection to the name `name` whose upstream `up` is connected, once the
+/// client's first bytes tell whether they claim another name (SNI, `Host`): until then the
+/// upstream may speak, but nothing of the client's goes up. The decision is recorded here.
+#[allow(clippy::too_many_arguments)]
+fn relay_once_told(
+    shared: &Shared,
+    mut client: TcpStream,
+    up: TcpStream,
+    protocol: InterceptedProtocol,
+    name: &str,
+    dest: IpAddr,
+    port: u16,
+    mut first: Vec<u8>,
+) {
     let (Ok(up_r), Ok(client_w)) = (up.try_clone(), client.try_clone()) else {
         return;
     };
@@ -995,7 +1013,7 @@ fn serve_late_claim(
             claim_of(&first).as_deref(),
         )
     };
-    record(shared, InterceptedProtocol::Tcp, port, &v);
+    record(shared, protocol, port, &v);
     let one = match sniff::sniff(&first) {
         sniff::Sniffed::Http(_) => one_request(&first, name),
         _ => None,
@@ -1107,9 +1125,15 @@ fn serve_proxy(shared: &Shared, mut client: TcpStream) {
         }
         Verdict::Allow { host, upstream, .. } => (host.clone(), upstream.clone()),
     };
+    if matches!(req, sniff::ProxyRequest::Connect { .. })
+        && let Upstream::Name(name) = &upstream
+    {
+        return tunnel_to_name(shared, client, &v, name, port, buf[head.len..].to_vec());
+    }
     let forwarded;
     let (send, reply): (Send<'_>, &[u8]) = match req {
-        // A CONNECT tunnel sends on what followed the request head, after the 200.
+        // A CONNECT tunnel to an address sends on what followed the request head, after
+        // the 200: an address entry allows the address whatever the client says.
         sniff::ProxyRequest::Connect { .. } => (
             Send::Splice(&buf[head.len..]),
             b"HTTP/1.1 200 Connection established\r\n\r\n",
@@ -1136,6 +1160,49 @@ fn serve_proxy(shared: &Shared, mut client: TcpStream) {
         send,
         Some(reply),
     );
+}
+
+/// A CONNECT tunnel to the allowed name `name`: connected upstream and answered `200`, it
+/// is then checked like a transparent connection to that name, by the SNI or `Host` in the
+/// client's first bytes (`first` holds what came with the request head), so a tunnel is no
+/// way around the check of either.
+fn tunnel_to_name(
+    shared: &Shared,
+    mut client: TcpStream,
+    v: &Verdict,
+    name: &str,
+    port: u16,
+    first: Vec<u8>,
+) {
+    let proxy = InterceptedProtocol::HttpConnect;
+    let Verdict::Allow { upstream, .. } = v else {
+        return;
+    };
+    let up = match shared.resolver.connect(&shared.allow, upstream, port) {
+        Ok(up) => up,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let deny = Verdict::Deny {
+                host: name.to_owned(),
+                reason: HOST_INTERNAL,
+            };
+            record(shared, proxy, port, &deny);
+            return answer(&mut client, "403 Forbidden", HOST_INTERNAL);
+        }
+        Err(e) => {
+            record(shared, proxy, port, v);
+            return answer(&mut client, "502 Bad Gateway", &e.to_string());
+        }
+    };
+    let _ = client.set_nodelay(true);
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .is_err()
+    {
+        return;
+    }
+    // `dest` matters only without a name.
+    let dest = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+    relay_once_told(shared, client, up, proxy, name, dest, port, first);
 }
 
 #[cfg(test)]

@@ -43,6 +43,13 @@ pub const ATTACKS: &[Attack] = &[
         probe: lax_heads,
     },
     Attack {
+        id: "net.proxy-tunnel-host",
+        boundary: Network,
+        description: "CONNECT to an allowed name, then send another Host (or SNI) through the tunnel",
+        on: SEALED_MUST,
+        probe: tunnel_host,
+    },
+    Attack {
         id: "net.proxy-pipelined",
         boundary: Network,
         description: "pipeline a second request to another Host after a checked one",
@@ -164,22 +171,24 @@ fn decisions(r: &Run) -> Vec<Value> {
 /// back before the connection ended; `p` and `a` are the origin's port and address.
 const ASK: &str = r#"
 import os, socket, struct, time
+def read_all(s):
+    data = b""
+    while True:
+        c = s.recv(65536)
+        if not c:
+            return data
+        data += c
+def status_of(data):
+    return data.split(b"\r\n", 1)[0].decode("latin-1").replace(" ", "_") or "EOF"
 def ask(raw, addr=("127.0.0.1", 3128)):
     try:
         s = socket.create_connection(addr, timeout=5)
         s.sendall(raw)
-        data = b""
-        while True:
-            c = s.recv(65536)
-            if not c:
-                break
-            data += c
+        data = read_all(s)
         s.close()
     except OSError as e:
         return type(e).__name__, 0
-    if not data:
-        return "EOF", 0
-    return data.split(b"\r\n", 1)[0].decode("latin-1").replace(" ", "_"), data.count(b"HTTP/1.1 ")
+    return status_of(data), data.count(b"HTTP/1.1 ")
 p = os.environ.get("WEB", "")
 a = "127.0.0.1:" + p
 "#;
@@ -434,6 +443,40 @@ print("transparent=%s:%d" % (status, n))
             && r.value("transparent") == Some("HTTP/1.1_200_OK:1")
             && counter(&r, "allowed") == Some(2),
         "one request per checked connection: the pipelined second never reached the origin",
+        format!("origin saw {seen:?}; {}; {}", r.out, intercepted(&r)),
+    )
+}
+
+fn tunnel_host(ctx: &Ctx) -> Outcome {
+    let web = Origin::start(ctx);
+    let p = web.port;
+    let script = format!(
+        r#"{ASK}
+connect = "CONNECT svc.test:%s HTTP/1.1\r\nHost: svc.test:%s\r\n\r\n" % (p, p)
+def tunnel(inner):
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+        s.sendall(connect.encode())
+        first = s.recv(39)
+        s.sendall(inner.encode())
+        return status_of(first) + "|" + status_of(read_all(s))
+    except OSError as e:
+        return type(e).__name__
+print("other=" + tunnel("GET /other HTTP/1.1\r\nHost: other.test\r\n\r\n"))
+print("own=" + tunnel("GET /own HTTP/1.1\r\nHost: svc.test:%s\r\n\r\n" % p))
+"#
+    );
+    let r = run_origin_by_address_and_name(ctx, p, &script);
+    let seen = web.seen();
+    let denied = decisions(&r).iter().any(|d| {
+        d["decision"] == "denied" && d["host"] == "other.test" && d["protocol"] == "http_connect"
+    });
+    check(
+        seen == vec![format!("svc.test:{p} /own")]
+            && r.value("other") == Some("ConnectionResetError")
+            && r.value("own") == Some("HTTP/1.1_200_Connection_established|HTTP/1.1_200_OK")
+            && denied,
+        "a tunnel to an allowed name carries only that name's Host; another is reset, denied",
         format!("origin saw {seen:?}; {}; {}", r.out, intercepted(&r)),
     )
 }
