@@ -118,10 +118,15 @@ impl Tally {
             }
         }
         let key = (d.host.clone(), d.verdict == NetworkVerdict::Allowed);
-        if !self.dns_traced.contains(&key) {
-            self.dns_traced.insert(key);
-            self.trace(d);
+        if self.dns_traced.contains(&key) {
+            return;
         }
+        // Past the trace's cap the set stops growing too: queries for ever new names must
+        // not grow the supervisor's memory.
+        if self.decisions.len() < MAX_DECISIONS {
+            self.dns_traced.insert(key);
+        }
+        self.trace(d);
     }
 
     /// Count bytes relayed for a destination.
@@ -202,6 +207,20 @@ mod tests {
         assert_eq!(t.decisions.len(), MAX_DECISIONS);
         assert_eq!(t.untraced, (n - MAX_DECISIONS) as u64);
         assert_eq!(t.uncounted_destinations, (n - MAX_DESTINATIONS) as u64);
+    }
+
+    #[test]
+    fn dns_names_past_the_trace_cap_are_not_remembered() {
+        let mut t = Tally::default();
+        for i in 0..MAX_DECISIONS + 50 {
+            t.dns(d(
+                &format!("n{i}"),
+                NetworkVerdict::Denied,
+                InterceptedProtocol::Dns,
+            ));
+        }
+        assert_eq!(t.dns_traced.len(), MAX_DECISIONS);
+        assert_eq!(t.untraced, 50);
     }
 
     #[test]

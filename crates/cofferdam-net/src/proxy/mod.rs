@@ -1218,4 +1218,27 @@ mod tests {
         let (soft, hard) = raise_nofile();
         assert_eq!(soft, hard, "the soft limit is raised to the hard one");
     }
+
+    #[test]
+    fn a_trickled_head_ends_at_its_deadline_not_per_byte() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let slow = std::thread::spawn(move || {
+            let mut c = TcpStream::connect(addr).unwrap();
+            for _ in 0..4 {
+                if c.write_all(b"G").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(700));
+            }
+        });
+        let (mut s, _) = l.accept().unwrap();
+        let t = Instant::now();
+        let got = read_until(&mut s, Duration::from_secs(1), |_| false);
+        let took = t.elapsed();
+        assert!(took < Duration::from_millis(1300), "{took:?}");
+        assert_eq!(got, b"GG");
+        drop(s);
+        slow.join().unwrap();
+    }
 }
