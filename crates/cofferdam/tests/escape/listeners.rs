@@ -338,11 +338,18 @@ print("after=" + after)
             && (d["reason"] == "too many connections at once"
                 || d["reason"] == "the driver is at its descriptor limit")
     });
+    let review = ctx
+        .cmd()
+        .args(["--color", "never", "status", "--review", &r.job])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&review.stdout)
+        .contains(&format!("at limit  {refused} connection(s) refused"));
     check(
-        raised && served && traced && tunnels >= 1 && refused >= 400,
+        raised && served && traced && shown && tunnels >= 1 && refused >= 400,
         format!("{tunnels} tunnels, {refused} refused at the limit, then served; nofile {nofile}"),
         format!(
-            "raised {raised} served {served} traced {traced} refused {refused}: {}\n{}",
+            "raised {raised} served {served} traced {traced} shown {shown} refused {refused}: {}\n{}",
             r.out,
             intercepted(&r)
         ),
