@@ -423,3 +423,191 @@ pub fn scan(data: &[u8]) -> usize {
     }
     result.changes.len()
 }
+
+/// Target `sni`: the first bytes of a transparent connection through the sniffer, as given
+/// and wrapped in a TLS handshake record header (so the fuzzer reaches the ClientHello
+/// parser at once). A name it reads is lowercase and has no trailing dot, as the allowlist
+/// compares it. Whether a TLS server name was read.
+pub fn sni(data: &[u8]) -> bool {
+    use cofferdam_net::proxy::sniff::{Sniffed, sniff};
+    let len = u16::try_from(data.len()).unwrap_or(u16::MAX).to_be_bytes();
+    let wrapped = [&[0x16, 3, 1, len[0], len[1]][..], data].concat();
+    let mut named = false;
+    for bytes in [data, &wrapped[..]] {
+        let got = sniff(bytes);
+        if let Sniffed::Tls(Some(n)) | Sniffed::Http(Some(n)) = &got {
+            assert!(
+                !n.bytes().any(|b| b.is_ascii_uppercase()) && !n.ends_with('.'),
+                "a claimed name not in the allowlist's form: {n:?}"
+            );
+        }
+        named |= matches!(got, Sniffed::Tls(Some(_)));
+    }
+    named
+}
+
+/// Target `http_head`: bytes through the strict request-head parser; a head it accepts
+/// rebuilds (as the proxy sends it upstream) into one that parses to the same request with
+/// one `Host` and no hop-by-hop field; a proxy request's authority names its own host and
+/// port. Whether a complete head was accepted.
+pub fn http_head(data: &[u8]) -> bool {
+    use cofferdam_net::proxy::sniff::{self, ProxyRequest};
+    let head = match sniff::parse_head(data) {
+        Ok(Some(h)) => h,
+        Ok(None) => return false,
+        Err(e) => {
+            assert!(!e.to_string().is_empty(), "an empty head error");
+            return false;
+        }
+    };
+    assert!(head.len <= data.len(), "the head is longer than the input");
+    let host = head.host.clone().unwrap_or_else(|| "h.test".to_owned());
+    let rebuilt = head.rebuild(&head.target, &host);
+    let again = sniff::parse_head(&rebuilt)
+        .expect("a rebuilt head parses")
+        .expect("a rebuilt head is complete");
+    assert_eq!(
+        (&again.method, &again.target, again.minor, again.body),
+        (&head.method, &head.target, head.minor, head.body),
+        "the rebuilt request differs"
+    );
+    assert_eq!(again.host.as_deref(), Some(host.trim()), "the rebuilt Host");
+    assert_eq!(again.fields, head.fields, "the rebuilt fields");
+    assert_eq!(again.len, rebuilt.len(), "bytes after the rebuilt head");
+    match sniff::proxy_request(&head) {
+        Ok(ProxyRequest::Forward {
+            host,
+            port,
+            path,
+            authority,
+        }) => {
+            assert_eq!(
+                sniff::split_authority(&authority, 80),
+                Some((host, port)),
+                "the forwarded Host is not the target"
+            );
+            assert!(
+                path.starts_with('/'),
+                "an origin-form path without /: {path:?}"
+            );
+        }
+        Ok(ProxyRequest::Connect { host, port }) => {
+            assert!(port > 0 && !host.is_empty() && !host.contains('@'));
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+    let _ = sniff::request_claim(&head);
+    true
+}
+
+/// Target `dns`: bytes through the DNS query parser; each answer to a query it accepts
+/// keeps the id and one question, is marked a response (so it is never read as a query)
+/// and has an answer only for an `A` reply. Whether a query was accepted.
+pub fn dns(data: &[u8]) -> bool {
+    use cofferdam_net::proxy::dns::{self, Reply};
+    let Some(q) = dns::parse_query(data) else {
+        return false;
+    };
+    // Each wire byte is at most one character of the name (a length byte becomes a dot).
+    assert!(
+        q.name.chars().count() <= 255,
+        "a name longer than DNS allows"
+    );
+    for reply in [
+        Reply::A(std::net::Ipv4Addr::new(198, 18, 0, 1)),
+        Reply::Empty,
+        Reply::NameError,
+        Reply::Refused,
+    ] {
+        let r = dns::response(&q, reply);
+        assert_eq!(&r[..2], &data[..2], "the id changed");
+        assert!(r[2] & 0x80 != 0, "the answer is not marked a response");
+        assert_eq!(&r[4..6], &[0, 1], "not one question");
+        let answers = u8::from(matches!(reply, Reply::A(_)));
+        assert_eq!(&r[6..8], &[0, answers], "the answer count");
+        assert!(dns::parse_query(&r).is_none(), "an answer reads as a query");
+    }
+    true
+}
+
+/// Target `handover`: a socket hand-over's payload (the first byte says how many
+/// descriptors came with it) through its parser; what it accepts has one description per
+/// descriptor and writes back to the same. Whether it was accepted.
+pub fn handover(data: &[u8]) -> bool {
+    use cofferdam_net::handover::{MAX_SOCKETS, parse_payload};
+    let Some((&n, payload)) = data.split_first() else {
+        return false;
+    };
+    let fds = usize::from(n) % (MAX_SOCKETS + 2);
+    let Ok(infos) = parse_payload(payload, fds) else {
+        return false;
+    };
+    assert_eq!(infos.len(), fds, "descriptions and descriptors disagree");
+    let text = serde_json::to_vec(&infos).expect("descriptions write");
+    assert_eq!(
+        parse_payload(&text, fds).ok(),
+        Some(infos),
+        "the descriptions changed in a write and read"
+    );
+    true
+}
+
+/// Equal JSON values, floating-point numbers within their last bits: serde_json's default
+/// float reading is not exact to the last bit (its `float_roundtrip` feature is off), so
+/// a float in a control's details may move by one unit in a write and read.
+fn same_json(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
+            let (x, y) = (
+                x.as_f64().unwrap_or(f64::NAN),
+                y.as_f64().unwrap_or(f64::NAN),
+            );
+            x == y || (x - y).abs() <= x.abs().max(y.abs()) * 1e-15
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((kx, vx), (ky, vy))| kx == ky && same_json(vx, vy))
+        }
+        _ => a == b,
+    }
+}
+
+/// Target `status`: bytes as the sandbox's status channel through its parser: one result
+/// per non-empty line, in order; each message it reads writes back to a line that reads to
+/// the same message. How many messages were read.
+pub fn status(data: &[u8]) -> usize {
+    use cofferdam_sandbox::status;
+    let parsed = status::parse(data);
+    let lines = data
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    assert_eq!(parsed.len(), lines, "a line was dropped or split");
+    let mut read = 0;
+    for m in parsed.iter().flatten() {
+        let line = serde_json::to_vec(m).expect("a message writes");
+        assert!(!line.contains(&b'\n'), "a written message spans lines");
+        let again = status::parse(&line);
+        let [Ok(back)] = &again[..] else {
+            panic!("a written message does not read back: {again:?}");
+        };
+        assert!(
+            same_json(
+                &serde_json::to_value(back).expect("a message is JSON"),
+                &serde_json::to_value(m).expect("a message is JSON")
+            ),
+            "the message changed in a write and read: {m:?} became {back:?}"
+        );
+        read += 1;
+    }
+    for e in parsed.iter().filter_map(|r| r.as_ref().err()) {
+        assert!(!e.is_empty(), "an empty status error");
+    }
+    read
+}

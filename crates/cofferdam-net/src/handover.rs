@@ -106,12 +106,18 @@ pub fn recv_sockets(socket: BorrowedFd<'_>) -> Result<Option<Vec<(SocketInfo, Ow
     if msg.bytes == 0 && fds.is_empty() {
         return Ok(None);
     }
-    let infos: Vec<SocketInfo> =
-        serde_json::from_slice(&buf[..msg.bytes]).map_err(|_| Errno::PROTO)?;
-    if infos.len() != fds.len() {
+    let infos = parse_payload(&buf[..msg.bytes], fds.len())?;
+    Ok(Some(infos.into_iter().zip(fds).collect()))
+}
+
+/// Read a hand-over's payload, which came with `fds` descriptors: one description per
+/// descriptor, at most [`MAX_SOCKETS`]; anything else is `PROTO`.
+pub fn parse_payload(payload: &[u8], fds: usize) -> Result<Vec<SocketInfo>, Errno> {
+    let infos: Vec<SocketInfo> = serde_json::from_slice(payload).map_err(|_| Errno::PROTO)?;
+    if infos.len() != fds || fds > MAX_SOCKETS {
         return Err(Errno::PROTO);
     }
-    Ok(Some(infos.into_iter().zip(fds).collect()))
+    Ok(infos)
 }
 
 #[cfg(test)]

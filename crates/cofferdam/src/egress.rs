@@ -119,6 +119,19 @@ pub fn render_review(o: &mut String, b: &RunBundle, s: crate::style::Style) {
             "  refused   {r} TCP attempt(s) on ports nothing listens on (destinations not observable)"
         );
     }
+    if let Some(m) = c.malformed_dropped.filter(|m| *m > 0) {
+        let _ = writeln!(
+            o,
+            "  dropped   {m} malformed DNS message(s) or request head(s)"
+        );
+    }
+    if let Some(l) = c.refused_at_limit.filter(|l| *l > 0) {
+        let _ = writeln!(
+            o,
+            "  {} {l} connection(s) refused at the driver's limit (descriptors or connections at once)",
+            s.bad("at limit ")
+        );
+    }
     for d in c.destinations.iter().filter(|d| d.denied.unwrap_or(0) > 0) {
         let port = d.port.map_or(String::new(), |p| format!(":{p}"));
         let _ = writeln!(

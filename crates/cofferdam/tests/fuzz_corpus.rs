@@ -73,3 +73,45 @@ fn scan_corpus() {
         "{changes:?}"
     );
 }
+
+#[test]
+fn sni_corpus() {
+    let named = replay("sni", harness::sni);
+    assert!(
+        named.iter().any(|&n| n) && named.iter().any(|&n| !n),
+        "{named:?}"
+    );
+}
+
+#[test]
+fn http_head_corpus() {
+    let accepted = replay("http_head", harness::http_head);
+    assert!(
+        accepted.iter().filter(|&&a| a).count() >= 5 && accepted.iter().any(|&a| !a),
+        "{accepted:?}"
+    );
+}
+
+#[test]
+fn dns_corpus() {
+    let queries = replay("dns", harness::dns);
+    assert!(
+        queries.iter().filter(|&&q| q).count() >= 3 && queries.iter().any(|&q| !q),
+        "{queries:?}"
+    );
+}
+
+#[test]
+fn handover_corpus() {
+    let accepted = replay("handover", harness::handover);
+    assert!(
+        accepted.iter().any(|&a| a) && accepted.iter().any(|&a| !a),
+        "{accepted:?}"
+    );
+}
+
+#[test]
+fn status_corpus() {
+    let read = replay("status", harness::status);
+    assert!(read.iter().any(|&n| n >= 5), "{read:?}");
+}

@@ -58,6 +58,12 @@ pub struct Tally {
     pub untraced: u64,
     /// Requests and queries for destinations past [`MAX_DESTINATIONS`], in the totals only.
     pub uncounted_destinations: u64,
+    /// Input dropped as malformed or empty: DNS messages that are no query, proxy and
+    /// transparent HTTP heads that are refused or never complete.
+    pub malformed: u64,
+    /// Connections refused because the driver was at a limit (its descriptors, or the
+    /// most connections at once).
+    pub refused_at_limit: u64,
 }
 
 impl Tally {
@@ -112,10 +118,15 @@ impl Tally {
             }
         }
         let key = (d.host.clone(), d.verdict == NetworkVerdict::Allowed);
-        if !self.dns_traced.contains(&key) {
-            self.dns_traced.insert(key);
-            self.trace(d);
+        if self.dns_traced.contains(&key) {
+            return;
         }
+        // Past the trace's cap the set stops growing too: queries for ever new names must
+        // not grow the supervisor's memory.
+        if self.decisions.len() < MAX_DECISIONS {
+            self.dns_traced.insert(key);
+        }
+        self.trace(d);
     }
 
     /// Count bytes relayed for a destination.
@@ -142,6 +153,8 @@ impl Tally {
                 refused: Some(self.dns_refused),
             },
             // Filled from the namespace's counters by the driver, when it could read them.
+            malformed_dropped: Some(self.malformed),
+            refused_at_limit: Some(self.refused_at_limit),
             tcp_refused_unlistened: None,
             udp_unlistened: None,
             destinations: self
@@ -194,6 +207,20 @@ mod tests {
         assert_eq!(t.decisions.len(), MAX_DECISIONS);
         assert_eq!(t.untraced, (n - MAX_DECISIONS) as u64);
         assert_eq!(t.uncounted_destinations, (n - MAX_DESTINATIONS) as u64);
+    }
+
+    #[test]
+    fn dns_names_past_the_trace_cap_are_not_remembered() {
+        let mut t = Tally::default();
+        for i in 0..MAX_DECISIONS + 50 {
+            t.dns(d(
+                &format!("n{i}"),
+                NetworkVerdict::Denied,
+                InterceptedProtocol::Dns,
+            ));
+        }
+        assert_eq!(t.dns_traced.len(), MAX_DECISIONS);
+        assert_eq!(t.untraced, 50);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -68,8 +68,22 @@ const CONNECT_WAIT: Duration = Duration::from_secs(10);
 /// The most connections served at once (each takes two threads): beyond it new ones are
 /// reset and counted as denied, so the sandbox cannot exhaust the supervisor.
 const MAX_ACTIVE: usize = 512;
+/// The most descriptors one connection holds (client and upstream, a copy of each, a pipe
+/// per direction) with room for a resolver's sockets: the cap on connections is what the
+/// descriptor limit leaves after [`FDS_RESERVED`] divided by this.
+const FDS_PER_CONNECTION: u64 = 10;
+/// Descriptors kept for the rest of the supervisor (its records, relays, the listeners).
+const FDS_RESERVED: u64 = 64;
 /// How long `finish` waits for open connections to end (the sandbox is gone by then).
 const FINISH_GRACE: Duration = Duration::from_millis(500);
+/// How long a listener pauses when it is at the descriptor limit and cannot even refuse.
+const LIMIT_PAUSE: Duration = Duration::from_millis(20);
+/// How long a listener pauses after an error of its own before accepting again.
+const ERROR_PAUSE: Duration = Duration::from_millis(10);
+/// How long, and how much, a forwarded request's client is read after its response, so
+/// that closing it sends the response's end and no reset.
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
+const DRAIN_MAX: u64 = 1 << 20;
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -210,6 +224,16 @@ struct Shared {
     sandbox_pid: Arc<AtomicU32>,
     /// The namespace's own counters, opened once the sockets arrived.
     snmp: Mutex<Option<snmp::Watch>>,
+    /// Set by `finish` before it shuts the listeners down: their threads end.
+    stopping: AtomicBool,
+    /// A descriptor held in reserve: at the descriptor limit a listener closes it to accept
+    /// one connection and refuse it, then takes it again.
+    spare: Mutex<Option<OwnedFd>>,
+    /// `RLIMIT_NOFILE` (soft, hard) as read back after raising the soft limit.
+    nofile: Mutex<Option<(Option<u64>, Option<u64>)>>,
+    /// The most connections served at once: [`MAX_ACTIVE`], or less when the descriptor
+    /// limit leaves room for fewer ([`connection_cap`]).
+    max_active: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -251,6 +275,10 @@ impl Interceptor {
             received: Mutex::new(None),
             sandbox_pid: Arc::new(AtomicU32::new(0)),
             snmp: Mutex::new(None),
+            stopping: AtomicBool::new(false),
+            spare: Mutex::new(None),
+            nofile: Mutex::new(None),
+            max_active: AtomicUsize::new(MAX_ACTIVE),
         });
         let s = shared.clone();
         let receiver = std::thread::Builder::new()
@@ -271,6 +299,7 @@ impl Interceptor {
         if let Some(r) = self.receiver.take() {
             let _ = r.join();
         }
+        self.shared.stopping.store(true, Ordering::SeqCst);
         for fd in lock(&self.shared.listeners).iter() {
             let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Both);
         }
@@ -317,6 +346,14 @@ impl Interceptor {
             ControlStatus::Enforced,
         );
         o.details.insert("driver".into(), json!(DRIVER));
+        if let Some((soft, hard)) = *lock(&self.shared.nofile) {
+            o.details
+                .insert("nofile".into(), json!({ "soft": soft, "hard": hard }));
+            o.details.insert(
+                "max_connections".into(),
+                json!(self.shared.max_active.load(Ordering::SeqCst)),
+            );
+        }
         let (covers, snapshot) = match &received {
             Some(Ok(infos)) => {
                 o.details.insert(
@@ -406,6 +443,12 @@ fn receive(shared: &Arc<Shared>, socket: &OwnedFd) {
     if pid != 0 {
         *lock(&shared.snmp) = snmp::Watch::open(pid);
     }
+    let nofile = raise_nofile();
+    *lock(&shared.nofile) = Some(nofile);
+    shared
+        .max_active
+        .store(connection_cap(nofile.0), Ordering::SeqCst);
+    *lock(&shared.spare) = open_spare();
     let mut infos = Vec::new();
     for (info, fd) in got {
         if let Ok(copy) = fd.try_clone() {
@@ -438,7 +481,8 @@ fn accept_loop(shared: &Arc<Shared>, l: TcpListener, serve: fn(&Shared, TcpStrea
     loop {
         match l.accept() {
             Ok((stream, _)) => {
-                if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_ACTIVE {
+                let cap = shared.max_active.load(Ordering::SeqCst);
+                if shared.active.fetch_add(1, Ordering::SeqCst) >= cap {
                     shared.active.fetch_sub(1, Ordering::SeqCst);
                     over_capacity(shared, stream);
                     continue;
@@ -456,8 +500,69 @@ fn accept_loop(shared: &Arc<Shared>, l: TcpListener, serve: fn(&Shared, TcpStrea
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
-            Err(_) => return,
+            Err(_) if shared.stopping.load(Ordering::SeqCst) => return,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                refuse_at_descriptor_limit(shared, &l);
+            }
+            // Anything else (memory, buffers) passes: the listener never ends before the run.
+            Err(_) => std::thread::sleep(ERROR_PAUSE),
         }
+    }
+}
+
+/// Raise the soft `RLIMIT_NOFILE` to the hard one (each connection takes several
+/// descriptors); what it is afterwards, read back (`None`: unlimited or unreadable).
+fn raise_nofile() -> (Option<u64>, Option<u64>) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let now = getrlimit(Resource::Nofile);
+    if now.maximum.is_some() && now.current != now.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: now.maximum,
+                maximum: now.maximum,
+            },
+        );
+    }
+    let back = getrlimit(Resource::Nofile);
+    (back.current, back.maximum)
+}
+
+/// The most connections served at once under a soft descriptor limit of `soft` (`None`:
+/// unlimited): never so many that they could exhaust the supervisor's descriptors.
+fn connection_cap(soft: Option<u64>) -> usize {
+    let Some(soft) = soft else {
+        return MAX_ACTIVE;
+    };
+    let fit = soft.saturating_sub(FDS_RESERVED) / FDS_PER_CONNECTION;
+    usize::try_from(fit).map_or(MAX_ACTIVE, |n| n.clamp(1, MAX_ACTIVE))
+}
+
+/// The descriptor kept in reserve for [`refuse_at_descriptor_limit`].
+fn open_spare() -> Option<OwnedFd> {
+    rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()
+}
+
+/// `accept` said the process is out of descriptors: give up the spare one, accept the
+/// waiting connection and reset it at once (counted), take the spare again. Without a
+/// spare, pause briefly: the waiting connections stay queued until descriptors free up.
+fn refuse_at_descriptor_limit(shared: &Shared, l: &TcpListener) {
+    let mut spare = lock(&shared.spare);
+    if spare.take().is_some() {
+        if let Ok((stream, _)) = l.accept() {
+            lock(&shared.tally).refused_at_limit += 1;
+            deny_at_once(shared, stream, "the driver is at its descriptor limit");
+        }
+        *spare = open_spare();
+    } else {
+        *spare = open_spare();
+        drop(spare);
+        std::thread::sleep(LIMIT_PAUSE);
     }
 }
 
@@ -473,8 +578,10 @@ fn on_loopback_or_transparent(shared: &Shared, c: TcpStream, serve: fn(&Shared, 
     }
 }
 
-/// Refuse a connection beyond [`MAX_ACTIVE`], counted as denied for its destination.
+/// Refuse a connection beyond the cap on connections at once, counted as denied for its
+/// destination and as refused at the limit.
 fn over_capacity(shared: &Shared, stream: TcpStream) {
+    lock(&shared.tally).refused_at_limit += 1;
     deny_at_once(shared, stream, "too many connections at once");
 }
 
@@ -537,15 +644,21 @@ fn answer_dns(shared: &Shared, msg: &[u8]) -> Option<Vec<u8>> {
 fn serve_dns_udp(shared: &Arc<Shared>, sock: UdpSocket) {
     let mut buf = [0u8; 1500];
     loop {
-        match sock.recv_from(&mut buf) {
-            Ok((0, _)) => return,
-            Ok((n, peer)) => {
-                if let Some(resp) = answer_dns(shared, &buf[..n]) {
+        let got = sock.recv_from(&mut buf);
+        // `finish` shuts the socket down, which ends every read with nothing: only then
+        // does the listener end, never for a datagram (an empty one is malformed).
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        match got {
+            Ok((n, peer)) => match answer_dns(shared, &buf[..n]) {
+                Some(resp) => {
                     let _ = sock.send_to(&resp, peer);
                 }
-            }
+                None => lock(&shared.tally).malformed += 1,
+            },
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            Err(_) => std::thread::sleep(ERROR_PAUSE),
         }
     }
 }
@@ -562,6 +675,7 @@ fn serve_dns_tcp(shared: &Shared, mut stream: TcpStream) {
             return;
         }
         let Some(resp) = answer_dns(shared, &msg) else {
+            lock(&shared.tally).malformed += 1;
             return;
         };
         let Ok(n) = u16::try_from(resp.len()) else {
@@ -604,11 +718,15 @@ fn record(shared: &Shared, protocol: InterceptedProtocol, port: u16, v: &Verdict
 
 /// Read until `done` says the bytes are enough, the limit, the end, or the timeout.
 fn read_until(stream: &mut TcpStream, wait: Duration, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
-    let _ = stream.set_read_timeout(Some(wait));
     let deadline = Instant::now() + wait;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
-    while !done(&buf) && buf.len() < HEAD_MAX && Instant::now() < deadline {
+    while !done(&buf) && buf.len() < HEAD_MAX {
+        // The whole head within `wait`, however slowly its bytes come.
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
         match stream.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
@@ -618,6 +736,16 @@ fn read_until(stream: &mut TcpStream, wait: Duration, done: impl Fn(&[u8]) -> bo
     }
     let _ = stream.set_read_timeout(None);
     buf
+}
+
+/// What goes upstream first, and what after it.
+enum Send<'a> {
+    /// `first`, then everything the client sends (a tunnel, or a protocol not parsed).
+    Splice(&'a [u8]),
+    /// One HTTP request: `first` (its rebuilt head and the body bytes already read), then
+    /// exactly `left` more body bytes, and nothing after: a second request on the
+    /// connection never reaches the upstream unchecked.
+    One { first: &'a [u8], left: u64 },
 }
 
 /// Connect upstream for an allowed verdict `v` and relay. The decision is recorded here,
@@ -632,7 +760,7 @@ fn go_upstream(
     host: &str,
     port: u16,
     upstream: &Upstream,
-    first: &[u8],
+    send: Send<'_>,
     reply: Option<&[u8]>,
 ) {
     let connected = shared.resolver.connect(&shared.allow, upstream, port);
@@ -669,21 +797,75 @@ fn go_upstream(
         }
     };
     if let Some(r) = reply
+        && !r.is_empty()
         && client.write_all(r).is_err()
     {
         return;
     }
-    let mut up_w = match up.try_clone() {
-        Ok(u) => u,
-        Err(_) => return,
-    };
-    if !first.is_empty() && up_w.write_all(first).is_err() {
-        return;
-    }
     let _ = client.set_nodelay(true);
-    if let Ok((sent, received)) = relay::splice(client, up) {
-        lock(&shared.tally).bytes(host, Some(port), sent + first.len() as u64, received);
+    match send {
+        Send::Splice(first) => {
+            let mut up_w = match up.try_clone() {
+                Ok(u) => u,
+                Err(_) => return,
+            };
+            if !first.is_empty() && up_w.write_all(first).is_err() {
+                return;
+            }
+            if let Ok((sent, received)) = relay::splice(client, up) {
+                lock(&shared.tally).bytes(host, Some(port), sent + first.len() as u64, received);
+            }
+        }
+        Send::One { first, left } => {
+            let (Ok(up_r), Ok(client_w)) = (up.try_clone(), client.try_clone()) else {
+                return;
+            };
+            let back = std::thread::Builder::new()
+                .name("cofferdam-net-relay".into())
+                .spawn(move || relay::pump(up_r, client_w));
+            let sent = send_one(&client, &up, first, left);
+            let received = back.map_or(0, |t| t.join().unwrap_or(0));
+            drain(client);
+            lock(&shared.tally).bytes(host, Some(port), sent, received);
+        }
     }
+}
+
+/// Send one request upstream: `first`, then `left` body bytes from the client, nothing
+/// more. The bytes sent.
+fn send_one(client: &TcpStream, mut up: &TcpStream, first: &[u8], left: u64) -> u64 {
+    if up.write_all(first).is_err() {
+        return 0;
+    }
+    let body = std::io::copy(&mut client.take(left), &mut up).unwrap_or(0);
+    first.len() as u64 + body
+}
+
+/// Read what the client still sends (a pipelined request that is not forwarded), briefly
+/// and boundedly, before closing it: closing with unread bytes would reset the connection
+/// and could cut off the response it is still receiving.
+fn drain(client: TcpStream) {
+    if client.set_read_timeout(Some(DRAIN_WAIT)).is_ok() {
+        let _ = std::io::copy(&mut (&client).take(DRAIN_MAX), &mut std::io::sink());
+    }
+}
+
+/// One request of a transparent HTTP connection, the head it was read from in `first`:
+/// its head rebuilt (its own `Host`, `Connection: close`), the body bytes already read,
+/// and how many more follow.
+fn one_request(first: &[u8], given: &str) -> Option<(Vec<u8>, u64)> {
+    let head = sniff::parse_head(first).ok()??;
+    let host = head.host.clone().unwrap_or_else(|| given.to_owned());
+    Some(rebuilt(&head, &head.target, &host, &first[head.len..]))
+}
+
+/// `head` rebuilt for `target` and `host` with the body bytes of `rest` (at most the
+/// body's length) after it, and how many body bytes are still to come.
+fn rebuilt(head: &sniff::Head, target: &str, host: &str, rest: &[u8]) -> (Vec<u8>, u64) {
+    let mut out = head.rebuild(target, host);
+    let have = usize::try_from(head.body).map_or(rest.len(), |b| b.min(rest.len()));
+    out.extend_from_slice(&rest[..have]);
+    (out, head.body - have as u64)
 }
 
 /// The name a client claims in its first bytes (SNI or `Host`), once they tell.
@@ -715,6 +897,10 @@ fn serve_transparent(shared: &Shared, mut client: TcpStream) {
     {
         return serve_late_claim(shared, client, name, dest, port, first);
     }
+    if matches!(sniff::sniff(&first), sniff::Sniffed::Malformed(_)) {
+        lock(&shared.tally).malformed += 1;
+        return reset(client);
+    }
     let claimed = claim_of(&first);
     let v = decide::decide_transparent(
         &shared.allow,
@@ -730,7 +916,16 @@ fn serve_transparent(shared: &Shared, mut client: TcpStream) {
         }
         Verdict::Allow { host, upstream, .. } => {
             let tcp = InterceptedProtocol::Tcp;
-            go_upstream(shared, client, tcp, &v, host, port, upstream, &first, None);
+            // A checked HTTP request goes up alone; anything else is spliced as it is.
+            let one = match (&given, sniff::sniff(&first)) {
+                (Some(g), sniff::Sniffed::Http(_)) => one_request(&first, g),
+                _ => None,
+            };
+            let send = match &one {
+                Some((first, left)) => Send::One { first, left: *left },
+                None => Send::Splice(&first),
+            };
+            go_upstream(shared, client, tcp, &v, host, port, upstream, send, None);
         }
     }
 }
@@ -741,11 +936,11 @@ fn serve_transparent(shared: &Shared, mut client: TcpStream) {
 /// another name. Waiting longer never lets a mismatch through.
 fn serve_late_claim(
     shared: &Shared,
-    mut client: TcpStream,
+    client: TcpStream,
     name: &str,
     dest: IpAddr,
     port: u16,
-    mut first: Vec<u8>,
+    first: Vec<u8>,
 ) {
     let by_name = decide::decide_transparent(&shared.allow, dest, Some(name), port, None);
     let Verdict::Allow { upstream, .. } = &by_name else {
@@ -767,6 +962,24 @@ fn serve_late_claim(
             return reset(client);
         }
     };
+    let tcp = InterceptedProtocol::Tcp;
+    relay_once_told(shared, client, up, tcp, name, dest, port, first);
+}
+
+/// Relay a connection to the name `name` whose upstream `up` is connected, once the
+/// client's first bytes tell whether they claim another name (SNI, `Host`): until then the
+/// upstream may speak, but nothing of the client's goes up. The decision is recorded here.
+#[allow(clippy::too_many_arguments)]
+fn relay_once_told(
+    shared: &Shared,
+    mut client: TcpStream,
+    up: TcpStream,
+    protocol: InterceptedProtocol,
+    name: &str,
+    dest: IpAddr,
+    port: u16,
+    mut first: Vec<u8>,
+) {
     let (Ok(up_r), Ok(client_w)) = (up.try_clone(), client.try_clone()) else {
         return;
     };
@@ -784,14 +997,27 @@ fn serve_late_claim(
             Err(_) => break,
         }
     }
-    let v = decide::decide_transparent(
-        &shared.allow,
-        dest,
-        Some(name),
-        port,
-        claim_of(&first).as_deref(),
-    );
-    record(shared, InterceptedProtocol::Tcp, port, &v);
+    let malformed = matches!(sniff::sniff(&first), sniff::Sniffed::Malformed(_));
+    let v = if malformed {
+        lock(&shared.tally).malformed += 1;
+        Verdict::Deny {
+            host: name.to_owned(),
+            reason: "the request head is malformed",
+        }
+    } else {
+        decide::decide_transparent(
+            &shared.allow,
+            dest,
+            Some(name),
+            port,
+            claim_of(&first).as_deref(),
+        )
+    };
+    record(shared, protocol, port, &v);
+    let one = match sniff::sniff(&first) {
+        sniff::Sniffed::Http(_) => one_request(&first, name),
+        _ => None,
+    };
     let sent = match v {
         Verdict::Deny { .. } => {
             // The upstream side's relay must end without closing the client's stream, so
@@ -802,32 +1028,83 @@ fn serve_late_claim(
             lock(&shared.tally).bytes(name, Some(port), 0, received);
             return reset(client);
         }
-        Verdict::Allow { .. } => {
-            let mut up_w = up;
-            if up_w.write_all(&first).is_err() {
-                0
-            } else {
-                first.len() as u64 + relay::pump(client, up_w)
+        Verdict::Allow { .. } => match one {
+            Some((head, left)) => {
+                let sent = send_one(&client, &up, &head, left);
+                let received = back.map_or(0, |t| t.join().unwrap_or(0));
+                drain(client);
+                lock(&shared.tally).bytes(name, Some(port), sent, received);
+                return;
             }
-        }
+            None => {
+                let mut up_w = up;
+                if up_w.write_all(&first).is_err() {
+                    0
+                } else {
+                    first.len() as u64 + relay::pump(client, up_w)
+                }
+            }
+        },
     };
     let received = back.map_or(0, |t| t.join().unwrap_or(0));
     lock(&shared.tally).bytes(name, Some(port), sent, received);
 }
 
+/// Answer a proxy client with `status` and a one-line reason, and close.
+fn answer(client: &mut TcpStream, status: &str, why: &str) {
+    let body = format!("cofferdam: {why}\n");
+    let _ = client.write_all(
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+}
+
 fn serve_proxy(shared: &Shared, mut client: TcpStream) {
-    let buf = read_until(&mut client, HEAD_WAIT, |b| sniff::head_end(b).is_some());
-    let Some(end) = sniff::head_end(&buf) else {
-        let _ = client.write_all(
-            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        );
-        return;
-    };
-    let Some(req) = sniff::proxy_request(&buf[..end]) else {
-        let _ = client.write_all(
-            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        );
-        return;
+    let buf = read_until(&mut client, HEAD_WAIT, |b| {
+        !matches!(sniff::parse_head(b), Ok(None))
+    });
+    let parsed = sniff::parse_head(&buf)
+        .map_err(sniff::ProxyError::from)
+        .and_then(|h| {
+            let h = h.ok_or(sniff::ProxyError::Target)?;
+            let r = sniff::proxy_request(&h)?;
+            Ok((h, r))
+        });
+    let (head, req) = match parsed {
+        Ok(hr) => hr,
+        Err(sniff::ProxyError::Head(sniff::HeadError::HostMismatch)) => {
+            // Another virtual host than the target: a denial for the name it claims.
+            let claimed = sniff::parse_head(&buf)
+                .ok()
+                .flatten()
+                .and_then(|h| h.host)
+                .and_then(|h| sniff::split_authority(&h, 80));
+            let (host, port) = claimed.unwrap_or_default();
+            let reason = "the Host header names another destination than the request target";
+            record(
+                shared,
+                InterceptedProtocol::HttpConnect,
+                port,
+                &Verdict::Deny { host, reason },
+            );
+            return answer(&mut client, "403 Forbidden", reason);
+        }
+        Err(e) => {
+            lock(&shared.tally).malformed += 1;
+            let why = if buf.is_empty() {
+                "no request head".to_owned()
+            } else if sniff::parse_head(&buf).is_ok_and(|h| h.is_none()) {
+                format!(
+                    "the request head did not complete within {HEAD_WAIT:?} and {HEAD_MAX} bytes"
+                )
+            } else {
+                e.to_string()
+            };
+            return answer(&mut client, "400 Bad Request", &why);
+        }
     };
     let (host, port) = match &req {
         sniff::ProxyRequest::Connect { host, port }
@@ -840,34 +1117,35 @@ fn serve_proxy(shared: &Shared, mut client: TcpStream) {
     let (checked, upstream) = match &v {
         Verdict::Deny { .. } => {
             record(shared, InterceptedProtocol::HttpConnect, port, &v);
-            let body = b"cofferdam: this destination is not on the run's network allowlist\n";
-            let _ = client.write_all(
-                format!(
-                    "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                )
-                .as_bytes(),
+            return answer(
+                &mut client,
+                "403 Forbidden",
+                "this destination is not on the run's network allowlist",
             );
-            let _ = client.write_all(body);
-            return;
         }
         Verdict::Allow { host, upstream, .. } => (host.clone(), upstream.clone()),
     };
-    // A CONNECT tunnel sends on what followed the request head, after the 200; a forwarded
-    // request goes up as the request line the origin expects and the rest of the head.
-    let (first, reply): (Vec<u8>, &[u8]) = match req {
+    if matches!(req, sniff::ProxyRequest::Connect { .. })
+        && let Upstream::Name(name) = &upstream
+    {
+        return tunnel_to_name(shared, client, &v, name, port, buf[head.len..].to_vec());
+    }
+    let forwarded;
+    let (send, reply): (Send<'_>, &[u8]) = match req {
+        // A CONNECT tunnel to an address sends on what followed the request head, after
+        // the 200: an address entry allows the address whatever the client says.
         sniff::ProxyRequest::Connect { .. } => (
-            buf[end..].to_vec(),
+            Send::Splice(&buf[head.len..]),
             b"HTTP/1.1 200 Connection established\r\n\r\n",
         ),
-        sniff::ProxyRequest::Forward { request_line, .. } => {
-            let line_end = buf
-                .windows(2)
-                .position(|w| w == b"\r\n")
-                .map_or(end, |i| i + 2);
-            let mut first = request_line.into_bytes();
-            first.extend_from_slice(&buf[line_end..]);
-            (first, b"")
+        // A forwarded request goes up alone, in origin form, with the target's authority
+        // as its one `Host` (RFC 9112 §3.2.2).
+        sniff::ProxyRequest::Forward {
+            path, authority, ..
+        } => {
+            forwarded = rebuilt(&head, &path, &authority, &buf[head.len..]);
+            let (first, left) = (&forwarded.0, forwarded.1);
+            (Send::One { first, left }, b"")
         }
     };
     let proxy = InterceptedProtocol::HttpConnect;
@@ -879,7 +1157,88 @@ fn serve_proxy(shared: &Shared, mut client: TcpStream) {
         &checked,
         port,
         &upstream,
-        &first,
+        send,
         Some(reply),
     );
+}
+
+/// A CONNECT tunnel to the allowed name `name`: connected upstream and answered `200`, it
+/// is then checked like a transparent connection to that name, by the SNI or `Host` in the
+/// client's first bytes (`first` holds what came with the request head), so a tunnel is no
+/// way around the check of either.
+fn tunnel_to_name(
+    shared: &Shared,
+    mut client: TcpStream,
+    v: &Verdict,
+    name: &str,
+    port: u16,
+    first: Vec<u8>,
+) {
+    let proxy = InterceptedProtocol::HttpConnect;
+    let Verdict::Allow { upstream, .. } = v else {
+        return;
+    };
+    let up = match shared.resolver.connect(&shared.allow, upstream, port) {
+        Ok(up) => up,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let deny = Verdict::Deny {
+                host: name.to_owned(),
+                reason: HOST_INTERNAL,
+            };
+            record(shared, proxy, port, &deny);
+            return answer(&mut client, "403 Forbidden", HOST_INTERNAL);
+        }
+        Err(e) => {
+            record(shared, proxy, port, v);
+            return answer(&mut client, "502 Bad Gateway", &e.to_string());
+        }
+    };
+    let _ = client.set_nodelay(true);
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .is_err()
+    {
+        return;
+    }
+    // `dest` matters only without a name.
+    let dest = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+    relay_once_told(shared, client, up, proxy, name, dest, port, first);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_cap_fits_the_descriptor_limit() {
+        assert_eq!(connection_cap(None), MAX_ACTIVE);
+        assert_eq!(connection_cap(Some(1024)), 96);
+        assert_eq!(connection_cap(Some(10)), 1);
+        assert_eq!(connection_cap(Some(1 << 20)), MAX_ACTIVE);
+        let (soft, hard) = raise_nofile();
+        assert_eq!(soft, hard, "the soft limit is raised to the hard one");
+    }
+
+    #[test]
+    fn a_trickled_head_ends_at_its_deadline_not_per_byte() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let slow = std::thread::spawn(move || {
+            let mut c = TcpStream::connect(addr).unwrap();
+            for _ in 0..4 {
+                if c.write_all(b"G").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(700));
+            }
+        });
+        let (mut s, _) = l.accept().unwrap();
+        let t = Instant::now();
+        let got = read_until(&mut s, Duration::from_secs(1), |_| false);
+        let took = t.elapsed();
+        assert!(took < Duration::from_millis(1300), "{took:?}");
+        assert_eq!(got, b"GG");
+        drop(s);
+        slow.join().unwrap();
+    }
 }

@@ -69,6 +69,17 @@ pub struct InterceptionSnapshot {
     /// DNS answers given and refused.
     #[serde(default)]
     pub dns: DnsCounters,
+    /// Input the driver dropped as malformed or empty: DNS messages that are no query (an
+    /// empty datagram among them), proxy or HTTP request heads it refused (a bare LF, a
+    /// second `Host`, whitespace before a colon, a `Host` other than the target) or that
+    /// never completed.
+    #[serde(default)]
+    pub malformed_dropped: Option<u64>,
+    /// Connections the driver refused (reset at once) because it was at a limit: its
+    /// descriptors, or the most connections it serves at once. Service resumes when
+    /// connections end.
+    #[serde(default)]
+    pub refused_at_limit: Option<u64>,
     /// TCP connection attempts inside the sandbox that its kernel refused because nothing
     /// listened on the port (a port no entry allows, or an in-sandbox port without a
     /// server). Read from the sandbox's network namespace counters: the destinations of

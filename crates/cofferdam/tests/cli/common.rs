@@ -113,3 +113,15 @@ pub fn raw_controls(bytes: &[u8]) -> Vec<String> {
         })
         .collect()
 }
+
+/// The `network_decision` events of the trace of bundle `b` (its `run.event_stream_ref`).
+pub fn network_decisions(b: &Value) -> Vec<Value> {
+    let trace = b["run"]["event_stream_ref"].as_str().unwrap();
+    std::fs::read_to_string(trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"]["type"] == "network_decision")
+        .map(|e| e["event"].clone())
+        .collect()
+}

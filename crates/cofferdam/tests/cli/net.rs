@@ -100,17 +100,6 @@ fn line<'a>(out: &'a str, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {key}= in {out}"))
 }
 
-fn decisions(b: &Value) -> Vec<Value> {
-    let trace = b["run"]["event_stream_ref"].as_str().unwrap();
-    std::fs::read_to_string(trace)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["event"]["type"] == "network_decision")
-        .map(|e| e["event"].clone())
-        .collect()
-}
-
 fn destination<'a>(b: &'a Value, host: &str, port: u16) -> &'a Value {
     b["network"]["intercepted"]["destinations"]
         .as_array()
@@ -274,7 +263,7 @@ print(" ".join(out))
     assert!(n["tcp_refused_unlistened"].as_u64().is_some(), "{n}");
     assert!(n["udp_unlistened"].as_u64().unwrap() >= 1, "{n}");
 
-    let ds = decisions(&b);
+    let ds = network_decisions(&b);
     let has = |proto: &str, port: u16, verdict: &str| {
         ds.iter().any(|d| {
             d["protocol"] == proto
@@ -417,7 +406,7 @@ except OSError as e:
         .find(|d| d["host"] == "other.test" && d.get("port").is_none())
         .unwrap_or_else(|| panic!("no refused name in {n}"));
     assert!(refused["denied"].as_u64().unwrap() >= 1);
-    let ds = decisions(&b);
+    let ds = network_decisions(&b);
     assert!(
         ds.iter().any(|d| d["protocol"] == "dns"
             && d["host"] == "other.test"
@@ -586,7 +575,7 @@ fn an_allowed_name_never_leads_to_the_hosts_loopback_unless_an_address_entry_say
         "the host's server was reached"
     );
     let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
-    let denied: Vec<Value> = decisions(&b)
+    let denied: Vec<Value> = network_decisions(&b)
         .into_iter()
         .filter(|d| d["decision"] == "denied" && d["host"] == "internal.test")
         .collect();
@@ -596,7 +585,7 @@ fn an_allowed_name_never_leads_to_the_hosts_loopback_unless_an_address_entry_say
             .unwrap_or("")
             .contains("private networks")),
         "{:?}",
-        decisions(&b)
+        network_decisions(&b)
     );
     // An address entry for the same port says the host's loopback is meant: allowed.
     let addr_rule = format!("127.0.0.1:{}", p1.port);

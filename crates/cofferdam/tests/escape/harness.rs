@@ -659,7 +659,14 @@ impl Ctx {
     /// `cofferdam run --json` on this tier with `extra` flags and the command `argv`, in a
     /// session of its own ([`Ctx::detached_cmd`]).
     pub fn run(&self, extra: &[&str], argv: &[&str]) -> Run {
+        self.run_with(extra, argv, |_| {})
+    }
+
+    /// [`Ctx::run`], with `tweak` applied to the command before it starts (e.g. lower
+    /// limits for cofferdam itself).
+    pub fn run_with(&self, extra: &[&str], argv: &[&str], tweak: impl FnOnce(&mut Command)) -> Run {
         let mut c = self.detached_cmd();
+        tweak(&mut c);
         c.args(["--color", "never", "run", "--json"])
             .args(self.tier.run_args);
         for (k, _) in self.vars.borrow().iter() {

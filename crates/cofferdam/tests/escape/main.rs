@@ -56,6 +56,7 @@ mod fs_write;
 mod full_disk;
 mod harness;
 mod kernel;
+mod listeners;
 mod metadata;
 mod network;
 mod process;
@@ -77,6 +78,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         kernel::SYSCALL_ATTACKS,
         kernel::ATTACKS,
         network::ATTACKS,
+        listeners::ATTACKS,
         metadata::ATTACKS,
         terminal::ATTACKS,
         records::ATTACKS,
