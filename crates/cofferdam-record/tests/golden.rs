@@ -329,7 +329,7 @@ fn wrong_types_and_unknown_values_are_named() {
     doc["run"]["state"] = "running".into();
     let e = read_value(&doc).unwrap_err();
     assert_eq!(e.path(), Some("run.state"));
-    assert!(e.to_string().contains("unknown variant `running`"), "{e}");
+    assert!(e.to_string().contains("unknown value `running`"), "{e}");
 
     let mut doc = full_value();
     doc["executor_observations"]["controls"][5]["status"] = "probably".into();
@@ -353,7 +353,7 @@ fn safety_that_claims_more_than_the_observations_is_rejected() {
 fn a_summary_that_claims_more_than_its_controls_is_rejected() {
     let e = rejected("overclaiming_summary.json");
     assert_eq!(e.path(), Some("executor_observations.summary.resources"));
-    assert!(e.to_string().contains("support `partial`"), "{e}");
+    assert!(e.to_string().contains("combine to `partial`"), "{e}");
 }
 
 #[test]
