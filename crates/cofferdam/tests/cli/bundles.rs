@@ -114,6 +114,27 @@ fn every_sealed_bundle_verifies() {
 }
 
 #[test]
+fn an_oom_bundle_verifies() {
+    // The OOM kill needs the memory controller, which only root has here (an unprivileged
+    // run gets RLIMIT_DATA instead, and an allocation failure, not an OOM kill): a user
+    // limitation, not a missing host feature, so no SKIP-HOST.
+    // SAFETY: geteuid has no preconditions.
+    if !sealed_host() || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let memory = std::path::Path::new("/sys/fs/cgroup/memory").is_dir()
+        || std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+            .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"));
+    if !require("the memory cgroup controller", memory) {
+        return;
+    }
+    let fill = "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo ${#x}";
+    let args = ["run", "--memory", "64M", "--", "sh", "-c", fill];
+    let got = verify(&Sandbox::new(), "sealed: oom", &args);
+    assert_eq!(got["bundle"]["run"]["failure"]["kind"], "oom", "{got}");
+}
+
+#[test]
 fn every_scoped_bundle_verifies() {
     if !require("Landlock", landlock_abi_independently() > 0) {
         return;
