@@ -146,3 +146,47 @@ fn every_scoped_bundle_verifies() {
 fn every_advisory_bundle_verifies() {
     run_cases(ADVISORY, "advisory", &[]);
 }
+
+#[test]
+fn the_review_json_verifies_before_and_after_apply() {
+    // `status --review --json` prints a bundle (plus `review_context`); whether it is the
+    // saved record or the refreshed view, its fields must agree with each other, so the
+    // strict reader accepts it at each step of the stage's life.
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let run = s
+        .cmd()
+        .args(["run", "--", "sh", "-c", "echo a > a; echo b > b"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let steps: [&[&str]; 3] = [&[], &["apply", "--path", "a", "last"], &["apply", "last"]];
+    for (i, step) in steps.iter().enumerate() {
+        if !step.is_empty() {
+            let out = s.cmd().args(*step).output().unwrap();
+            assert!(out.status.success(), "{step:?}: {out:?}");
+        }
+        let review = s
+            .cmd()
+            .args(["--json", "status", "--review", "last"])
+            .output()
+            .unwrap();
+        assert!(review.status.success(), "{review:?}");
+        let file = s.home.path().join(format!("review-{i}.json"));
+        std::fs::write(&file, &review.stdout).unwrap();
+        let v = s
+            .cmd()
+            .args(["--json", "bundle", "verify"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(
+            json_of(&v)["valid"],
+            true,
+            "after {step:?}: {}",
+            json_of(&v)
+        );
+    }
+}
