@@ -27,17 +27,14 @@ fn network_confined(bundle: &RunBundle) -> bool {
 }
 
 /// Whether the run reached its command and the supervisor heard how it ended, so that every
-/// control of the tier was installed and reported: the run completed, or its command
-/// exited, timed out, ran out of memory or hit a limit. A setup failure stops before the
-/// rest is installed; a signal death (an interrupted supervisor's recovered bundle among
-/// them) and a cancellation may come at any point.
+/// control of the tier was installed and reported: the run completed, or its command exited
+/// non-zero. A setup failure stops before the rest is installed; a timeout, an OOM kill, a
+/// limit, a signal death (an interrupted supervisor's recovered bundle among them) and a
+/// cancellation may come at any point, during setup too (`--timeout 1ms` does).
 fn command_ran(bundle: &RunBundle) -> bool {
     match bundle.run.failure.as_ref().map(|f| f.kind) {
         None => bundle.run.state == RunState::Completed,
-        Some(kind) => matches!(
-            kind,
-            FailureKind::ProcessExit | FailureKind::Timeout | FailureKind::Oom | FailureKind::Limit
-        ),
+        Some(kind) => kind == FailureKind::ProcessExit,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Every Run Bundle the binary writes passes `cofferdam bundle verify`: on each tier, for a
-//! run that completed, exited non-zero, timed out, failed to exec, failed in setup, and with
-//! the network confined, allowed or shared. The strict reader checks the rows against the
+//! run that completed, exited non-zero, timed out (also during setup), failed to exec, failed
+//! in setup, and with the network confined, allowed or shared; an OOM kill as root. The strict reader checks the rows against the
 //! tier's table, so a sandbox change that drops or renames a row fails here first.
 
 use crate::apply::sealed_host;
@@ -20,7 +20,7 @@ const SEALED: &[&str] = &[];
 const SCOPED: &[&str] = &["--tier", "scoped"];
 const ADVISORY: &[&str] = &["--containment", "advisory", "--tier", "advisory"];
 
-const COMMON: [(&[&str], i32, &str, Option<&str>); 6] = [
+const COMMON: [(&[&str], i32, &str, Option<&str>); 7] = [
     (&["--", "true"], 0, "completed", None),
     (
         &["--", "sh", "-c", "exit 3"],
@@ -30,6 +30,13 @@ const COMMON: [(&[&str], i32, &str, Option<&str>); 6] = [
     ),
     (
         &["--timeout", "1s", "--", "sleep", "5"],
+        124,
+        "failed",
+        Some("timeout"),
+    ),
+    // Often expires during setup, before the sandbox reported all of its rows.
+    (
+        &["--timeout", "1ms", "--", "sleep", "5"],
         124,
         "failed",
         Some("timeout"),
