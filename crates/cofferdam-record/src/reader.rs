@@ -147,18 +147,22 @@ pub fn read_bundle(bytes: &[u8]) -> Result<RunBundle, BundleError> {
     let schema = crate::schema::run_bundle_schema();
     shape::check_shape(schema, &doc)?;
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let bundle: RunBundle = serde_path_to_error::deserialize(&mut de).map_err(typed_error)?;
-    // A defaulted field that is absent states nothing: a safety boolean reads as `false`
-    // and is not held against what the rows derive (only a `true` must be backed), and an
-    // absent change list is not held against `changed_files`.
-    let unstated: Vec<&str> = consistency::DEFAULTED_CHECKED
-        .into_iter()
-        .filter(|path| {
-            let (parent, key) = path.split_once('.').unwrap_or(("", path));
-            top.get(parent).is_some_and(|p| p.get(key).is_none())
-        })
-        .collect();
-    check_with(&bundle, &unstated)?;
+    let mut bundle: RunBundle = serde_path_to_error::deserialize(&mut de).map_err(typed_error)?;
+    // A defaulted safety boolean that is absent states nothing: it takes the value the rows
+    // derive, so the bundle read is one the writer writes back unchanged.
+    let unstated = |key: &str| top.get("safety").is_some_and(|s| s.get(key).is_none());
+    let read_unstated = unstated("filesystem_read_non_bypassable");
+    let write_unstated = unstated("filesystem_write_non_bypassable");
+    if read_unstated || write_unstated {
+        let derived = bundle.derived_safety();
+        if read_unstated {
+            bundle.safety.filesystem_read_non_bypassable = derived.filesystem_read_non_bypassable;
+        }
+        if write_unstated {
+            bundle.safety.filesystem_write_non_bypassable = derived.filesystem_write_non_bypassable;
+        }
+    }
+    check_bundle(&bundle)?;
     Ok(bundle)
 }
 
@@ -169,12 +173,6 @@ pub fn read_bundle(bytes: &[u8]) -> Result<RunBundle, BundleError> {
 /// failure, times, executor and tier, plan, change count, details against status). The
 /// first problem is returned, named by the JSON path of the claim.
 pub fn check_bundle(bundle: &RunBundle) -> Result<(), BundleError> {
-    check_with(bundle, &[])
-}
-
-/// [`check_bundle`], except that the safety booleans named in `unstated` (absent from the
-/// document) may be `false` where the rows derive `true`.
-fn check_with(bundle: &RunBundle, unstated: &[&str]) -> Result<(), BundleError> {
     if bundle.schema_version != SCHEMA_VERSION {
         return Err(BundleError::UnsupportedVersion {
             found: bundle.schema_version.to_string(),
@@ -186,9 +184,9 @@ fn check_with(bundle: &RunBundle, unstated: &[&str]) -> Result<(), BundleError> 
             found: Value::String(observations.contract.clone()).to_string(),
         });
     }
-    consistency::check_internal(bundle, unstated)?;
+    consistency::check_internal(bundle)?;
     consistency::check_rows(bundle)?;
-    consistency::check_derived(bundle, unstated)?;
+    consistency::check_derived(bundle)?;
     consistency::check_complete(bundle)
 }
 

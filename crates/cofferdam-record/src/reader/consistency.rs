@@ -114,7 +114,7 @@ pub(super) fn check_complete(bundle: &RunBundle) -> Result<(), BundleError> {
 /// The summary and the safety booleans against what the writer's functions
 /// ([`summarize_for_tier`], [`SafetySummary::derive`]) compute from the rows: any
 /// difference, stronger or weaker, is an error at the claim.
-pub(super) fn check_derived(bundle: &RunBundle, unstated: &[&str]) -> Result<(), BundleError> {
+pub(super) fn check_derived(bundle: &RunBundle) -> Result<(), BundleError> {
     let o = &bundle.executor_observations;
     let derived = summarize_for_tier(o.tier, &o.controls);
     for dimension in ControlDimension::ALL {
@@ -149,9 +149,7 @@ pub(super) fn check_derived(bundle: &RunBundle, unstated: &[&str]) -> Result<(),
     }
     let expected = bundle.derived_safety();
     for (field, stored, derived) in safety_booleans(&bundle.safety, &expected) {
-        // An absent defaulted boolean reads `false` and states nothing.
-        let unstated_false = !stored && unstated.contains(&format!("safety.{field}").as_str());
-        if stored != derived && !unstated_false {
+        if stored != derived {
             let from = match field {
                 "safe_profile_requested" => "executor_plan.declared_floor",
                 "filesystem_changes_staged" => "filesystem.state and its changes",
@@ -165,15 +163,6 @@ pub(super) fn check_derived(bundle: &RunBundle, unstated: &[&str]) -> Result<(),
     }
     Ok(())
 }
-
-/// The `defaulted` fields (spec) a check compares with another field; when one is absent
-/// from the document it states nothing and the comparison is skipped in its lenient
-/// direction.
-pub(super) const DEFAULTED_CHECKED: [&str; 3] = [
-    "safety.filesystem_read_non_bypassable",
-    "safety.filesystem_write_non_bypassable",
-    "filesystem.changes",
-];
 
 fn safety_booleans(
     stored: &SafetySummary,
@@ -215,7 +204,7 @@ fn safety_booleans(
 }
 
 /// Fields of the same bundle that must agree with each other.
-pub(super) fn check_internal(bundle: &RunBundle, unstated: &[&str]) -> Result<(), BundleError> {
+pub(super) fn check_internal(bundle: &RunBundle) -> Result<(), BundleError> {
     check_run(bundle)?;
     let o = &bundle.executor_observations;
     if let Some(executor) = &bundle.run.executor
@@ -265,7 +254,6 @@ pub(super) fn check_internal(bundle: &RunBundle, unstated: &[&str]) -> Result<()
         }
     }
     if let Some(fs) = &bundle.filesystem
-        && !unstated.contains(&"filesystem.changes")
         && fs.changed_files != fs.changes.len()
     {
         return Err(inconsistent(
