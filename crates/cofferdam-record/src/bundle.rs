@@ -16,6 +16,7 @@ mod context;
 mod executor;
 mod filesystem;
 mod network;
+mod requirements;
 mod resources;
 mod run;
 mod safety;
@@ -28,7 +29,7 @@ pub use context::{
 pub use executor::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus, ExecutorIdentity,
     ExecutorObservations, ExecutorPlan, OBSERVATION_CONTRACT, PlannedControl, SummaryDisagreement,
-    summarize_controls,
+    missing_rows, summarize_controls, summarize_for_tier,
 };
 pub use filesystem::{
     ChangeEntry, ChangeEntryType, ChangeKind, FileAccessPolicy, FilesystemSummary, MountGrant,
@@ -38,6 +39,7 @@ pub use network::{
     DestinationCounters, DnsCounters, InterceptedProtocol, InterceptionProfile,
     InterceptionSnapshot, NetworkSummary,
 };
+pub use requirements::{Applies, RequiredControl, Requirement, TierControls, tier_controls};
 pub use resources::{ResourceDimension, ResourceLimits, ResourceSummary};
 pub use run::{
     ArtifactRef, BundleRun, CapturedStream, FailureKind, ProcessOutput, RunFailure, RunState,
@@ -56,6 +58,7 @@ pub const SCHEMA_VERSION: u32 = 4;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunBundle {
     /// Format version; exactly 4.
+    #[schemars(extend("const" = SCHEMA_VERSION))]
     pub schema_version: u32,
     /// When the bundle was generated, Unix milliseconds (wall clock, passed in by the caller).
     pub generated_at_unix_ms: u64,

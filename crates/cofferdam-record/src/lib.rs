@@ -18,5 +18,5 @@ pub use bundle::{RunBundle, SCHEMA_VERSION};
 pub use containment::{ContainmentClass, EnforcementTier};
 pub use host::{CgroupFacts, HostFacts, UsernsFacts, UsernsGrant};
 pub use reader::{BundleError, check_bundle, read_bundle, write_bundle_json};
-pub use schema::run_bundle_schema_json;
+pub use schema::{run_bundle_schema, run_bundle_schema_json};
 pub use trace::{TornTail, TraceError, TraceEvent, TraceEventKind, encode_line, parse_lines};

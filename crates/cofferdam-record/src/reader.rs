@@ -8,9 +8,15 @@
 //!
 //! Order of checks: JSON syntax; top-level object; `schema_version` (before anything else,
 //! so a bundle from another version is reported as such, not as a list of field errors);
-//! `executor_observations` and its `contract`; then every typed field, reporting the full
-//! path (`run.run_id`) of the first problem; last, that no summary or safety boolean claims
-//! more than the observations support. Unknown extra fields are ignored.
+//! `executor_observations` and its `contract`; the shape against the generated JSON Schema
+//! (structs are objects, closed vocabularies and enum map keys, with full paths); then every
+//! typed field, reporting the full path (`run.run_id`) of the first problem; last the
+//! semantic checks of [`check_bundle`]: the rows against the tier's table, the summary and
+//! the safety booleans against what the rows derive, and internal consistency. Unknown extra
+//! fields are ignored. `docs/run-bundle.md` ("What the reader checks") lists every rule.
+
+mod consistency;
+mod shape;
 
 use crate::bundle::{OBSERVATION_CONTRACT, RunBundle, SCHEMA_VERSION};
 use serde_json::Value;
@@ -138,15 +144,34 @@ pub fn read_bundle(bytes: &[u8]) -> Result<RunBundle, BundleError> {
         }
     }
 
+    let schema = crate::schema::run_bundle_schema();
+    shape::check_shape(schema, &doc)?;
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let bundle: RunBundle = serde_path_to_error::deserialize(&mut de).map_err(typed_error)?;
+    let mut bundle: RunBundle = serde_path_to_error::deserialize(&mut de).map_err(typed_error)?;
+    // A defaulted safety boolean that is absent states nothing: it takes the value the rows
+    // derive, so the bundle read is one the writer writes back unchanged.
+    let unstated = |key: &str| top.get("safety").is_some_and(|s| s.get(key).is_none());
+    let read_unstated = unstated("filesystem_read_non_bypassable");
+    let write_unstated = unstated("filesystem_write_non_bypassable");
+    if read_unstated || write_unstated {
+        let derived = bundle.derived_safety();
+        if read_unstated {
+            bundle.safety.filesystem_read_non_bypassable = derived.filesystem_read_non_bypassable;
+        }
+        if write_unstated {
+            bundle.safety.filesystem_write_non_bypassable = derived.filesystem_write_non_bypassable;
+        }
+    }
     check_bundle(&bundle)?;
     Ok(bundle)
 }
 
 /// The checks a bundle must pass beyond its shape, shared by the reader and the writer:
-/// schema 4, the current contract, no summary entry stronger than its controls, and no
-/// safety boolean stronger than [`RunBundle::derived_safety`].
+/// schema 4 and the current contract; the rows against the tier's table (see
+/// [`crate::bundle::tier_controls`]); the summary and every safety boolean equal to what the
+/// writer's own functions derive from the rows; and internal consistency (run state and
+/// failure, times, executor and tier, plan, change count, details against status). The
+/// first problem is returned, named by the JSON path of the claim.
 pub fn check_bundle(bundle: &RunBundle) -> Result<(), BundleError> {
     if bundle.schema_version != SCHEMA_VERSION {
         return Err(BundleError::UnsupportedVersion {
@@ -159,28 +184,10 @@ pub fn check_bundle(bundle: &RunBundle) -> Result<(), BundleError> {
             found: Value::String(observations.contract.clone()).to_string(),
         });
     }
-    if let Some(d) = observations.summary_disagreements().first() {
-        let supported = d
-            .supported
-            .map_or("no control at all".to_owned(), |s| format!("`{s}`"));
-        return Err(BundleError::Inconsistent {
-            path: format!("executor_observations.summary.{}", d.dimension),
-            message: format!(
-                "claims `{}` but the controls for {} support {supported}",
-                d.claimed, d.dimension
-            ),
-        });
-    }
-    if let Some((field, claimed)) = bundle.safety.overclaims(&bundle.derived_safety()).first() {
-        return Err(BundleError::Inconsistent {
-            path: format!("safety.{field}"),
-            message: format!(
-                "is `{claimed}` but executor_observations do not support it (only observed \
-                 enforcement counts)"
-            ),
-        });
-    }
-    Ok(())
+    consistency::check_internal(bundle)?;
+    consistency::check_rows(bundle)?;
+    consistency::check_derived(bundle)?;
+    consistency::check_complete(bundle)
 }
 
 /// The canonical `run-bundle.json` text: [`check_bundle`] passed, pretty-printed with two

@@ -169,6 +169,10 @@ fn defaulted_fields_may_be_absent() {
     for path in defaulted {
         let mut doc = full_value();
         remove_path(&mut doc, path);
+        if path == "filesystem.changes" {
+            // No change list is an empty one, and changed_files counts it.
+            doc["filesystem"]["changed_files"] = 0.into();
+        }
         let bundle = read_value(&doc).unwrap_or_else(|e| panic!("without {path}: {e}"));
         let out = serde_json::to_value(&bundle).unwrap();
         let mut node = &out;
@@ -184,13 +188,18 @@ fn defaulted_fields_may_be_absent() {
     for path in defaulted.iter().filter(|p| p.contains('.')) {
         remove_path(&mut doc, path);
     }
+    doc["filesystem"]["changed_files"] = 0.into();
     for path in ["environment", "resources", "artifacts"] {
         remove_path(&mut doc, path);
     }
     let bundle = read_value(&doc).unwrap();
     assert!(bundle.environment.projected_keys.is_empty());
     assert!(bundle.resources.requested.memory_bytes.is_none());
-    assert!(!bundle.safety.filesystem_read_non_bypassable);
+    // An absent defaulted safety boolean takes the value the rows derive.
+    assert!(bundle.safety.filesystem_read_non_bypassable);
+    assert!(bundle.safety.filesystem_write_non_bypassable);
+    let written = write_bundle_json(&bundle).unwrap();
+    assert_eq!(read_bundle(written.as_bytes()).unwrap(), bundle);
 }
 
 #[test]
@@ -329,7 +338,7 @@ fn wrong_types_and_unknown_values_are_named() {
     doc["run"]["state"] = "running".into();
     let e = read_value(&doc).unwrap_err();
     assert_eq!(e.path(), Some("run.state"));
-    assert!(e.to_string().contains("unknown variant `running`"), "{e}");
+    assert!(e.to_string().contains("unknown value `running`"), "{e}");
 
     let mut doc = full_value();
     doc["executor_observations"]["controls"][5]["status"] = "probably".into();
@@ -353,7 +362,7 @@ fn safety_that_claims_more_than_the_observations_is_rejected() {
 fn a_summary_that_claims_more_than_its_controls_is_rejected() {
     let e = rejected("overclaiming_summary.json");
     assert_eq!(e.path(), Some("executor_observations.summary.resources"));
-    assert!(e.to_string().contains("support `partial`"), "{e}");
+    assert!(e.to_string().contains("combine to `partial`"), "{e}");
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! install or probe anything: the sandbox fills `ControlObservation`s, this module only
 //! records and combines them.
 
+use super::requirements::{RequiredControl, tier_controls};
 use crate::containment::{ContainmentClass, EnforcementTier};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -71,6 +72,7 @@ pub struct PlannedControl {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ExecutorObservations {
     /// The observation contract, `cofferdam.executor-observations.v1`.
+    #[schemars(extend("const" = OBSERVATION_CONTRACT))]
     pub contract: String,
     /// The executor that reported, e.g. `cofferdam-sealed`.
     pub executor: String,
@@ -93,7 +95,7 @@ impl ExecutorObservations {
         tier: EnforcementTier,
         controls: Vec<ControlObservation>,
     ) -> Self {
-        let summary = summarize_controls(&controls);
+        let summary = summarize_for_tier(tier, &controls);
         Self {
             contract: OBSERVATION_CONTRACT.to_owned(),
             executor: executor.into(),
@@ -108,7 +110,7 @@ impl ExecutorObservations {
     /// summary is silent) means not enforced.
     pub fn status_of(&self, dimension: ControlDimension) -> Option<ControlStatus> {
         let claimed = self.summary.get(&dimension).copied()?;
-        let supported = summarize_controls(&self.controls)
+        let supported = summarize_for_tier(self.tier, &self.controls)
             .get(&dimension)
             .copied()?;
         Some(if claimed.rank() <= supported.rank() {
@@ -126,7 +128,7 @@ impl ExecutorObservations {
     /// Every dimension whose stored summary claims more than its controls support, in
     /// dimension order. Empty for an honest summary.
     pub fn summary_disagreements(&self) -> Vec<SummaryDisagreement> {
-        let supported = summarize_controls(&self.controls);
+        let supported = summarize_for_tier(self.tier, &self.controls);
         self.summary
             .iter()
             .filter_map(|(&dimension, &claimed)| {
@@ -181,6 +183,43 @@ pub fn summarize_controls(
     summary
 }
 
+/// [`summarize_controls`], then the tier's table: a dimension that has a row `enforced` but
+/// lacks a row the tier's table has for it (see [`tier_controls`]; the rows of a confined
+/// network included, as a dimension without any row is absent anyway) counts the missing
+/// row as not installed, so it is at most `partial`. A run that failed in setup, before
+/// installing its remaining controls, thus claims nothing it did not read.
+pub fn summarize_for_tier(
+    tier: EnforcementTier,
+    controls: &[ControlObservation],
+) -> BTreeMap<ControlDimension, ControlStatus> {
+    let mut summary = summarize_controls(controls);
+    for missing in missing_rows(tier, controls, true) {
+        if let Some(status) = summary.get_mut(&missing.dimension)
+            && *status == ControlStatus::Enforced
+        {
+            *status = ControlStatus::Partial;
+        }
+    }
+    summary
+}
+
+/// The rows of `tier`'s table that `controls` lack, in table order; the rows that apply only
+/// to a confined network are included when `network_confined`.
+pub fn missing_rows(
+    tier: EnforcementTier,
+    controls: &[ControlObservation],
+    network_confined: bool,
+) -> Vec<&'static RequiredControl> {
+    tier_controls(tier)
+        .applicable(network_confined)
+        .filter(|r| {
+            !controls
+                .iter()
+                .any(|c| r.matches(c.mechanism, c.dimension, c.detail_control()))
+        })
+        .collect()
+}
+
 /// `executor_observations.controls[]`: what the executor saw after installing one control.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ControlObservation {
@@ -213,6 +252,14 @@ impl ControlObservation {
             reason: None,
             details: BTreeMap::new(),
         }
+    }
+
+    /// `details.control`, the name a mechanism gives one of several rows it reports for
+    /// the same dimension.
+    pub fn detail_control(&self) -> Option<&str> {
+        self.details
+            .get("control")
+            .and_then(serde_json::Value::as_str)
     }
 }
 
@@ -516,6 +563,34 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_row_of_the_tier_caps_its_dimension_at_partial() {
+        let sealed = EnforcementTier::MountnsPivotRootLandlockSeccomp;
+        // A setup failure after the namespaces: the mount namespace alone says nothing
+        // about where writes land.
+        let early = vec![
+            obs(M::Userns, D::Process, S::Enforced),
+            obs(M::Mountns, D::FilesystemWrite, S::Enforced),
+            obs(M::Mountns, D::FilesystemRead, S::Enforced),
+        ];
+        let summary = summarize_for_tier(sealed, &early);
+        assert_eq!(summary.get(&D::FilesystemWrite), Some(&S::Partial));
+        assert_eq!(summary.get(&D::FilesystemRead), Some(&S::Partial));
+        assert_eq!(summary.get(&D::Network), None);
+        let missing = missing_rows(sealed, &early, true);
+        assert!(missing.iter().any(|r| r.mechanism == M::Overlay));
+        // Every row the tier has: nothing is capped.
+        let complete: Vec<ControlObservation> = tier_controls(sealed)
+            .required
+            .iter()
+            .map(|r| obs(r.mechanism, r.dimension, S::Enforced))
+            .collect();
+        assert!(missing_rows(sealed, &complete, true).is_empty());
+        let summary = summarize_for_tier(sealed, &complete);
+        assert!(summary.values().all(|&s| s == S::Enforced), "{summary:?}");
+        assert_eq!(summary, summarize_controls(&complete));
+    }
+
+    #[test]
     fn summary_keys_serialize_as_wire_names() {
         let o = ExecutorObservations::new(
             "cofferdam-sealed",
@@ -523,7 +598,8 @@ mod tests {
             vec![obs(M::NoNewPrivs, D::Process, S::Enforced)],
         );
         let json = serde_json::to_value(&o).unwrap();
-        assert_eq!(json["summary"]["process"], "enforced");
+        // The sealed tier's other process rows are missing: at most partial.
+        assert_eq!(json["summary"]["process"], "partial");
         assert_eq!(json["controls"][0]["mechanism"], "no_new_privs");
         for d in D::ALL {
             assert_eq!(

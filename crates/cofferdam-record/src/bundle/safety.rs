@@ -166,15 +166,24 @@ mod tests {
         )
     }
 
+    /// `controls`, plus every other row the sealed tier's table has, enforced.
+    fn complete(controls: &[(M, D, S)]) -> ExecutorObservations {
+        let mut all = controls.to_vec();
+        for r in
+            crate::bundle::tier_controls(EnforcementTier::MountnsPivotRootLandlockSeccomp).required
+        {
+            if !all
+                .iter()
+                .any(|&(m, d, _)| m == r.mechanism && d == r.dimension)
+            {
+                all.push((r.mechanism, r.dimension, S::Enforced));
+            }
+        }
+        observations(&all)
+    }
+
     fn all_enforced() -> ExecutorObservations {
-        observations(&[
-            (M::PivotRoot, D::FilesystemRead, S::Enforced),
-            (M::Overlay, D::FilesystemWrite, S::Enforced),
-            (M::Netns, D::Network, S::Enforced),
-            (M::Pidns, D::Process, S::Enforced),
-            (M::Seccomp, D::KernelSurface, S::Enforced),
-            (M::Rlimit, D::Resources, S::Enforced),
-        ])
+        complete(&[])
     }
 
     fn stage(state: OverlayState, changed: usize) -> FilesystemSummary {
@@ -210,8 +219,8 @@ mod tests {
 
     #[test]
     fn filesystem_read_needs_the_read_dimension_enforced() {
-        let o = observations(&[
-            (M::PivotRoot, D::FilesystemRead, S::Enforced),
+        let o = complete(&[
+            (M::Mountns, D::FilesystemRead, S::Enforced),
             (M::Landlock, D::FilesystemRead, S::Partial),
             (M::Overlay, D::FilesystemWrite, S::Enforced),
         ]);
@@ -230,8 +239,8 @@ mod tests {
 
     #[test]
     fn filesystem_write_needs_the_write_dimension_enforced() {
-        let o = observations(&[
-            (M::PivotRoot, D::FilesystemRead, S::Enforced),
+        let o = complete(&[
+            (M::Mountns, D::FilesystemRead, S::Enforced),
             (M::Overlay, D::FilesystemWrite, S::Failed),
         ]);
         let s = SafetySummary::derive(&o, None, None);
@@ -274,6 +283,24 @@ mod tests {
             (M::Pidns, D::Process, S::Unavailable),
         ]);
         assert!(SafetySummary::derive(&scoped, None, None).host_process);
+    }
+
+    #[test]
+    fn a_setup_failure_claims_nothing_it_did_not_read() {
+        // The namespaces and the mount namespace's write row, then setup failed: no
+        // overlay, no pivot_root, no Landlock rows.
+        let o = observations(&[
+            (M::Userns, D::Process, S::Enforced),
+            (M::Mountns, D::FilesystemWrite, S::Enforced),
+            (M::Mountns, D::FilesystemRead, S::Enforced),
+            (M::Netns, D::Network, S::Enforced),
+        ]);
+        let s = SafetySummary::derive(&o, None, None);
+        assert!(!s.filesystem_write_non_bypassable);
+        assert!(!s.filesystem_read_non_bypassable);
+        assert!(s.host_process);
+        // The network dimension has every row the tier has for it.
+        assert!(s.network_non_bypassable);
     }
 
     #[test]

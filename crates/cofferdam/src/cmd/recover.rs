@@ -53,9 +53,12 @@ pub(crate) fn write_provisional(s: &Start<'_>) -> Result<(), String> {
         finished_at_unix_ms: s.started,
         argv: s.argv.to_vec(),
         controls: s.controls.to_vec(),
-        ending: Ending::Exited {
-            code: None,
-            signal: None,
+        // Not an ending: the run has not reached its command, so the record must not read as
+        // one that completed with every control of its tier installed (the strict reader
+        // requires those rows of a completed run). `seal_interrupted` replaces the failure.
+        ending: Ending::SetupFailed {
+            step: "provisional".into(),
+            error: "written when the run started; the run's own Run Bundle replaces it".into(),
         },
         changes: Vec::new(),
         whiteouts: 0,

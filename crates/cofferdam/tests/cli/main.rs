@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod apply;
+mod bundles;
 mod common;
 mod equivalence;
 mod lifecycle;
