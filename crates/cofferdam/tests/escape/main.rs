@@ -41,6 +41,7 @@ mod network;
 mod process;
 mod records;
 mod resources;
+mod stdio;
 mod terminal;
 
 /// Every attack, in table order.
@@ -54,6 +55,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         network::ATTACKS,
         metadata::ATTACKS,
         terminal::ATTACKS,
+        stdio::ATTACKS,
         records::ATTACKS,
         resources::ATTACKS,
     ]

@@ -72,7 +72,7 @@ fn tiocsti_own(ctx: &Ctx) -> Outcome {
 }
 
 /// A pty pair: (master, slave).
-fn openpty() -> (File, File) {
+pub(crate) fn openpty() -> (File, File) {
     // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a descriptor owned here; the name
     // buffer is NUL-terminated by ptsname_r on success.
     let (master, name) = unsafe {
@@ -99,7 +99,7 @@ fn openpty() -> (File, File) {
     (master, slave)
 }
 
-fn pending_input(slave: &File) -> i32 {
+pub(crate) fn pending_input(slave: &File) -> i32 {
     let mut n: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int to the valid pointer.
     let r = unsafe { libc::ioctl(slave.as_raw_fd(), libc::FIONREAD, &mut n) };
@@ -108,7 +108,7 @@ fn pending_input(slave: &File) -> i32 {
 }
 
 /// What the terminal shows so far (non-blocking).
-fn drain(master: &File) -> String {
+pub(crate) fn drain(master: &File) -> String {
     use std::io::Read;
     // SAFETY: fcntl F_SETFL on a descriptor owned by `master`.
     unsafe {
