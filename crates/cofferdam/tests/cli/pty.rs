@@ -851,3 +851,56 @@ fn a_closed_reader_ends_the_command_by_sigpipe_and_unread_stdin_does_not_hold_th
     assert!(st.success());
     drop(child.stdin.take());
 }
+
+#[test]
+fn a_background_run_does_not_take_what_is_typed_at_the_terminal() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(24, 80);
+    // A job-control shell on the terminal starts cofferdam in the background, its stdin
+    // the terminal: reading it would steal the foreground's input (and stop cofferdam by
+    // SIGTTIN). The command never reads it; the run must end, the typed line stay queued.
+    let mut sh = plain(&s, "sh");
+    sh.args([
+        "-c",
+        "set -m; \"$0\" run -q -- sh -c 'sleep 1; echo done' & wait $!; echo \"rc=$?\"",
+        env!("CARGO_BIN_EXE_cofferdam"),
+    ])
+    .stdin(t.slave.try_clone().unwrap())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    // SAFETY: setsid and ioctl are async-signal-safe; the child makes the terminal on fd 0
+    // its controlling terminal before exec.
+    unsafe {
+        sh.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = sh.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    (&t.master).write_all(b"typed\n").unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            panic!("the background run did not end");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "done\nrc=0\n",
+        "{out:?}"
+    );
+    assert_eq!(
+        t.pending_input(),
+        6,
+        "the typed line is still the terminal's"
+    );
+}
