@@ -44,8 +44,9 @@ pub struct SandboxPlan {
     pub hostname: String,
     /// When set, the command runs on a new pseudo-terminal of the sandbox's own devpts, of
     /// this initial size, whose master pid 1 hands to the supervisor over the terminal
-    /// socket (fd 5); when `None` the command inherits the init's stdin, stdout and stderr.
-    /// Not decided by [`build_plan`]: the supervisor sets it when [`wants_terminal`] says so.
+    /// socket (fd 5); when `None` the command inherits the init's stdin, stdout and stderr
+    /// (pipes the supervisor relays). Not decided by [`build_plan`]: the supervisor sets it
+    /// when [`wants_terminal`] says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminal: Option<TerminalPlan>,
     /// The network (DESIGN.md §6).
