@@ -54,6 +54,14 @@ pub(crate) fn window_size(fd: BorrowedFd<'_>) -> Option<Winsize> {
     rustix::termios::tcgetwinsize(fd).ok()
 }
 
+/// The end-of-file character (VEOF) of the terminal whose master is `master`, when it has
+/// one set.
+pub(crate) fn eof_char(master: BorrowedFd<'_>) -> Option<u8> {
+    let t = rustix::termios::tcgetattr(master).ok()?;
+    let c = t.special_codes[rustix::termios::SpecialCodeIndex::VEOF];
+    (c != 0).then_some(c)
+}
+
 /// The caller's terminal in raw mode until dropped; dropping restores the saved attributes
 /// exactly (also while unwinding from a panic).
 #[derive(Debug)]

@@ -467,6 +467,8 @@ struct Loop {
     terminal_mode: bool,
     socket: Option<OwnedFd>,
     master: Option<OwnedFd>,
+    /// The master once no slave is open, kept so the terminal is not hung up early.
+    closed_master: Option<OwnedFd>,
     had_master: bool,
     raw: Option<RawMode>,
     stdin_open: bool,
@@ -506,6 +508,7 @@ impl Relay {
             terminal_mode: socket.is_some(),
             socket,
             master: None,
+            closed_master: None,
             had_master: false,
             raw: None,
             stdin_open: true,
@@ -790,6 +793,10 @@ impl Loop {
         self.master = Some(master);
         self.had_master = true;
         self.sync_size();
+        // With `--tty` and a stdin that is no terminal there is nothing to put in raw mode.
+        if !rustix::termios::isatty(std_fd(0)) {
+            return;
+        }
         match RawMode::enter(std_fd(0)) {
             Ok(raw) => self.raw = Some(raw),
             Err(e) => self
@@ -831,7 +838,12 @@ impl Loop {
                 true
             }
             None => {
-                self.close_master();
+                // Every slave is closed (EIO): the command is ending, or closed its terminal
+                // before it exits, as coreutils do. Closing the master now would hang the
+                // terminal up and kill a command still on its way out with SIGHUP; it stays
+                // open, unpolled, until the loop ends.
+                self.closed_master = self.master.take();
+                self.pending.clear();
                 false
             }
         }
@@ -850,7 +862,17 @@ impl Loop {
                 self.pending.extend_from_slice(&buf[..n]);
                 self.flush_pending();
             }
-            None => self.stdin_open = false,
+            None => {
+                self.stdin_open = false;
+                // `--tty` with a stdin that is no terminal (a file, a pipe): its end reaches
+                // the command as its terminal's end-of-file character, as if typed.
+                if !rustix::termios::isatty(std_fd(0))
+                    && let Some(eof) = self.master.as_ref().and_then(|m| pty::eof_char(m.as_fd()))
+                {
+                    self.pending.push(eof);
+                    self.flush_pending();
+                }
+            }
         }
     }
 

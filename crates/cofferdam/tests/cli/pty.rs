@@ -783,6 +783,27 @@ fn tty_and_no_tty_override_the_choice() {
         close_fds_stdio(&last_bundle(&s)),
         serde_json::json!(["null", "null", "null"])
     );
+    // The end of a stdin that is no terminal reaches the command as its terminal's EOF
+    // character; a command that closes its terminal before it exits (cat) is not hung up
+    // on its way out (it ends 0, not by SIGHUP).
+    for _ in 0..20 {
+        let out = s
+            .cmd()
+            .args(["run", "-q", "--tty", "--", "cat"])
+            .write_stdin("hi\n")
+            .timeout(TIMEOUT)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\r\nhi\r\n");
+    }
+    assert!(
+        last_bundle(&s)["run"]["warnings"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "no raw mode to enter without a terminal on stdin"
+    );
     // --no-tty on a terminal: pipes, and the caller's terminal as it was.
     let t = Term::new(24, 80);
     let before = t.stty();
