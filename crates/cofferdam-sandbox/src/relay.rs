@@ -277,6 +277,8 @@ pub(crate) struct InPipe {
     full: bool,
     /// The caller's stdin ended: close the pipe once `pending` is written.
     ended: bool,
+    /// The caller's stdin is a terminal (read only in the foreground).
+    terminal: bool,
 }
 
 impl InPipe {
@@ -289,6 +291,7 @@ impl InPipe {
             pending: Vec::new(),
             full: false,
             ended: false,
+            terminal: rustix::termios::isatty(std_fd(0)),
         }
     }
 }
@@ -388,12 +391,9 @@ fn read_some(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<usize> {
     }
 }
 
-/// Whether the caller's stdin may be read now: it is no terminal, or this process is in its
+/// Whether the caller's stdin, a terminal, may be read now: this process is in its
 /// foreground process group (a read from the background would stop cofferdam by SIGTTIN).
 fn foreground(fd: BorrowedFd<'_>) -> bool {
-    if !rustix::termios::isatty(fd) {
-        return true;
-    }
     rustix::termios::tcgetpgrp(fd).map_or(true, |pgrp| pgrp == rustix::process::getpgrp())
 }
 
@@ -605,7 +605,7 @@ impl Loop {
             if let Some(i) = &self.input {
                 if i.full || !i.pending.is_empty() {
                     want.push((i.fd.as_fd(), PollFlags::OUT, Role::InPipe));
-                } else if foreground(std_fd(0)) {
+                } else if !i.terminal || foreground(std_fd(0)) {
                     want.push((std_fd(0), PollFlags::IN, Role::StdinPipe));
                 } else {
                     // In the background of the caller's terminal: look again now and then.
