@@ -16,7 +16,8 @@
 //! - **pipes** (every other run): stdin, stdout and stderr are three pipes made here; the
 //!   supervisor copies its stdin into the first and the other two to its own stdout and
 //!   stderr (`splice(2)` where the kernel takes it), and to the capture files with
-//!   `--capture`.
+//!   `--capture`. When its own stdout and stderr are one file (`2>&1`, one terminal) and
+//!   nothing is captured, the command's stdout and stderr are one pipe, so their order holds.
 //!
 //! Owns the process plumbing only: what the messages mean is the caller's business.
 
@@ -33,7 +34,7 @@ use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use rustix::pipe::PipeFlags;
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -155,6 +156,19 @@ fn create_capture(spec: &CaptureSpec, name: &str) -> Result<Sink, LaunchError> {
     Ok(Sink::new(file, path, spec.limit))
 }
 
+/// Whether this process's stdout and stderr are the same file (`2>&1`, or both one
+/// terminal): then the command's two are one pipe too.
+fn stdout_is_stderr() -> bool {
+    let (out, err) = (std::io::stdout(), std::io::stderr());
+    match (
+        rustix::fs::fstat(out.as_fd()),
+        rustix::fs::fstat(err.as_fd()),
+    ) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        _ => false,
+    }
+}
+
 /// How the init's standard streams are wired; decided before it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Streams {
@@ -261,12 +275,22 @@ pub fn spawn_init(
         fds.push((r.as_raw_fd(), 0));
         child_ends.push(r);
         in_pipe = Some(w);
-        for to in [1, 2] {
+        if !streams.capture && stdout_is_stderr() {
+            // `2>&1`: one pipe on both, relayed to stdout, so the command's writes keep
+            // their order (two pipes would be drained in whatever order poll reports them).
             let (r, w) = pipe()?;
             let w = raise(w)?;
-            fds.push((w.as_raw_fd(), to));
+            fds.extend([1, 2].map(|to| (w.as_raw_fd(), to)));
             child_ends.push(w);
-            out_pipes.push((to, r));
+            out_pipes.push((1, r));
+        } else {
+            for to in [1, 2] {
+                let (r, w) = pipe()?;
+                let w = raise(w)?;
+                fds.push((w.as_raw_fd(), to));
+                child_ends.push(w);
+                out_pipes.push((to, r));
+            }
         }
     }
     // Installed before the init starts so a SIGTERM during setup is not lost; restored by

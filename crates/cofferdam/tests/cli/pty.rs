@@ -675,6 +675,21 @@ fn output_redirected_to_a_file_has_its_bytes_and_stderr_stays_apart() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "out\nout2\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+    // `2>&1`: stdout and stderr interleaved exactly as the command wrote them.
+    let lines = "i=0; while [ $i -lt 300 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done";
+    let bare = plain(&s, "sh")
+        .args(["-c", &format!("({lines}) 2>&1")])
+        .output()
+        .unwrap();
+    let merged = plain(&s, "sh")
+        .args(["-c", "\"$0\" run -q -- sh -c \"$1\" 2>&1"])
+        .args([env!("CARGO_BIN_EXE_cofferdam"), lines])
+        .output()
+        .unwrap();
+    assert!(
+        bare.stdout.len() > 2000 && merged.stdout == bare.stdout,
+        "{merged:?}"
+    );
     // A few MB: to a file (spliced), to an O_APPEND file (copied), through stdin.
     let seq = std::process::Command::new("seq")
         .args(["1", "400000"])
