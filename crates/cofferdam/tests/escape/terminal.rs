@@ -1,6 +1,6 @@
 //! Terminal: the command cannot type into a terminal (TIOCSTI, TIOCLINUX), not even the
-//! caller's when it is handed one on stdout. (The relayed pseudo-terminal case, stdin a
-//! terminal, is `tests/cli/pty.rs`.)
+//! caller's when cofferdam's stdout is one (the command gets a pipe there: `stdio.rs`).
+//! (The relayed pseudo-terminal case, stdin and stdout a terminal, is `tests/cli/pty.rs`.)
 
 use crate::harness::{Attack, BOTH_MUST, Boundary::Terminal, Ctx, Outcome, check};
 use std::fs::File;
