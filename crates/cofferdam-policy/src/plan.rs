@@ -44,8 +44,9 @@ pub struct SandboxPlan {
     pub hostname: String,
     /// When set, the command runs on a new pseudo-terminal of the sandbox's own devpts, of
     /// this initial size, whose master pid 1 hands to the supervisor over the terminal
-    /// socket (fd 5); when `None` the command inherits the init's stdin, stdout and stderr.
-    /// Not decided by [`build_plan`]: the supervisor sets it when its stdin is a terminal.
+    /// socket (fd 5); when `None` the command inherits the init's stdin, stdout and stderr
+    /// (pipes the supervisor relays). Not decided by [`build_plan`]: the supervisor sets it
+    /// when [`wants_terminal`] says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminal: Option<TerminalPlan>,
     /// The network (DESIGN.md §6).
@@ -120,6 +121,15 @@ pub struct TerminalPlan {
     pub rows: u16,
     /// Columns.
     pub cols: u16,
+}
+
+/// Whether the command gets its own pseudo-terminal: `force` (`--tty` / `--no-tty`) when
+/// given, else only when the caller's stdin and stdout are both terminals. Otherwise its
+/// stdin, stdout and stderr are three pipes the supervisor relays, so output redirected to a
+/// file keeps its bytes as written (no CR from a terminal's output processing) and stderr
+/// stays apart from stdout.
+pub fn wants_terminal(stdin_is_tty: bool, stdout_is_tty: bool, force: Option<bool>) -> bool {
+    force.unwrap_or(stdin_is_tty && stdout_is_tty)
 }
 
 /// How the root is composed (sealed tier).
@@ -448,6 +458,17 @@ pub fn is_within(path: &Path, dir: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_terminal_only_when_stdin_and_stdout_are_both_terminals_unless_forced() {
+        use super::wants_terminal;
+        assert!(wants_terminal(true, true, None));
+        assert!(!wants_terminal(true, false, None));
+        assert!(!wants_terminal(false, true, None));
+        assert!(!wants_terminal(false, false, None));
+        assert!(wants_terminal(false, false, Some(true)));
+        assert!(!wants_terminal(true, true, Some(false)));
+    }
+
     use super::*;
     use crate::policy::{Places, RunFlags, resolve_policy};
 

@@ -423,10 +423,15 @@ fn open_fds() -> Option<Vec<RawFd>> {
 /// outside `keep` that it will use or drop afterwards (an `OwnedFd` or `File` dropped later
 /// would be a double close).
 ///
+/// Descriptors 0 to 2 stay, and must be the sandbox's own: `stdio` lists what each is (by
+/// `fstat`): `pipe` (the supervisor's relay), `null` (`/dev/null`, while the command gets a
+/// terminal made inside), `closed`, or `host` (a file, terminal, socket or device of the
+/// caller's, whose metadata and modes the command could change through it).
+///
 /// Observation (mechanism `close_fds`, dimension `kernel_surface`, details `kept`, `method`,
-/// `verified`, and `open_after` when `/proc` is mounted): `enforced` when the closing call
-/// succeeded and, where `/proc/self/fd` is readable, nothing outside `keep` is left open;
-/// `failed` otherwise.
+/// `stdio`, `verified`, and `open_after` when `/proc` is mounted): `enforced` when the
+/// closing call succeeded, none of 0 to 2 is `host` and, where `/proc/self/fd` is readable,
+/// nothing outside `keep` is left open; `failed` otherwise.
 pub fn close_fds(keep: &[RawFd]) -> ControlObservation {
     let mut kept: Vec<RawFd> = (0..3)
         .chain(keep.iter().copied().filter(|&fd| fd >= 3))
@@ -460,6 +465,8 @@ pub fn close_fds(keep: &[RawFd]) -> ControlObservation {
         };
     }
     details.insert("method".to_owned(), json!(method));
+    let stdio: Vec<&str> = (0..3).map(stdio_kind).collect();
+    details.insert("stdio".to_owned(), json!(stdio));
     if let Err(e) = result {
         return observation(
             ControlMechanism::CloseFds,
@@ -478,7 +485,9 @@ pub fn close_fds(keep: &[RawFd]) -> ControlObservation {
                 .collect();
             details.insert("open_after".to_owned(), json!(open));
             details.insert("verified".to_owned(), json!(true));
-            if leaked.is_empty() {
+            if let Some(reason) = host_stdio(&stdio) {
+                (ControlStatus::Failed, Some(reason))
+            } else if leaked.is_empty() {
                 (ControlStatus::Enforced, None)
             } else {
                 (
@@ -489,7 +498,10 @@ pub fn close_fds(keep: &[RawFd]) -> ControlObservation {
         }
         None => {
             details.insert("verified".to_owned(), json!(false));
-            (ControlStatus::Enforced, None)
+            match host_stdio(&stdio) {
+                Some(reason) => (ControlStatus::Failed, Some(reason)),
+                None => (ControlStatus::Enforced, None),
+            }
         }
     };
     observation(
@@ -501,9 +513,59 @@ pub fn close_fds(keep: &[RawFd]) -> ControlObservation {
     )
 }
 
+/// What standard descriptor `fd` is (see [`close_fds`]).
+fn stdio_kind(fd: RawFd) -> &'static str {
+    // SAFETY: only fstat'd; a closed descriptor is EBADF, not undefined behaviour.
+    let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
+    match rustix::fs::fstat(fd) {
+        Err(_) => "closed",
+        Ok(st) => {
+            let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+            let rdev = st.st_rdev;
+            match kind {
+                rustix::fs::FileType::Fifo => "pipe",
+                rustix::fs::FileType::CharacterDevice
+                    if rustix::fs::major(rdev) == 1 && rustix::fs::minor(rdev) == 3 =>
+                {
+                    "null"
+                }
+                _ => "host",
+            }
+        }
+    }
+}
+
+/// Why the standard descriptors `kinds` fail the sweep, if one is the caller's.
+fn host_stdio(kinds: &[&str]) -> Option<String> {
+    let host: Vec<usize> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| **k == "host")
+        .map(|(fd, _)| fd)
+        .collect();
+    (!host.is_empty()).then(|| {
+        format!(
+            "standard descriptors {host:?} are not the sandbox's pipes but a file or terminal \
+             of the caller's, whose modes and metadata the command could change through them"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_standard_descriptor_of_the_callers_fails_the_sweep() {
+        assert_eq!(host_stdio(&["pipe", "pipe", "null"]), None);
+        assert!(host_stdio(&["pipe", "host", "pipe"]).is_some_and(|r| r.contains("[1]")));
+        let (r, _w) = rustix::pipe::pipe().unwrap();
+        assert_eq!(stdio_kind(r.as_raw_fd()), "pipe");
+        let f = tempfile::tempfile().unwrap();
+        assert_eq!(stdio_kind(f.as_raw_fd()), "host");
+        let null = std::fs::File::open("/dev/null").unwrap();
+        assert_eq!(stdio_kind(null.as_raw_fd()), "null");
+    }
 
     const STATUS: &str = "Name:\tcat\nUmask:\t0022\nState:\tR (running)\n\
 CapInh:\t0000000000000000\nCapPrm:\t000001fffeffffff\nCapEff:\t000001fffeffffff\n\

@@ -6,20 +6,25 @@
 //! run is gone. The supervisor may be multi-threaded; everything that needs a single thread
 //! happens in the init.
 //!
-//! The command's standard streams, by mode:
-//! - **pass-through** (no terminal on stdin, no capture): the init inherits the supervisor's
-//!   stdin, stdout and stderr, and so does the command;
+//! The command's standard streams are never the caller's descriptors (a host file on stdout
+//! could be `fchmod`ed through `/proc/self/fd/1`; the caller's terminal on stdout could be
+//! read and re-moded). By mode:
 //! - **pty** (the plan has a `terminal`): the init gets `/dev/null` on all three, so the
 //!   caller's terminal never enters the sandbox; pid 1 allocates the command's pty inside and
 //!   sends the master over the terminal socket (fd [`TERMINAL_FD`]); the supervisor relays
 //!   its terminal (raw) to the master, and with a capture keeps a transcript;
-//! - **capture without a pty**: stdin is inherited, stdout and stderr are pipes the
-//!   supervisor copies to its own and to the capture files.
+//! - **pipes** (every other run): stdin, stdout and stderr are three pipes made here; the
+//!   supervisor copies its stdin into the first and the other two to its own stdout and
+//!   stderr (`splice(2)` where the kernel takes it), and to the capture files with
+//!   `--capture`. When its own stdout and stderr are one file (`2>&1`, one terminal) and
+//!   nothing is captured, the command's stdout and stderr are one pipe, so their order holds.
 //!
 //! Owns the process plumbing only: what the messages mean is the caller's business.
 
 use crate::init::{EarlyNamespaces, INIT_ARG};
-use crate::relay::{CANCEL_SIGNALS, CapturedOutput, OutPipe, Relay, SIGNALS, SignalPipe, Sink};
+use crate::relay::{
+    CANCEL_SIGNALS, CapturedOutput, InPipe, OutPipe, Relay, SIGNALS, SignalPipe, Sink,
+};
 use crate::spawn::{SpawnSpec, Spawned};
 use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, parse};
 use crate::watch::{Watch, WatchSpec};
@@ -29,7 +34,7 @@ use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use rustix::pipe::PipeFlags;
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -151,14 +156,27 @@ fn create_capture(spec: &CaptureSpec, name: &str) -> Result<Sink, LaunchError> {
     Ok(Sink::new(file, path, spec.limit))
 }
 
+/// Whether this process's stdout and stderr are the same file (`2>&1`, or both one
+/// terminal): then the command's two are one pipe too.
+fn stdout_is_stderr() -> bool {
+    let (out, err) = (std::io::stdout(), std::io::stderr());
+    match (
+        rustix::fs::fstat(out.as_fd()),
+        rustix::fs::fstat(err.as_fd()),
+    ) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        _ => false,
+    }
+}
+
 /// How the init's standard streams are wired; decided before it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Streams {
     /// The command gets its own pseudo-terminal, relayed to this process's terminal (stdin
-    /// in raw mode meanwhile); the plan then carries a `terminal`.
+    /// in raw mode meanwhile); the plan then carries a `terminal`. Otherwise pipes.
     pub terminal: bool,
-    /// `--capture`: without a terminal, stdout and stderr become pipes the supervisor copies
-    /// to its own and to the capture files (with a terminal, the transcript is kept).
+    /// `--capture`: stdout and stderr are also saved in the job (with a terminal, the
+    /// transcript).
     pub capture: bool,
 }
 
@@ -172,8 +190,10 @@ pub struct PendingInit {
     plan_w: Option<std::fs::File>,
     status_r: Option<OwnedFd>,
     socket: Option<OwnedFd>,
-    /// Read ends of the stdout (1) and stderr (2) pipes, with a capture and no terminal.
+    /// Read ends of the stdout (1) and stderr (2) pipes, without a terminal.
     out_pipes: Vec<(i32, OwnedFd)>,
+    /// Write end of the stdin pipe, without a terminal.
+    in_pipe: Option<OwnedFd>,
     signals: Option<SignalPipe>,
     warnings: Vec<String>,
     terminal: bool,
@@ -233,6 +253,7 @@ pub fn spawn_init(
         fds.push((nc, cofferdam_net::handover::NET_FD));
     }
     let mut out_pipes = Vec::new();
+    let mut in_pipe = None;
     // The child's ends of the standard streams, closed here once it has started.
     let mut child_ends = Vec::new();
     if terminal {
@@ -245,13 +266,31 @@ pub fn spawn_init(
         let null = raise(null.into())?;
         fds.extend([0, 1, 2].map(|to| (null.as_raw_fd(), to)));
         child_ends.push(null);
-    } else if streams.capture {
-        for to in [1, 2] {
+    } else {
+        // Pipes made here, relayed by the supervisor: nothing the command does through its
+        // standard streams (fchmod, ioctls, reopening /proc/self/fd/N) reaches a host file
+        // or terminal.
+        let (r, w) = pipe()?;
+        let r = raise(r)?;
+        fds.push((r.as_raw_fd(), 0));
+        child_ends.push(r);
+        in_pipe = Some(w);
+        if !streams.capture && stdout_is_stderr() {
+            // `2>&1`: one pipe on both, relayed to stdout, so the command's writes keep
+            // their order (two pipes would be drained in whatever order poll reports them).
             let (r, w) = pipe()?;
             let w = raise(w)?;
-            fds.push((w.as_raw_fd(), to));
+            fds.extend([1, 2].map(|to| (w.as_raw_fd(), to)));
             child_ends.push(w);
-            out_pipes.push((to, r));
+            out_pipes.push((1, r));
+        } else {
+            for to in [1, 2] {
+                let (r, w) = pipe()?;
+                let w = raise(w)?;
+                fds.push((w.as_raw_fd(), to));
+                child_ends.push(w);
+                out_pipes.push((to, r));
+            }
         }
     }
     // Installed before the init starts so a SIGTERM during setup is not lost; restored by
@@ -303,6 +342,7 @@ pub fn spawn_init(
         status_r: Some(status_r),
         socket,
         out_pipes,
+        in_pipe,
         signals,
         warnings,
         terminal,
@@ -403,19 +443,19 @@ impl PendingInit {
             _ => None,
         };
         let (mut out, mut err) = (None, None);
-        if let Some(spec) = capture {
-            for (to, fd) in std::mem::take(&mut self.out_pipes) {
-                let name = if to == 1 { "stdout" } else { "stderr" };
-                let pipe = OutPipe {
-                    fd,
-                    to,
-                    sink: create_capture(spec, name)?,
-                };
-                if to == 1 {
-                    out = Some(pipe);
-                } else {
-                    err = Some(pipe);
-                }
+        for (to, fd) in std::mem::take(&mut self.out_pipes) {
+            let sink = match capture {
+                Some(spec) => Some(create_capture(
+                    spec,
+                    if to == 1 { "stdout" } else { "stderr" },
+                )?),
+                None => None,
+            };
+            let pipe = OutPipe::new(fd, to, sink);
+            if to == 1 {
+                out = Some(pipe);
+            } else {
+                err = Some(pipe);
             }
         }
         if self.copy_tier {
@@ -442,6 +482,7 @@ impl PendingInit {
             terminal_sink,
             out,
             err,
+            input: self.in_pipe.take().map(InPipe::new),
             signals: self.signals.take(),
             watch: Watch::new(watch),
             subreaper: self.copy_tier,

@@ -1,7 +1,7 @@
 //! The command's pseudo-terminal, both ends of it.
 //!
-//! When the caller's stdin is a terminal, the command runs on a new pseudo-terminal rather than
-//! on the caller's, so nothing it does to its terminal (modes, `TIOCSTI`, window size, job
+//! When the caller's stdin and stdout are both terminals (or `--tty`), the command runs on a
+//! new pseudo-terminal rather than on the caller's, so nothing it does to its terminal (modes, `TIOCSTI`, window size, job
 //! control) reaches the caller's. The pty comes from the sandbox's own `devpts` instance, so
 //! inside it is a real `/dev/pts/N` (`tty`, `ttyname(3)`, tmux and sudo work); pid 1 allocates
 //! it after the root is composed and hands the master to the supervisor over the terminal
@@ -14,7 +14,7 @@
 //! controlling terminal, and passing the master between processes. It decides nothing: the
 //! plan says whether there is a terminal.
 
-use cofferdam_policy::plan::TerminalPlan;
+use cofferdam_policy::plan::{TerminalPlan, wants_terminal};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
 use rustix::net::{
@@ -26,15 +26,22 @@ use rustix::termios::{OptionalActions, Termios, Winsize};
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 
-/// The caller's terminal, when stdin is one: the plan's terminal with the caller's window
-/// size (0×0 when the size cannot be read from stdin, stdout or stderr).
-pub fn caller_terminal() -> Option<TerminalPlan> {
+/// The command's terminal, when it gets one ([`wants_terminal`]: stdin and stdout both
+/// terminals, or `force`): the plan's terminal with the caller's window size (0×0 when the
+/// size cannot be read from stdin, stdout or stderr).
+pub fn caller_terminal(force: Option<bool>) -> Option<TerminalPlan> {
     let stdin = std::io::stdin();
-    if !rustix::termios::isatty(stdin.as_fd()) {
+    let stdout = std::io::stdout();
+    let on = wants_terminal(
+        rustix::termios::isatty(stdin.as_fd()),
+        rustix::termios::isatty(stdout.as_fd()),
+        force,
+    );
+    if !on {
         return None;
     }
     let size = window_size(stdin.as_fd())
-        .or_else(|| window_size(std::io::stdout().as_fd()))
+        .or_else(|| window_size(stdout.as_fd()))
         .or_else(|| window_size(std::io::stderr().as_fd()));
     Some(size.map_or_else(TerminalPlan::default, |w| TerminalPlan {
         rows: w.ws_row,
@@ -45,6 +52,14 @@ pub fn caller_terminal() -> Option<TerminalPlan> {
 /// The window size of the terminal on `fd`, if it is one.
 pub(crate) fn window_size(fd: BorrowedFd<'_>) -> Option<Winsize> {
     rustix::termios::tcgetwinsize(fd).ok()
+}
+
+/// The end-of-file character (VEOF) of the terminal whose master is `master`, when it has
+/// one set.
+pub(crate) fn eof_char(master: BorrowedFd<'_>) -> Option<u8> {
+    let t = rustix::termios::tcgetattr(master).ok()?;
+    let c = t.special_codes[rustix::termios::SpecialCodeIndex::VEOF];
+    (c != 0).then_some(c)
 }
 
 /// The caller's terminal in raw mode until dropped; dropping restores the saved attributes

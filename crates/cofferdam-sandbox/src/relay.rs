@@ -1,6 +1,17 @@
 //! The supervisor's loop while the sandbox runs: one `poll(2)` over the status pipe and, when
 //! the run has them, the terminal socket, the pty master and the caller's stdin (pty mode),
-//! the command's stdout/stderr pipes (capture without a pty), and a self-pipe for signals.
+//! the command's stdin, stdout and stderr pipes (every run without a pty), and a self-pipe
+//! for signals.
+//!
+//! The pipes are relayed with `splice(2)` (one side is always the sandbox's pipe, so the
+//! bytes are moved inside the kernel) unless the caller's descriptor refuses it (a terminal,
+//! an `O_APPEND` file) or the output is also captured; then by `read`/`write`. The caller's
+//! stdin is read only when it has data and, when it is a terminal, only while cofferdam is
+//! in its foreground (a background run is not stopped by SIGTTIN for input the command may
+//! never want); its end closes the command's stdin. A caller's stream that is gone (a closed
+//! pipe) closes the command's pipe, so the command gets EPIPE or SIGPIPE as it would have.
+//! The caller's descriptors are never made non-blocking (their file descriptions are
+//! shared with the caller's shell).
 //!
 //! Owns copying bytes and nothing else: status lines are collected unread, capture files are
 //! written up to their limit with every byte counted, the caller's terminal is put in raw
@@ -211,12 +222,88 @@ impl Drop for SignalPipe {
     }
 }
 
-/// One of the command's output pipes (capture without a pty) and where it goes.
+/// The most bytes one `splice(2)` moves, and the size asked for the sandbox's pipes (the
+/// default `fs.pipe-max-size`; a smaller pipe only means more rounds).
+const CHUNK: usize = 1024 * 1024;
+
+/// Make one of the sandbox's own pipe ends non-blocking and as large as [`CHUNK`]. Failures
+/// only cost throughput (a blocking end is still polled first).
+fn prepare_pipe(fd: &OwnedFd) {
+    let _ = rustix::pipe::fcntl_setpipe_size(fd, CHUNK);
+    if let Ok(fl) = rustix::fs::fcntl_getfl(fd) {
+        let _ = rustix::fs::fcntl_setfl(fd, fl | rustix::fs::OFlags::NONBLOCK);
+    }
+}
+
+/// Whether a `splice(2)` error means the descriptor does not take splicing (so `read`/`write`
+/// will do), rather than that the stream failed.
+fn splice_refused(e: Errno) -> bool {
+    matches!(e, Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS)
+}
+
+/// One of the command's output pipes (every run without a pty) and where it goes.
 pub(crate) struct OutPipe {
     pub(crate) fd: OwnedFd,
     /// 1 or 2: the supervisor's own stdout or stderr.
     pub(crate) to: i32,
-    pub(crate) sink: Sink,
+    /// The capture file, with `--capture`.
+    pub(crate) sink: Option<Sink>,
+    /// Still trying `splice(2)` (no capture, and the caller's descriptor has not refused it).
+    splice: bool,
+}
+
+impl OutPipe {
+    /// The read end `fd` of the command's stdout (`to` 1) or stderr (2) pipe.
+    pub(crate) fn new(fd: OwnedFd, to: i32, sink: Option<Sink>) -> OutPipe {
+        prepare_pipe(&fd);
+        OutPipe {
+            splice: sink.is_none(),
+            fd,
+            to,
+            sink,
+        }
+    }
+}
+
+/// The command's stdin pipe (every run without a pty): its write end, fed from the caller's
+/// stdin.
+pub(crate) struct InPipe {
+    fd: OwnedFd,
+    /// Still trying `splice(2)` (the caller's stdin has not refused it).
+    splice: bool,
+    /// Read from the caller but not yet taken by the pipe (`read`/`write` relay).
+    pending: Vec<u8>,
+    /// The pipe was full: wait until it takes more before reading the caller's stdin.
+    full: bool,
+    /// The caller's stdin ended: close the pipe once `pending` is written.
+    ended: bool,
+    /// The caller's stdin is a terminal (read only in the foreground).
+    terminal: bool,
+}
+
+impl InPipe {
+    /// The write end `fd` of the command's stdin pipe.
+    pub(crate) fn new(fd: OwnedFd) -> InPipe {
+        prepare_pipe(&fd);
+        InPipe {
+            fd,
+            splice: true,
+            pending: Vec::new(),
+            full: false,
+            ended: false,
+            terminal: rustix::termios::isatty(std_fd(0)),
+        }
+    }
+}
+
+/// What one round of copying an output pipe did.
+enum Pumped {
+    /// Copied what there was; the pipe is open.
+    Open,
+    /// The command's end is closed, or the caller's stream is gone.
+    Closed,
+    /// The caller's descriptor does not take `splice(2)`: copy by `read`/`write`.
+    Refused,
 }
 
 /// The loop's inputs.
@@ -227,6 +314,8 @@ pub(crate) struct Relay {
     pub(crate) terminal_sink: Option<Sink>,
     pub(crate) out: Option<OutPipe>,
     pub(crate) err: Option<OutPipe>,
+    /// The command's stdin pipe, without a pty.
+    pub(crate) input: Option<InPipe>,
     /// The signal self-pipe.
     pub(crate) signals: Option<SignalPipe>,
     /// The timeout, cancellation and stage cap.
@@ -255,6 +344,10 @@ enum Role {
     Stdin,
     Out,
     Err,
+    /// The caller's stdin, for the command's stdin pipe.
+    StdinPipe,
+    /// The command's stdin pipe has room again (or its reader is gone).
+    InPipe,
     Signal,
 }
 
@@ -298,6 +391,73 @@ fn read_some(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<usize> {
     }
 }
 
+/// Whether the caller's stdin, a terminal, may be read now: this process is in its
+/// foreground process group (a read from the background would stop cofferdam by SIGTTIN).
+fn foreground(fd: BorrowedFd<'_>) -> bool {
+    rustix::termios::tcgetpgrp(fd).map_or(true, |pgrp| pgrp == rustix::process::getpgrp())
+}
+
+/// Move what the command wrote to its output pipe to the caller's stream by `splice(2)`,
+/// a few rounds at most, so the rest of the loop is not starved.
+fn splice_out(p: &OutPipe) -> Pumped {
+    let to = std_fd(p.to);
+    for _ in 0..8 {
+        match rustix::pipe::splice(
+            &p.fd,
+            None,
+            to,
+            None,
+            CHUNK,
+            rustix::pipe::SpliceFlags::NONBLOCK,
+        ) {
+            Ok(0) => return Pumped::Closed,
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(Errno::AGAIN) => {
+                // The pipe is empty, or the caller's stream is full (a pipe it reads
+                // slowly): then wait for it, as a blocking write would.
+                let mut pf = [PollFd::new(&p.fd, PollFlags::IN)];
+                let zero = Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                let has_data = matches!(rustix::event::poll(&mut pf, Some(&zero)), Ok(1..))
+                    && pf[0].revents().contains(PollFlags::IN);
+                if !has_data {
+                    return Pumped::Open;
+                }
+                let mut po = [PollFd::from_borrowed_fd(to, PollFlags::OUT)];
+                match rustix::event::poll(&mut po, None) {
+                    Ok(_) | Err(Errno::INTR) => {}
+                    Err(_) => return Pumped::Closed,
+                }
+            }
+            Err(e) if splice_refused(e) => return Pumped::Refused,
+            // EPIPE and the rest: the caller's stream is gone.
+            Err(_) => return Pumped::Closed,
+        }
+    }
+    Pumped::Open
+}
+
+/// One `read` of the command's output pipe: to the capture file and the caller's stream.
+fn copy_out(p: &mut OutPipe, buf: &mut [u8]) -> Pumped {
+    match read_some(p.fd.as_fd(), buf) {
+        Some(0) => Pumped::Open,
+        Some(n) => {
+            let data = &buf[..n];
+            if let Some(sink) = &mut p.sink {
+                sink.feed(data);
+            }
+            if write_all(std_fd(p.to), data).is_err() {
+                Pumped::Closed
+            } else {
+                Pumped::Open
+            }
+        }
+        None => Pumped::Closed,
+    }
+}
+
 /// The loop's state.
 struct Loop {
     status: Option<OwnedFd>,
@@ -307,6 +467,8 @@ struct Loop {
     terminal_mode: bool,
     socket: Option<OwnedFd>,
     master: Option<OwnedFd>,
+    /// The master once no slave is open, kept so the terminal is not hung up early.
+    closed_master: Option<OwnedFd>,
     had_master: bool,
     raw: Option<RawMode>,
     stdin_open: bool,
@@ -314,6 +476,7 @@ struct Loop {
     terminal_sink: Option<Sink>,
     out: Option<OutPipe>,
     err: Option<OutPipe>,
+    input: Option<InPipe>,
     out_sink: Option<Sink>,
     err_sink: Option<Sink>,
     init: Option<Pid>,
@@ -333,6 +496,7 @@ impl Relay {
             terminal_sink,
             out,
             err,
+            input,
             signals,
             watch,
             subreaper,
@@ -344,6 +508,7 @@ impl Relay {
             terminal_mode: socket.is_some(),
             socket,
             master: None,
+            closed_master: None,
             had_master: false,
             raw: None,
             stdin_open: true,
@@ -351,6 +516,7 @@ impl Relay {
             terminal_sink,
             out,
             err,
+            input,
             out_sink: None,
             err_sink: None,
             init: i32::try_from(child.id()).ok().and_then(Pid::from_raw),
@@ -368,12 +534,12 @@ impl Relay {
             stdout: l
                 .out_sink
                 .take()
-                .or(l.out.take().map(|p| p.sink))
+                .or(l.out.take().and_then(|p| p.sink))
                 .map(Sink::finish),
             stderr: l
                 .err_sink
                 .take()
-                .or(l.err.take().map(|p| p.sink))
+                .or(l.err.take().and_then(|p| p.sink))
                 .map(Sink::finish),
         };
         for c in [&output.stdout, &output.stderr, &output.terminal]
@@ -431,7 +597,20 @@ impl Loop {
                 want.push((p.fd.as_fd(), PollFlags::IN, Role::Err));
             }
             if want.is_empty() {
+                // The caller's stdin keeps nothing alive: a command that never reads it ends
+                // the run all the same.
                 return Ok(());
+            }
+            let mut stdin_waits = false;
+            if let Some(i) = &self.input {
+                if i.full || !i.pending.is_empty() {
+                    want.push((i.fd.as_fd(), PollFlags::OUT, Role::InPipe));
+                } else if !i.terminal || foreground(std_fd(0)) {
+                    want.push((std_fd(0), PollFlags::IN, Role::StdinPipe));
+                } else {
+                    // In the background of the caller's terminal: look again now and then.
+                    stdin_waits = true;
+                }
             }
             if want.len() == 1
                 && want[0].2 == Role::Status
@@ -455,7 +634,7 @@ impl Loop {
             let tick = Duration::from_millis(100);
             let live = self.status.is_some();
             let sleep = [
-                (!live).then_some(tick),
+                (!live || stdin_waits).then_some(tick),
                 self.watch.wake_in(Instant::now()).filter(|_| live),
             ]
             .into_iter()
@@ -543,6 +722,18 @@ impl Loop {
             }
             Role::Stdin => self.relay_stdin(),
             Role::Out | Role::Err => self.relay_pipe(role == Role::Out),
+            Role::StdinPipe => self.pump_stdin(),
+            Role::InPipe => {
+                if let Some(i) = &mut self.input {
+                    i.full = false;
+                }
+                if ev.contains(PollFlags::OUT) {
+                    self.flush_input();
+                } else {
+                    // POLLERR: the command's end is closed; what is left is not wanted.
+                    self.input = None;
+                }
+            }
             Role::Signal => {}
         }
     }
@@ -602,6 +793,10 @@ impl Loop {
         self.master = Some(master);
         self.had_master = true;
         self.sync_size();
+        // With `--tty` and a stdin that is no terminal there is nothing to put in raw mode.
+        if !rustix::termios::isatty(std_fd(0)) {
+            return;
+        }
         match RawMode::enter(std_fd(0)) {
             Ok(raw) => self.raw = Some(raw),
             Err(e) => self
@@ -643,7 +838,12 @@ impl Loop {
                 true
             }
             None => {
-                self.close_master();
+                // Every slave is closed (EIO): the command is ending, or closed its terminal
+                // before it exits, as coreutils do. Closing the master now would hang the
+                // terminal up and kill a command still on its way out with SIGHUP; it stays
+                // open, unpolled, until the loop ends.
+                self.closed_master = self.master.take();
+                self.pending.clear();
                 false
             }
         }
@@ -662,7 +862,17 @@ impl Loop {
                 self.pending.extend_from_slice(&buf[..n]);
                 self.flush_pending();
             }
-            None => self.stdin_open = false,
+            None => {
+                self.stdin_open = false;
+                // `--tty` with a stdin that is no terminal (a file, a pipe): its end reaches
+                // the command as its terminal's end-of-file character, as if typed.
+                if !rustix::termios::isatty(std_fd(0))
+                    && let Some(eof) = self.master.as_ref().and_then(|m| pty::eof_char(m.as_fd()))
+                {
+                    self.pending.push(eof);
+                    self.flush_pending();
+                }
+            }
         }
     }
 
@@ -687,24 +897,89 @@ impl Loop {
     fn relay_pipe(&mut self, stdout: bool) {
         let pipe = if stdout { &mut self.out } else { &mut self.err };
         let Some(p) = pipe else { return };
-        let closed = match read_some(p.fd.as_fd(), &mut self.buf) {
-            Some(0) => false,
-            Some(n) => {
-                let data = &self.buf[..n];
-                p.sink.feed(data);
-                // The caller's stream is gone: close the pipe so the command gets SIGPIPE,
-                // as it would have writing there itself.
-                write_all(std_fd(p.to), data).is_err()
-            }
-            None => true,
+        let mut pumped = if p.splice {
+            splice_out(p)
+        } else {
+            Pumped::Refused
         };
-        if closed && let Some(p) = pipe.take() {
+        if let Pumped::Refused = pumped {
+            p.splice = false;
+            pumped = copy_out(p, &mut self.buf);
+        }
+        if let Pumped::Closed = pumped
+            && let Some(p) = pipe.take()
+        {
+            // Dropping the read end: a command still writing gets EPIPE or SIGPIPE, as it
+            // would have writing to the caller's closed stream itself.
             let slot = if stdout {
                 &mut self.out_sink
             } else {
                 &mut self.err_sink
             };
-            *slot = Some(p.sink);
+            *slot = p.sink;
+        }
+    }
+
+    /// The caller's stdin has data (or its end): move it into the command's stdin pipe.
+    fn pump_stdin(&mut self) {
+        let Some(i) = &mut self.input else { return };
+        if i.splice {
+            match rustix::pipe::splice(
+                std_fd(0),
+                None,
+                &i.fd,
+                None,
+                CHUNK,
+                rustix::pipe::SpliceFlags::NONBLOCK,
+            ) {
+                Ok(0) => i.ended = true,
+                Ok(_) | Err(Errno::INTR) => {}
+                // Polled readable, so it is the command's pipe that is full (or another
+                // reader of the caller's stdin took the data first: the pipe then has room
+                // at once and this is asked again).
+                Err(Errno::AGAIN) => i.full = true,
+                Err(e) if splice_refused(e) => i.splice = false,
+                Err(Errno::PIPE) => {
+                    self.input = None;
+                    return;
+                }
+                // A read error on the caller's stdin ends it, as for the command outside.
+                Err(_) => i.ended = true,
+            }
+        }
+        if !i.splice && !i.ended {
+            match read_some(std_fd(0), &mut self.buf) {
+                Some(0) => {}
+                Some(n) => i.pending.extend_from_slice(&self.buf[..n]),
+                None => i.ended = true,
+            }
+        }
+        self.flush_input();
+    }
+
+    /// Write what was read of the caller's stdin as far as the command's pipe takes it now;
+    /// close the pipe once the caller's stdin ended and everything is written.
+    fn flush_input(&mut self) {
+        let Some(i) = &mut self.input else { return };
+        while !i.pending.is_empty() {
+            match rustix::io::write(&i.fd, &i.pending) {
+                Ok(n) => {
+                    i.pending.drain(..n);
+                }
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) => {
+                    i.full = true;
+                    return;
+                }
+                Err(_) => {
+                    // EPIPE: the command closed its stdin; the rest is not wanted.
+                    self.input = None;
+                    return;
+                }
+            }
+        }
+        if i.ended {
+            self.input = None;
         }
     }
 

@@ -204,6 +204,14 @@ pub struct RunArgs {
     /// each, recorded in the bundle's run.output.
     #[arg(long)]
     pub capture: bool,
+    /// Give the command its own pseudo-terminal even when stdin or stdout is not a terminal
+    /// (default: only when both are). Its output then comes with a terminal's line endings.
+    #[arg(long, conflicts_with = "no_tty")]
+    pub tty: bool,
+    /// Never a pseudo-terminal: the command's stdin, stdout and stderr are pipes relayed to
+    /// cofferdam's own (the default unless stdin and stdout are both terminals).
+    #[arg(long = "no-tty")]
+    pub no_tty: bool,
     /// The command and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -362,6 +370,8 @@ mod tests {
                 "-v",
             ],
             &["run", "--quiet", "--", "--weird", "-x", "--json"],
+            &["run", "--tty", "--", "x"],
+            &["run", "--no-tty", "-q", "--", "x"],
         ] {
             let full = Cli::try_parse_from(args(line)).expect("the whole command line parses");
             let only = parse_run_only(&args(line)).expect("the run-only one parses too");
@@ -378,6 +388,7 @@ mod tests {
             &["--json", "run", "--", "x"],
             &["status"],
             &["help", "run"],
+            &["run", "--tty", "--no-tty", "--", "x"],
         ] {
             assert!(parse_run_only(&args(line)).is_none(), "{line:?}");
         }

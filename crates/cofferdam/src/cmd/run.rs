@@ -69,8 +69,14 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     // the command; without, to the sandbox's process group), and the supervisor must live
     // to restore the terminal and write the records.
     let quiet = crate::signals::IgnoreTerminalSignals::new();
-    // A terminal on stdin: the command gets its own pseudo-terminal, relayed to it.
-    let terminal = cofferdam_sandbox::pty::caller_terminal();
+    // Terminals on stdin and stdout (or --tty): the command gets its own pseudo-terminal,
+    // relayed to the caller's; otherwise three pipes. Never a descriptor of the caller's.
+    let force_tty = match (args.tty, args.no_tty) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    };
+    let terminal = cofferdam_sandbox::pty::caller_terminal(force_tty);
     let (net_ours, net_theirs) = crate::egress::socket(&policy)
         .map_err(Failure::setup)?
         .unzip();

@@ -1,5 +1,6 @@
 //! Interactive use and `--capture`: `cofferdam run` driven from a real pseudo-terminal this
-//! test opens (the caller's terminal), and from pipes. Each test compares `stty -g` of the
+//! test opens (the caller's terminal), and from pipes and files (the command then gets
+//! pipes the supervisor relays; `--tty` / `--no-tty` override). Each test compares `stty -g` of the
 //! caller's terminal before and after the run: cofferdam puts it in raw mode while the
 //! command runs on its own pty and must give it back exactly, however the run ends.
 
@@ -93,6 +94,12 @@ impl Term {
     /// Start `cofferdam ARGS` on this terminal as a session leader, the way a shell in a
     /// terminal emulator would.
     fn spawn(&self, s: &Sandbox, args: &[&str]) -> Session<'_> {
+        self.spawn_with(s, args, self.slave.try_clone().unwrap())
+    }
+
+    /// As [`Term::spawn`], with stdout redirected to `stdout` (stdin and stderr stay the
+    /// terminal), as `cofferdam run … > file` typed at the shell.
+    fn spawn_with(&self, s: &Sandbox, args: &[&str], stdout: File) -> Session<'_> {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cofferdam"));
         cmd.args(args)
             .env_clear()
@@ -102,7 +109,7 @@ impl Term {
             .env("TERM", "xterm")
             .current_dir(s.work.path())
             .stdin(self.slave.try_clone().unwrap())
-            .stdout(self.slave.try_clone().unwrap())
+            .stdout(stdout)
             .stderr(self.slave.try_clone().unwrap());
         // SAFETY: setsid and ioctl are async-signal-safe; the child only makes the terminal
         // on fd 0 its controlling terminal before exec.
@@ -623,4 +630,313 @@ fn capture_on_a_terminal_keeps_the_transcript() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(text, "on-the-terminal\r\nalso-stderr\r\n");
     assert_eq!((total, truncated), (text.len() as u64, false));
+}
+
+/// `program` with the sandbox's clean environment, as a plain `std` command (whose stdout
+/// and stderr can be files).
+fn plain(s: &Sandbox, program: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(program);
+    c.env_clear()
+        .env("HOME", s.home.path())
+        .env("COFFERDAM_HOME", s.store.path())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(s.work.path());
+    c
+}
+
+#[test]
+fn output_redirected_to_a_file_has_its_bytes_and_stderr_stays_apart() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let dir = tempfile::tempdir().unwrap();
+    // `cofferdam run -q -- printf 'a\nb\n' > f`: no CR, nothing else.
+    let f = dir.path().join("f");
+    let st = plain(&s, env!("CARGO_BIN_EXE_cofferdam"))
+        .args(["run", "-q", "--", "printf", "a\\nb\\n"])
+        .stdout(File::create(&f).unwrap())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(std::fs::read(&f).unwrap(), b"a\nb\n");
+    // stderr is its own stream: `2>/dev/null` drops it, a pipe gets only it.
+    let script = "echo out; echo err >&2; echo out2";
+    let out = plain(&s, env!("CARGO_BIN_EXE_cofferdam"))
+        .args(["run", "-q", "--", "sh", "-c", script])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\nout2\n");
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\nout2\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+    // `2>&1`: stdout and stderr interleaved exactly as the command wrote them.
+    let lines = "i=0; while [ $i -lt 300 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done";
+    let bare = plain(&s, "sh")
+        .args(["-c", &format!("({lines}) 2>&1")])
+        .output()
+        .unwrap();
+    let merged = plain(&s, "sh")
+        .args(["-c", "\"$0\" run -q -- sh -c \"$1\" 2>&1"])
+        .args([env!("CARGO_BIN_EXE_cofferdam"), lines])
+        .output()
+        .unwrap();
+    assert!(
+        bare.stdout.len() > 2000 && merged.stdout == bare.stdout,
+        "{merged:?}"
+    );
+    // A few MB: to a file (spliced), to an O_APPEND file (copied), through stdin.
+    let seq = std::process::Command::new("seq")
+        .args(["1", "400000"])
+        .output()
+        .unwrap()
+        .stdout;
+    let g = dir.path().join("g");
+    std::fs::write(&g, "head\n").unwrap();
+    for (file, append) in [(&f, false), (&g, true)] {
+        let out = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(!append)
+            .append(append)
+            .open(file)
+            .unwrap();
+        let st = plain(&s, env!("CARGO_BIN_EXE_cofferdam"))
+            .args(["run", "-q", "--", "seq", "1", "400000"])
+            .stdout(out)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    assert!(std::fs::read(&f).unwrap() == seq, "spliced output differs");
+    assert!(
+        std::fs::read(&g).unwrap() == [b"head\n".as_slice(), &seq].concat(),
+        "appended output differs"
+    );
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--", "cat"])
+        .write_stdin(seq.clone())
+        .output()
+        .unwrap();
+    assert!(out.stdout == seq, "stdin relayed whole");
+}
+
+#[test]
+fn from_a_terminal_with_stdout_redirected_the_command_gets_pipes_and_the_terminal_is_untouched() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(24, 80);
+    let before = t.stty();
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("out");
+    let mut run = t.spawn_with(
+        &s,
+        &[
+            "run",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "echo ready >&2; read x; echo \"got=$x\"; tty; stty -g 2>&1 || true",
+        ],
+        File::create(&f).unwrap(),
+    );
+    run.expect("ready");
+    // Typed at the caller's terminal, in its own (cooked) mode: it echoes, and the line
+    // reaches the command through its stdin pipe.
+    run.type_in("hello\n");
+    let (st, screen) = run.finish();
+    assert_eq!(st.code(), Some(0), "{screen}");
+    let text = std::fs::read_to_string(&f).unwrap();
+    assert!(text.starts_with("got=hello\nnot a tty\n"), "{text:?}");
+    assert!(!text.contains('\r'), "{text:?}");
+    assert!(
+        screen.contains("hello"),
+        "the caller's terminal echoed: {screen}"
+    );
+    assert_eq!(t.stty(), before, "the caller's terminal modes changed");
+}
+
+/// What the bundle's `close_fds` read back of descriptors 0-2.
+fn close_fds_stdio(b: &Value) -> Value {
+    b["executor_observations"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["mechanism"] == "close_fds")
+        .map(|c| c["details"]["stdio"].clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn tty_and_no_tty_override_the_choice() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    // --tty from pipes: a terminal of the sandbox's, with its line endings.
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--tty", "--", "sh", "-c", "tty; echo a"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("/dev/pts/") && text.ends_with("a\r\n"),
+        "{text:?}"
+    );
+    // The init held /dev/null on 0-2 while the command got the terminal made inside.
+    assert_eq!(
+        close_fds_stdio(&last_bundle(&s)),
+        serde_json::json!(["null", "null", "null"])
+    );
+    // The end of a stdin that is no terminal reaches the command as its terminal's EOF
+    // character; a command that closes its terminal before it exits (cat) is not hung up
+    // on its way out (it ends 0, not by SIGHUP).
+    for _ in 0..20 {
+        let out = s
+            .cmd()
+            .args(["run", "-q", "--tty", "--", "cat"])
+            .write_stdin("hi\n")
+            .timeout(TIMEOUT)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\r\nhi\r\n");
+    }
+    assert!(
+        last_bundle(&s)["run"]["warnings"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "no raw mode to enter without a terminal on stdin"
+    );
+    // --no-tty on a terminal: pipes, and the caller's terminal as it was.
+    let t = Term::new(24, 80);
+    let before = t.stty();
+    let (st, screen) = t
+        .spawn(
+            &s,
+            &["run", "-q", "--no-tty", "--", "sh", "-c", "tty; echo done"],
+        )
+        .finish();
+    assert_eq!(st.code(), Some(0), "{screen}");
+    assert!(
+        screen.contains("not a tty") && screen.contains("done"),
+        "{screen}"
+    );
+    assert_eq!(t.stty(), before);
+    assert_eq!(
+        close_fds_stdio(&last_bundle(&s)),
+        serde_json::json!(["pipe", "pipe", "pipe"])
+    );
+    // Both at once is a usage error.
+    let out = s
+        .cmd()
+        .args(["run", "--tty", "--no-tty", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+#[test]
+fn a_closed_reader_ends_the_command_by_sigpipe_and_unread_stdin_does_not_hold_the_run() {
+    if !sealed_host() {
+        return;
+    }
+    if !require("/bin/bash", Path::new("/bin/bash").exists()) {
+        return;
+    }
+    let s = Sandbox::new();
+    // `yes` outside would die of SIGPIPE once `head` is gone: so it does inside.
+    let out = plain(&s, "bash")
+        .args([
+            "-c",
+            "set -o pipefail; \"$COFFERDAM\" run -q -- yes | head -n 1; echo \"rc=$?\"",
+        ])
+        .env("COFFERDAM", env!("CARGO_BIN_EXE_cofferdam"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "y\nrc=141\n",
+        "{out:?}"
+    );
+    // A stdin that never ends and is never read: the run ends with its command.
+    let mut child = plain(&s, env!("CARGO_BIN_EXE_cofferdam"))
+        .args(["run", "-q", "--", "true"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(start.elapsed() < TIMEOUT, "the run waited for its stdin");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(st.success());
+    drop(child.stdin.take());
+}
+
+#[test]
+fn a_background_run_does_not_take_what_is_typed_at_the_terminal() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let t = Term::new(24, 80);
+    // A job-control shell on the terminal starts cofferdam in the background, its stdin
+    // the terminal: reading it would steal the foreground's input (and stop cofferdam by
+    // SIGTTIN). The command never reads it; the run must end, the typed line stay queued.
+    let mut sh = plain(&s, "sh");
+    sh.args([
+        "-c",
+        "set -m; \"$0\" run -q -- sh -c 'sleep 1; echo done' & wait $!; echo \"rc=$?\"",
+        env!("CARGO_BIN_EXE_cofferdam"),
+    ])
+    .stdin(t.slave.try_clone().unwrap())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    // SAFETY: setsid and ioctl are async-signal-safe; the child makes the terminal on fd 0
+    // its controlling terminal before exec.
+    unsafe {
+        sh.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = sh.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    (&t.master).write_all(b"typed\n").unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            panic!("the background run did not end");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "done\nrc=0\n",
+        "{out:?}"
+    );
+    assert_eq!(
+        t.pending_input(),
+        6,
+        "the typed line is still the terminal's"
+    );
 }

@@ -66,6 +66,7 @@ mod resources_tmpfs;
 mod review_output;
 mod secrets;
 mod sockets;
+mod stdio;
 mod store;
 mod terminal;
 
@@ -81,6 +82,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         listeners::ATTACKS,
         metadata::ATTACKS,
         terminal::ATTACKS,
+        stdio::ATTACKS,
         records::ATTACKS,
         apply_records::ATTACKS,
         resources::ATTACKS,

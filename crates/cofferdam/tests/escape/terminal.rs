@@ -1,7 +1,8 @@
 //! Terminal: the command cannot type into a terminal (TIOCSTI, TIOCLINUX), not even the
-//! caller's when it is handed one on stdout. (The relayed pseudo-terminal case, stdin a
-//! terminal, is `tests/cli/pty.rs`.) Every terminal an attack reaches is a pty the harness
-//! made; runs start in a session of their own, so the suite's own terminal is never one.
+//! caller's when cofferdam's stdout is one (the command gets a pipe there: `stdio.rs`).
+//! (The relayed pseudo-terminal case, stdin and stdout a terminal, is `tests/cli/pty.rs`.)
+//! Every terminal an attack reaches is a pty the harness made; runs start in a session
+//! of their own, so the suite's own terminal is never one.
 
 use crate::harness::{Attack, BOTH_MUST, Boundary::Terminal, Ctx, Outcome, check};
 use std::fs::File;
@@ -100,7 +101,7 @@ pub fn openpty() -> (File, File) {
     (master, slave)
 }
 
-fn pending_input(slave: &File) -> i32 {
+pub(crate) fn pending_input(slave: &File) -> i32 {
     let mut n: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int to the valid pointer.
     let r = unsafe { libc::ioctl(slave.as_raw_fd(), libc::FIONREAD, &mut n) };
@@ -109,7 +110,7 @@ fn pending_input(slave: &File) -> i32 {
 }
 
 /// What the terminal shows so far (non-blocking).
-fn drain(master: &File) -> String {
+pub(crate) fn drain(master: &File) -> String {
     use std::io::Read;
     // SAFETY: fcntl F_SETFL on a descriptor owned by `master`.
     unsafe {
