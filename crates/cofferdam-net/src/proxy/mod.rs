@@ -681,7 +681,11 @@ fn serve_dns_tcp(shared: &Shared, mut stream: TcpStream) {
         let Ok(n) = u16::try_from(resp.len()) else {
             return;
         };
-        if stream.write_all(&n.to_be_bytes()).is_err() || stream.write_all(&resp).is_err() {
+        // One write: the length prefix and the message in one segment where it fits.
+        let mut framed = Vec::with_capacity(resp.len() + 2);
+        framed.extend_from_slice(&n.to_be_bytes());
+        framed.extend_from_slice(&resp);
+        if stream.write_all(&framed).is_err() {
             return;
         }
     }

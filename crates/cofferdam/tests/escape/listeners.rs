@@ -224,8 +224,14 @@ try:
     t = socket.create_connection(("127.0.0.1", 53), timeout=3)
     m = query("svc.test", 0x4343)
     t.sendall(struct.pack(">H", len(m)) + m)
-    r = t.recv(512)
-    print("tcp=%s:%d" % (r[2:4].hex(), r[5] & 15))
+    # TCP may deliver the length prefix and the message in separate segments.
+    r = b""
+    while len(r) < 2 or len(r) < 2 + struct.unpack(">H", r[:2])[0]:
+        c = t.recv(512)
+        if not c:
+            break
+        r += c
+    print("tcp=%s:%d" % (r[2:4].hex(), r[5] & 15) if len(r) >= 6 else "tcp=short:%r" % r)
 except OSError as e:
     print("tcp=" + type(e).__name__)
 "#

@@ -557,7 +557,9 @@ fn host_dev_shm(ctx: &Ctx) -> Outcome {
     ctx.var("CANARY", canary.display().to_string());
     ctx.var("PLANTED", planted.display().to_string());
     let r = ctx.sh(
-        "cat \"$CANARY\" 2>/dev/null | sed 's/^/read=/'; echo x >> \"$CANARY\" 2>/dev/null && echo appended=yes; echo x > \"$PLANTED\" 2>/dev/null && echo planted=yes; ls /dev/shm 2>/dev/null | grep -c cofferdam-canary | sed 's/^/listed=/'; true",
+        // Listed first: on the sealed tier /dev/shm is the run's own, so the writes below
+        // land there (and would then be listed) while the host's stays untouched.
+        "ls /dev/shm 2>/dev/null | grep -c cofferdam-canary | sed 's/^/listed=/'; cat \"$CANARY\" 2>/dev/null | sed 's/^/read=/'; echo x >> \"$CANARY\" 2>/dev/null && echo appended=yes; echo x > \"$PLANTED\" 2>/dev/null && echo planted=yes; true",
     );
     let after = std::fs::read_to_string(&canary).unwrap_or_default();
     let planted_exists = planted.exists();
