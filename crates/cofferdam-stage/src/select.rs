@@ -27,8 +27,8 @@
 //!    `--path` names them (at or beneath it; `--path .` does not count), or they belong to
 //!    an interrupted batch. Holding closes over the same dependencies, backwards: a
 //!    directory that is applied whole holds when anything beneath it is held (applying it
-//!    would bring the held path), and everything beneath a held whole directory holds
-//!    (applying it would bring that directory). A held path's new parent directory is not
+//!    would bring the held path), and everything beneath a held path holds (applying it
+//!    would bring that path, its staged parent). A held path's new parent directory is not
 //!    held: it applies, the held file stays staged. So the closure of rule 4 never reaches
 //!    a held path. Held paths are reported ([`Hold`]), never an error.
 
@@ -79,7 +79,7 @@ pub enum Hold {
     Sensitive,
     /// It is a directory applied whole, and this sensitive path is beneath it.
     Contains(Vec<u8>),
-    /// It is beneath this held directory, which is applied whole.
+    /// It is beneath this held directory (which taking it would bring).
     InsideHeld(Vec<u8>),
 }
 
@@ -208,7 +208,7 @@ fn holds(
                 work.push(j);
             }
         }
-        if whole(&n) {
+        {
             for j in beneath(nodes, n.path) {
                 if j != i && nodes[j].remaining && !held.contains_key(&j) {
                     held.insert(j, Hold::InsideHeld(n.path.to_vec()));

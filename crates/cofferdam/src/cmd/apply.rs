@@ -339,7 +339,7 @@ fn hold_text(h: &Hold, reason: Option<&Reason>) -> String {
             cofferdam_stage::seal::display_path(p).0
         ),
         (Hold::InsideHeld(p), _) => format!(
-            "inside {}, which is applied whole and held",
+            "inside {}, which is held",
             cofferdam_stage::seal::display_path(p).0
         ),
     }
