@@ -107,7 +107,8 @@ fn component_path(b: &mut Bytes<'_>) -> Option<Vec<u8>> {
 }
 
 /// Target `select`: a random stage (paths, kinds, applied or not), `--path` arguments in
-/// any spelling, `--exclude` patterns and a pending set through [`select::select`], and
+/// any spelling, `--exclude` patterns, a pending set and sensitive marks through
+/// [`select::select_holding`], and
 /// the rules of `cofferdam_stage::select` checked on the result. How many were selected.
 pub fn selection(data: &[u8]) -> usize {
     let mut b = Bytes(data);
@@ -183,7 +184,17 @@ pub fn selection(data: &[u8]) -> usize {
         .map(|s| s.0.clone())
         .collect();
 
-    let sel = match select::select(&nodes, &paths, &excludes, &pending) {
+    // Sensitive changes (rule 5): random marks, sometimes `--allow-sensitive`.
+    let marked: Vec<bool> = nodes
+        .iter()
+        .map(|_| b.byte().is_some_and(|x| x % 4 == 0))
+        .collect();
+    let allow_all = b.byte().is_some_and(|x| x % 3 == 0);
+    let holding = select::Sensitive {
+        marked: &marked,
+        allow_all,
+    };
+    let sel = match select::select_holding(&nodes, &paths, &excludes, &pending, holding) {
         Ok(s) => s,
         Err(e) => {
             assert!(!e.to_string().is_empty());
@@ -227,8 +238,26 @@ pub fn selection(data: &[u8]) -> usize {
                 .iter()
                 .any(|p| select::is_at_or_beneath(m.path, p) || p.is_empty());
         let excluded = excludes.iter().any(|g| g.excludes(m.path));
-        if m.remaining && asked && !excluded {
+        let held = sel.held.iter().any(|(h, _)| *h == j);
+        if m.remaining && asked && !excluded && !held {
             assert!(chosen.contains(&j), "an asked-for path left out");
+        }
+    }
+    // Nothing held is taken (the closure never reaches a held path), and a path held for
+    // itself is marked, not named by a `--path`, and not pending.
+    for (h, why) in &sel.held {
+        assert!(!chosen.contains(h), "a held path was taken");
+        assert!(!allow_all, "a path held despite --allow-sensitive");
+        if *why == select::Hold::Sensitive {
+            let p = nodes[*h].path;
+            assert!(marked[*h], "an unmarked path held for itself");
+            assert!(
+                !pending.contains(p)
+                    && !paths
+                        .iter()
+                        .any(|q| !q.is_empty() && select::is_at_or_beneath(p, q)),
+                "a named or pending path held"
+            );
         }
     }
     for (i, _) in &sel.added {

@@ -83,6 +83,35 @@ pub struct FileDiff {
     /// What stands out in the staged mode ([`mode_flags`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mode_flags: Vec<&'static str>,
+    /// Why applying it runs code or changes policy later ([`sensitivity`]); a bare
+    /// `apply` leaves it staged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sensitive: Option<String>,
+}
+
+/// Whether change `c` is sensitive (`crate::sensitive`), reading the git config files it
+/// asks for from the stage (`upper`) and the host workdir (`target`), beneath their roots
+/// without following symlinks. A file over [`LARGE_BYTES`] or unreadable on the staged
+/// side is marked (the classifier says so); on the host side it counts as absent.
+pub fn sensitivity(
+    target: BorrowedFd<'_>,
+    upper: BorrowedFd<'_>,
+    c: &StagedChange,
+) -> Option<crate::sensitive::Reason> {
+    use crate::sensitive::{Read, Side};
+    let read = |side: Side, path: &[u8]| {
+        let root = match side {
+            Side::Host => target,
+            Side::Staged => upper,
+        };
+        match read_file(root, path) {
+            Ok(Content::Bytes(b)) => Read::Bytes(b),
+            Ok(Content::Large(n)) => Read::Failed(format!("{n} bytes, over {LARGE_BYTES}")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Read::Absent,
+            Err(e) => Read::Failed(e.to_string()),
+        }
+    };
+    crate::sensitive::sensitive(&c.path, &c.facts(), &read)
 }
 
 /// What a reviewer must not miss in permission bits: `setuid`, `setgid` (both stripped
@@ -240,6 +269,7 @@ pub fn diff_change(sides: &Sides<'_>, c: &StagedChange) -> Result<FileDiff, Diff
         mode_flags: c
             .mode
             .map_or_else(Vec::new, |m| mode_flags(m, c.new_is_dir())),
+        sensitive: sensitivity(sides.target, sides.upper, c).map(|r| r.to_string()),
     };
     let rel = Path::new(fsops::os(&c.path));
     match sides.host.fingerprint(rel) {

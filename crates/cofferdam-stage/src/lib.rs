@@ -16,6 +16,7 @@ pub mod reserve;
 pub mod review;
 pub mod seal;
 pub mod select;
+pub mod sensitive;
 pub mod sparse;
 pub mod store;
 pub mod trace_log;

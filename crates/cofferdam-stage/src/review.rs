@@ -106,6 +106,19 @@ impl StagedChange {
     pub fn new_is_dir(&self) -> bool {
         self.new_type == Some(ChangeEntryType::Directory)
     }
+
+    /// The facts `crate::sensitive` classifies.
+    pub fn facts(&self) -> crate::sensitive::Change {
+        crate::sensitive::Change {
+            kind: self.kind,
+            new_type: self.new_type,
+            mode: self.mode,
+            old_file_mode: match self.recorded.host {
+                crate::fingerprint::HostState::File { mode, .. } => Some(mode),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// The exact path bytes of a bundle change.

@@ -21,6 +21,16 @@
 //!
 //! Paths the closure adds are reported with the reason ([`Because`]), including paths the
 //! user excluded: a dependency wins over an exclusion, and the user is told.
+//!
+//! 5. Sensitive changes (`crate::sensitive`: they run code or change policy once applied)
+//!    are *held* by [`select_holding`] unless `--allow-sensitive` is given, a non-empty
+//!    `--path` names them (at or beneath it; `--path .` does not count), or they belong to
+//!    an interrupted batch. Holding closes over the same dependencies, backwards: a
+//!    directory that is applied whole holds when anything beneath it is held (applying it
+//!    would bring the held path), and everything beneath a held path holds (applying it
+//!    would bring that path, its staged parent). A held path's new parent directory is not
+//!    held: it applies, the held file stays staged. So the closure of rule 4 never reaches
+//!    a held path. Held paths are reported ([`Hold`]), never an error.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -57,6 +67,29 @@ pub struct Selection {
     pub added: Vec<(usize, Because)>,
     /// Of those, the ones an `--exclude` had matched.
     pub excluded_but_required: Vec<usize>,
+    /// Indices that would have been selected but are held back (rule 5), with why,
+    /// ascending.
+    pub held: Vec<(usize, Hold)>,
+}
+
+/// Why a path was held back (rule 5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    /// It is sensitive itself.
+    Sensitive,
+    /// It is a directory applied whole, and this sensitive path is beneath it.
+    Contains(Vec<u8>),
+    /// It is beneath this held directory (which taking it would bring).
+    InsideHeld(Vec<u8>),
+}
+
+/// How [`select_holding`] treats sensitive changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sensitive<'a> {
+    /// Per node (same indices): whether the change is sensitive.
+    pub marked: &'a [bool],
+    /// `--allow-sensitive`: hold nothing.
+    pub allow_all: bool,
 }
 
 /// The selection cannot be made.
@@ -119,13 +152,81 @@ fn whole(n: &Node<'_>) -> bool {
     }
 }
 
-/// Select changes (see the module docs). `nodes` must be sorted by path bytes; `paths` are
-/// target-relative (from [`normalize_arg`]); `pending` are paths of an interrupted batch.
+/// Select changes (see the module docs), holding nothing back. `nodes` must be sorted by
+/// path bytes; `paths` are target-relative (from [`normalize_arg`]); `pending` are paths of
+/// an interrupted batch.
 pub fn select(
     nodes: &[Node<'_>],
     paths: &[Vec<u8>],
     excludes: &[Glob],
     pending: &BTreeSet<Vec<u8>>,
+) -> Result<Selection, SelectError> {
+    let marked = vec![false; nodes.len()];
+    let none = Sensitive {
+        marked: &marked,
+        allow_all: true,
+    };
+    select_holding(nodes, paths, excludes, pending, none)
+}
+
+/// The paths held back by rule 5 (see the module docs), with why.
+fn holds(
+    nodes: &[Node<'_>],
+    paths: &[Vec<u8>],
+    pending: &BTreeSet<Vec<u8>>,
+    sensitive: Sensitive<'_>,
+) -> BTreeMap<usize, Hold> {
+    let mut held: BTreeMap<usize, Hold> = BTreeMap::new();
+    if sensitive.allow_all {
+        return held;
+    }
+    let index: BTreeMap<&[u8], usize> =
+        nodes.iter().enumerate().map(|(i, n)| (n.path, i)).collect();
+    let mut work = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let named = paths
+            .iter()
+            .any(|p| !p.is_empty() && is_at_or_beneath(n.path, p));
+        if sensitive.marked.get(i) == Some(&true)
+            && n.remaining
+            && !named
+            && !pending.contains(n.path)
+        {
+            held.insert(i, Hold::Sensitive);
+            work.push(i);
+        }
+    }
+    while let Some(i) = work.pop() {
+        let n = nodes[i];
+        for a in ancestors(n.path) {
+            if let Some(&j) = index.get(a)
+                && nodes[j].remaining
+                && whole(&nodes[j])
+                && !held.contains_key(&j)
+            {
+                held.insert(j, Hold::Contains(n.path.to_vec()));
+                work.push(j);
+            }
+        }
+        {
+            for j in beneath(nodes, n.path) {
+                if j != i && nodes[j].remaining && !held.contains_key(&j) {
+                    held.insert(j, Hold::InsideHeld(n.path.to_vec()));
+                    work.push(j);
+                }
+            }
+        }
+    }
+    held
+}
+
+/// [`select`], holding back sensitive changes (rule 5 of the module docs).
+pub fn select_holding(
+    nodes: &[Node<'_>],
+    paths: &[Vec<u8>],
+    excludes: &[Glob],
+    pending: &BTreeSet<Vec<u8>>,
+    sensitive: Sensitive<'_>,
 ) -> Result<Selection, SelectError> {
     let index: BTreeMap<&[u8], usize> =
         nodes.iter().enumerate().map(|(i, n)| (n.path, i)).collect();
@@ -173,6 +274,12 @@ pub fn select(
             !hit
         });
     }
+    let holding = holds(nodes, paths, pending, sensitive);
+    let held: Vec<(usize, Hold)> = chosen
+        .iter()
+        .filter_map(|i| holding.get(i).map(|h| (*i, h.clone())))
+        .collect();
+    chosen.retain(|i| !holding.contains_key(i));
     let initial = chosen.clone();
     let mut added: BTreeMap<usize, Because> = BTreeMap::new();
     // In path order (parents first), so a reason names the nearest selected path.
@@ -210,6 +317,7 @@ pub fn select(
         indices: chosen.into_iter().collect(),
         added,
         excluded_but_required,
+        held,
     })
 }
 
@@ -631,6 +739,74 @@ mod tests {
         assert_eq!(s.indices, vec![1, 2]);
         let g = Glob::new(b"\xff").unwrap();
         assert!(g.excludes(b"a\nb/\xff"));
+    }
+
+    fn held_sel(
+        n: &[Node<'_>],
+        marked: &[&str],
+        p: &[&str],
+        allow_all: bool,
+    ) -> (Vec<String>, Vec<(String, Hold)>) {
+        let m: Vec<bool> = n
+            .iter()
+            .map(|x| marked.iter().any(|s| s.as_bytes() == x.path))
+            .collect();
+        let p: Vec<Vec<u8>> = p.iter().map(|s| s.as_bytes().to_vec()).collect();
+        let s = select_holding(
+            n,
+            &p,
+            &[],
+            &BTreeSet::new(),
+            Sensitive {
+                marked: &m,
+                allow_all,
+            },
+        )
+        .unwrap();
+        let name = |i: usize| String::from_utf8(n[i].path.to_vec()).unwrap();
+        (
+            s.indices.iter().map(|&i| name(i)).collect(),
+            s.held.into_iter().map(|(i, h)| (name(i), h)).collect(),
+        )
+    }
+
+    #[test]
+    fn sensitive_paths_are_held_with_their_whole_directories() {
+        let n = sample();
+        // A sensitive file in a new directory: the directory applies, the file is held.
+        let (took, held) = held_sel(&n, &["new/sub/c"], &[], false);
+        assert!(took.contains(&"new/sub".to_owned()) && !took.contains(&"new/sub/c".to_owned()));
+        assert_eq!(held, vec![("new/sub/c".to_owned(), Hold::Sensitive)]);
+        // In an opaque directory: the directory and all of it are held.
+        let (took, held) = held_sel(&n, &["op/x"], &[], false);
+        assert!(!took.iter().any(|p| p.starts_with("op")));
+        assert_eq!(
+            held,
+            vec![
+                ("op".to_owned(), Hold::Contains(b"op/x".to_vec())),
+                ("op/x".to_owned(), Hold::Sensitive),
+                ("op/y".to_owned(), Hold::InsideHeld(b"op".to_vec())),
+            ]
+        );
+        // Asking for a sibling of the held file takes nothing of `op`.
+        let (took, _) = held_sel(&n, &["op/x"], &["op/y"], false);
+        assert!(took.is_empty());
+        // Naming it (or a directory above it) applies it, and its dependencies.
+        let (took, held) = held_sel(&n, &["op/x"], &["op/x"], false);
+        assert_eq!(took, vec!["op", "op/x", "op/y"]);
+        assert!(held.is_empty());
+        let (took, held) = held_sel(&n, &["new/sub/c"], &["new"], false);
+        assert!(took.contains(&"new/sub/c".to_owned()) && held.is_empty());
+        // `--path .` names everything, and so nothing in particular.
+        let (took, held) = held_sel(&n, &["README"], &[""], false);
+        assert!(!took.contains(&"README".to_owned()) && held.len() == 1);
+        // `--allow-sensitive` holds nothing.
+        let (took, held) = held_sel(&n, &["op/x", "README"], &[], true);
+        assert_eq!(took.len(), n.len());
+        assert!(held.is_empty());
+        // A held path outside the selection is not reported.
+        let (_, held) = held_sel(&n, &["README"], &["src"], false);
+        assert!(held.is_empty());
     }
 
     #[test]

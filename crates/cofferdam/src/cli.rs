@@ -289,6 +289,11 @@ pub struct ApplyArgs {
     /// Recreate staged device nodes, fifos and sockets instead of refusing the apply.
     #[arg(long = "allow-special")]
     pub allow_special: bool,
+    /// Apply staged changes that run code or change policy later (git hooks, program keys
+    /// of .git/config, cofferdam.toml, new executables, …), which are otherwise left staged
+    /// unless a --path names them.
+    #[arg(long = "allow-sensitive")]
+    pub allow_sensitive: bool,
 }
 
 /// `cofferdam kill`.

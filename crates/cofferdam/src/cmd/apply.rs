@@ -1,5 +1,7 @@
 //! `cofferdam apply JOB [--path P]… [--exclude GLOB]… [--dry-run] [--force PATH]…
-//! [--allow-special]`: let staged changes into the workdir. The decisions and the writes are
+//! [--allow-special] [--allow-sensitive]`: let staged changes into the workdir. Changes that
+//! run code or change policy later (`cofferdam_stage::sensitive`) stay staged unless a
+//! `--path` names them or `--allow-sensitive` is given. The decisions and the writes are
 //! `cofferdam_stage::{select, apply}`'s; this module resolves and locks the job, finishes
 //! an interrupted batch, prints what happened, and records it (trace events, `job.json`).
 //! Also holds the job helpers `diff` and `drop` share (addressing, locking, exit codes).
@@ -14,7 +16,8 @@ use cofferdam_record::trace::{ApplyOutcome, ApplyPathOutcome, TraceEventKind};
 use cofferdam_stage::apply::{self, Checked, Options, Recovery, Step};
 use cofferdam_stage::job::{Job, JobError, JobLock, JobState, JobStore, StageState};
 use cofferdam_stage::review::Stage;
-use cofferdam_stage::select::{self, Because, Glob, Node, Selection};
+use cofferdam_stage::select::{self, Because, Glob, Hold, Node, Selection, Sensitive};
+use cofferdam_stage::sensitive::Reason;
 use cofferdam_stage::trace_log::TraceLog;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -274,12 +277,38 @@ pub(crate) fn kinds_of(stage: &Stage) -> std::collections::HashMap<Vec<u8>, Chan
         .collect()
 }
 
-/// Select changes of `stage` for `paths`/`excludes`.
+/// Why each change of `stage` is sensitive (`None` for most), reading the git config files
+/// the classifier asks for from the stage and the workdir. Applied changes are not read.
+pub(crate) fn sensitivities(
+    stage: &Stage,
+    workdir: &Path,
+    upper: &Path,
+) -> Result<Vec<Option<Reason>>, Failure> {
+    use std::os::fd::AsFd;
+    let open = |p: &Path| {
+        std::fs::File::open(p)
+            .map_err(|e| Failure::setup(format!("cannot open {}: {e}", p.display())))
+    };
+    let target = open(workdir)?;
+    let upper = open(upper)?;
+    Ok((0..stage.changes.len())
+        .map(|i| {
+            stage.is_remaining(i).then(|| {
+                cofferdam_stage::diff::sensitivity(target.as_fd(), upper.as_fd(), &stage.changes[i])
+            })?
+        })
+        .collect())
+}
+
+/// Select changes of `stage` for `paths`/`excludes`, holding back the sensitive ones
+/// (`reasons`) unless `allow_all`.
 fn selection(
     stage: &Stage,
     paths: &[Vec<u8>],
     excludes: &[Glob],
     pending: &BTreeSet<Vec<u8>>,
+    reasons: &[Option<Reason>],
+    allow_all: bool,
 ) -> Result<Selection, Failure> {
     let nodes: Vec<Node<'_>> = stage
         .changes
@@ -292,7 +321,78 @@ fn selection(
             remaining: stage.is_remaining(i),
         })
         .collect();
-    select::select(&nodes, paths, excludes, pending).map_err(Failure::usage)
+    let marked: Vec<bool> = reasons.iter().map(Option::is_some).collect();
+    let sensitive = Sensitive {
+        marked: &marked,
+        allow_all,
+    };
+    select::select_holding(&nodes, paths, excludes, pending, sensitive).map_err(Failure::usage)
+}
+
+/// Why a held path is held, for display.
+fn hold_text(h: &Hold, reason: Option<&Reason>) -> String {
+    match (h, reason) {
+        (Hold::Sensitive, Some(r)) => r.to_string(),
+        (Hold::Sensitive, None) => "sensitive".to_owned(),
+        (Hold::Contains(p), _) => format!(
+            "applied whole, and it holds {}",
+            cofferdam_stage::seal::display_path(p).0
+        ),
+        (Hold::InsideHeld(p), _) => format!(
+            "inside {}, which is held",
+            cofferdam_stage::seal::display_path(p).0
+        ),
+    }
+}
+
+/// The held paths (text): what they are, why, and how to apply them.
+fn render_held(
+    o: &mut String,
+    id: &str,
+    stage: &Stage,
+    sel: &Selection,
+    reasons: &[Option<Reason>],
+    s: Style,
+) {
+    if sel.held.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "{}",
+        s.warn(&format!(
+            "held back: {} path(s) that run code or change policy once applied stay staged",
+            sel.held.len()
+        ))
+    );
+    for (i, h) in sel.held.iter().take(LIST_LIMIT) {
+        let _ = writeln!(
+            o,
+            "  {} {}: {}",
+            s.bad("!"),
+            escape(&stage.changes[*i].display),
+            escape(&hold_text(h, reasons.get(*i).and_then(Option::as_ref)))
+        );
+    }
+    if sel.held.len() > LIST_LIMIT {
+        let _ = writeln!(o, "  … and {} more", sel.held.len() - LIST_LIMIT);
+    }
+    let _ = writeln!(
+        o,
+        "review with `cofferdam diff {id} --path PATH`; apply one with `cofferdam apply {id} \
+         --path PATH`, or all with `--allow-sensitive`"
+    );
+}
+
+/// The held paths (JSON).
+fn held_json(stage: &Stage, sel: &Selection, reasons: &[Option<Reason>]) -> serde_json::Value {
+    sel.held
+        .iter()
+        .map(|(i, h)| {
+            json!({"path": stage.changes[*i].display,
+                   "reason": hold_text(h, reasons.get(*i).and_then(Option::as_ref))})
+        })
+        .collect()
 }
 
 #[cfg(debug_assertions)]
@@ -402,13 +502,28 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
         .map(|g| Glob::new(g.as_os_str().as_bytes()).map_err(Failure::usage))
         .collect::<Result<_, _>>()?;
     let force = normalize_paths(&a.force, &workdir, &env.places.cwd)?;
-    let sel = selection(&stage, &paths, &excludes, &pending)?;
+    let reasons = sensitivities(&stage, &workdir, &job.upper())?;
+    let sel = selection(
+        &stage,
+        &paths,
+        &excludes,
+        &pending,
+        &reasons,
+        a.allow_sensitive,
+    )?;
     if sel.indices.is_empty() {
+        let mut text = String::from(if sel.held.is_empty() {
+            "nothing selected: every staged change matched an --exclude\n"
+        } else {
+            "nothing applied: every selected change is held back\n"
+        });
+        render_held(&mut text, job.id(), &stage, &sel, &reasons, s);
         return finish_output(
             json,
             &json!({"job": job.id(), "dry_run": a.dry_run, "applied": [],
+                    "held_sensitive": held_json(&stage, &sel, &reasons),
                     "message": "nothing selected"}),
-            "nothing selected: every staged change matched an --exclude\n",
+            &text,
         );
     }
     let opts = Options {
@@ -484,7 +599,7 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
         );
         let remaining = remaining_after(&stage, &selected);
         return print_result(
-            &job, &stage, &sel, &checked, &selected, &remaining, true, json, s,
+            &job, &stage, &sel, &reasons, &checked, &selected, &remaining, true, json, s,
         );
     }
 
@@ -530,6 +645,7 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
                 &job,
                 &stage,
                 &sel,
+                &reasons,
                 &checked,
                 &report.applied,
                 &remaining,
@@ -638,6 +754,7 @@ fn print_result(
     job: &Job,
     stage: &Stage,
     sel: &Selection,
+    reasons: &[Option<Reason>],
     checked: &Checked,
     applied: &[usize],
     remaining: &[usize],
@@ -682,6 +799,7 @@ fn print_result(
             "job": id, "dry_run": dry_run,
             (if dry_run { "would_apply" } else { "applied" }): list(applied),
             "dependencies": added, "setuid_stripped": stripped, "forced": forced,
+            "held_sensitive": held_json(stage, sel, reasons),
             "remaining": list(remaining),
             "state": if remaining.is_empty() && !dry_run { "applied" } else { "staged" },
         }))?;
@@ -756,6 +874,7 @@ fn print_result(
             escape(&c.reason.to_string())
         );
     }
+    render_held(&mut o, id, stage, sel, reasons, s);
     if remaining.is_empty() {
         if !dry_run {
             let _ = writeln!(o, "every change is applied; job {id} is now `applied`");

@@ -1,6 +1,7 @@
 //! `cofferdam diff [JOB] [--path P]… [--stat]`: what applying the staged changes would do,
 //! as unified diffs (text) or one line each (binary, large, symlink, mode-only, deleted,
-//! opaque). The diffs are `cofferdam_stage::diff`'s; this module picks the changes (still
+//! opaque). A change that runs code or changes policy once applied is marked (`! runs
+//! code: …`). The diffs are `cofferdam_stage::diff`'s; this module picks the changes (still
 //! staged, at or beneath each `--path`), colours and prints. It changes nothing and takes
 //! no lock.
 
@@ -143,6 +144,16 @@ fn render_diff(o: &mut String, d: &FileDiff, s: Style) {
             ))
         );
     }
+    if let Some(why) = &d.sensitive {
+        let _ = writeln!(
+            o,
+            "{}",
+            s.bad(&format!(
+                "! {}: a bare `apply` leaves it staged",
+                escape(why)
+            ))
+        );
+    }
     if let Some(sum) = &d.summary {
         let _ = writeln!(o, "{}", s.warn(&escape(sum)));
     }
@@ -189,11 +200,14 @@ fn render_stat(o: &mut String, diffs: &[FileDiff], s: Style) {
         } else {
             s.dim(&escape(d.summary.as_deref().unwrap_or(kind_word(d.kind))))
         };
-        let mark = if d.conflict.is_some() {
+        let mut mark = if d.conflict.is_some() {
             s.bad(" !")
         } else {
             String::new()
         };
+        if let Some(why) = &d.sensitive {
+            mark.push_str(&s.bad(&format!("  ! {}", escape(why))));
+        }
         // A text diff's summary (where a new file's mode is) is not on the stat line.
         let mode = match (&d.unified, &d.mode) {
             (Some(_), Some(m)) if d.old_mode.is_none() || !d.mode_flags.is_empty() => {

@@ -106,6 +106,9 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
                 "conflicts_now": r.conflicts.iter()
                     .map(|(path, reason)| json!({"path": path, "reason": reason}))
                     .collect::<Vec<_>>(),
+                "sensitive": r.sensitive.iter()
+                    .map(|(path, reason)| json!({"path": path, "sensitive": reason}))
+                    .collect::<Vec<_>>(),
             })),
         });
         match &bundle {
@@ -381,6 +384,8 @@ struct StageReview {
     applied: Vec<String>,
     remaining: Vec<String>,
     conflicts: Vec<(String, String)>,
+    /// Remaining changes that run code or change policy once applied, with why.
+    sensitive: Vec<(String, String)>,
 }
 
 /// Build the stage review; `None` when the stage cannot be read (the bundle view still
@@ -414,14 +419,24 @@ fn review_stage(job: &Job, workdir: &std::path::Path) -> Option<StageReview> {
             Err(e) => vec![(String::from("(stage)"), e.to_string())],
         }
     };
+    let sensitive = match crate::cmd::apply::sensitivities(&stage, workdir, &job.upper()) {
+        Ok(v) => v
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((stage.changes[i].display.clone(), r.as_ref()?.to_string())))
+            .collect(),
+        Err(e) => vec![(String::from("(stage)"), e.message)],
+    };
     Some(StageReview {
         applied,
         remaining,
         conflicts,
+        sensitive,
     })
 }
 
 fn render_stage(o: &mut String, r: &StageReview, s: Style) {
+    render_sensitive(o, r, s);
     if r.applied.is_empty() && r.conflicts.is_empty() {
         return;
     }
@@ -458,5 +473,23 @@ fn render_stage(o: &mut String, r: &StageReview, s: Style) {
                 escape(reason)
             );
         }
+    }
+}
+
+/// The staged changes that run code or change policy once applied.
+fn render_sensitive(o: &mut String, r: &StageReview, s: Style) {
+    if r.sensitive.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n{}",
+        s.heading(&format!(
+            "Runs code or changes policy once applied ({}): a bare `apply` leaves these staged",
+            r.sensitive.len()
+        ))
+    );
+    for (path, why) in &r.sensitive {
+        let _ = writeln!(o, "  {} {}: {}", s.bad("!"), escape(path), escape(why));
     }
 }

@@ -253,7 +253,14 @@ fn apply_makes_the_host_what_the_command_made_and_records_it() {
     // A dry run writes nothing.
     let dry = ok(&s
         .cmd()
-        .args(["--color", "never", "apply", &id, "--dry-run"])
+        .args([
+            "--color",
+            "never",
+            "apply",
+            &id,
+            "--dry-run",
+            "--allow-sensitive",
+        ])
         .output()
         .unwrap());
     assert!(dry.contains("would apply"), "{dry}");
@@ -261,7 +268,7 @@ fn apply_makes_the_host_what_the_command_made_and_records_it() {
 
     let out = s
         .cmd()
-        .args(["--color", "never", "apply", &id])
+        .args(["--color", "never", "apply", &id, "--allow-sensitive"])
         .output()
         .unwrap();
     let text = ok(&out);
@@ -390,7 +397,11 @@ fn a_path_subset_applies_only_it_then_the_rest() {
         .output()
         .unwrap());
     assert!(!s.work.path().join("suid").exists());
-    ok(&s.cmd().args(["apply", "last"]).output().unwrap());
+    ok(&s
+        .cmd()
+        .args(["apply", "last", "--allow-sensitive"])
+        .output()
+        .unwrap());
     assert_eq!(shown(&tree(s.work.path())), shown(&want));
     assert_eq!(job_json(&s, &id)["state"], "applied");
 }
@@ -556,7 +567,14 @@ fn setuid_is_stripped_a_fifo_is_refused_and_a_shadow_symlink_stays_a_symlink() {
 
     let text = ok(&s
         .cmd()
-        .args(["--color", "never", "apply", "last", "--allow-special"])
+        .args([
+            "--color",
+            "never",
+            "apply",
+            "last",
+            "--allow-special",
+            "--allow-sensitive",
+        ])
         .output()
         .unwrap());
     assert!(
@@ -916,7 +934,11 @@ fn new_modes_show_before_apply_and_a_sparse_file_applies_sparse() {
         diff.contains("new file mode 100777 (world-writable, executable)"),
         "{diff}"
     );
-    ok(&s.cmd().args(["apply", "last"]).output().unwrap());
+    ok(&s
+        .cmd()
+        .args(["apply", "last", "--allow-sensitive"])
+        .output()
+        .unwrap());
     let m = std::fs::metadata(s.work.path().join("sp")).unwrap();
     assert_eq!(m.len(), 1 << 40);
     assert!(
@@ -925,4 +947,101 @@ fn new_modes_show_before_apply_and_a_sparse_file_applies_sparse() {
         m.blocks()
     );
     assert_eq!(m.permissions().mode() & 0o7777, 0o755);
+}
+
+#[test]
+fn changes_that_run_code_are_marked_and_held_until_named() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let w = s.work.path();
+    std::fs::create_dir(w.join(".git")).unwrap();
+    let config = "[core]\n\tbare = false\n";
+    std::fs::write(w.join(".git/config"), config).unwrap();
+    std::fs::write(w.join("notes"), "before\n").unwrap();
+    let id = run(
+        &s,
+        "mkdir pkg && echo hi > pkg/a && echo 'eval x' > pkg/.envrc && \
+         printf '[alias]\\n\\tst = !sh -c x\\n[user]\\n\\tname = n\\n' >> .git/config && \
+         echo after > notes",
+    );
+    let review = ok(&s
+        .cmd()
+        .args(["--color", "never", "status", "--review", &id])
+        .output()
+        .unwrap());
+    assert!(
+        review.contains("! .git/config: runs code: alias.st added"),
+        "{review}"
+    );
+    assert!(
+        review.contains("! pkg/.envrc: runs code: direnv"),
+        "{review}"
+    );
+    let diff = ok(&s
+        .cmd()
+        .args(["--color", "never", "diff", &id])
+        .output()
+        .unwrap());
+    assert!(diff.contains("! runs code: alias.st added"), "{diff}");
+    let stat = ok(&s
+        .cmd()
+        .args(["--color", "never", "diff", &id, "--stat"])
+        .output()
+        .unwrap());
+    assert!(stat.contains("! runs code: direnv"), "{stat}");
+
+    let dry = json_of(
+        &s.cmd()
+            .args(["apply", &id, "--dry-run", "--json"])
+            .output()
+            .unwrap(),
+    );
+    let held: Vec<&str> = dry["held_sensitive"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(held, vec![".git/config", "pkg/.envrc"], "{dry}");
+
+    // A bare apply takes the rest (the new directory too) and says why the two stay.
+    let text = ok(&s
+        .cmd()
+        .args(["--color", "never", "apply", &id])
+        .output()
+        .unwrap());
+    assert!(text.contains("held back: 2 path(s)"), "{text}");
+    assert!(text.contains("--allow-sensitive"), "{text}");
+    assert_eq!(std::fs::read_to_string(w.join("notes")).unwrap(), "after\n");
+    assert!(w.join("pkg/a").exists());
+    assert!(!w.join("pkg/.envrc").exists());
+    assert_eq!(
+        std::fs::read_to_string(w.join(".git/config")).unwrap(),
+        config
+    );
+    assert_eq!(job_json(&s, &id)["state"], "staged");
+
+    ok(&s
+        .cmd()
+        .args(["apply", &id, "--path", "pkg/.envrc"])
+        .output()
+        .unwrap());
+    assert!(w.join("pkg/.envrc").exists());
+    assert_eq!(
+        std::fs::read_to_string(w.join(".git/config")).unwrap(),
+        config
+    );
+    ok(&s
+        .cmd()
+        .args(["apply", &id, "--allow-sensitive"])
+        .output()
+        .unwrap());
+    assert!(
+        std::fs::read_to_string(w.join(".git/config"))
+            .unwrap()
+            .contains("!sh -c x")
+    );
+    assert_eq!(job_json(&s, &id)["state"], "applied");
 }

@@ -421,10 +421,12 @@ fn run_case(init: &[(P, Init)], ops: &[Op]) -> Result<Ran, TestCaseError> {
     Ok(Ran { s, original, seen })
 }
 
+/// `apply --json` with `--allow-sensitive`: these properties are about what apply writes;
+/// holding back changes that run code is the escape suite's `fw.sensitive-*`.
 fn apply_json(s: &Sandbox, extra: &[&OsStr]) -> Result<Value, TestCaseError> {
     let out = s
         .cmd()
-        .args(["apply", "last", "--json"])
+        .args(["apply", "last", "--json", "--allow-sensitive"])
         .args(extra)
         .output()
         .unwrap();

@@ -65,6 +65,7 @@ mod resources;
 mod resources_tmpfs;
 mod review_output;
 mod secrets;
+mod sensitive;
 mod sockets;
 mod stdio;
 mod store;
@@ -90,6 +91,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         resources_tmpfs::ATTACKS,
         store::ATTACKS,
         review_output::ATTACKS,
+        sensitive::ATTACKS,
         sockets::ATTACKS,
         sockets::DEVICE_ATTACKS,
         sockets::EXEC_ATTACKS,
