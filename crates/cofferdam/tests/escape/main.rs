@@ -37,6 +37,7 @@ mod fs_write;
 mod full_disk;
 mod harness;
 mod kernel;
+mod manifest_trust;
 mod metadata;
 mod network;
 mod process;
@@ -71,6 +72,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         sockets::DEVICE_ATTACKS,
         sockets::EXEC_ATTACKS,
         sockets::WATCH_ATTACKS,
+        manifest_trust::ATTACKS,
     ]
     .into_iter()
     .flatten()
