@@ -12,6 +12,7 @@ use crate::units::{ByteSize, Span, parse_duration, parse_size};
 use cofferdam_net::{AllowEntry, NetworkMode};
 use cofferdam_record::ContainmentClass;
 use cofferdam_record::bundle::ResourceDimension;
+use cofferdam_record::scope::{GrantSource, GrantSourceReport};
 use std::path::{Component, Path, PathBuf};
 
 /// The default floor when neither the manifest nor a flag declares one.
@@ -203,6 +204,20 @@ pub struct Policy {
     pub resources: ResourceRequest,
     /// The manifest, when one was used.
     pub manifest_path: Option<PathBuf>,
+    /// Where each grant came from (`crate::provenance`); the manifest's grants are labelled
+    /// narrowing until the caller marks them trusted ([`Policy::mark_manifest_trusted`]).
+    pub grant_sources: Vec<GrantSourceReport>,
+}
+
+impl Policy {
+    /// Label the manifest's grants as coming from a manifest the user trusted to widen.
+    pub fn mark_manifest_trusted(&mut self) {
+        for g in &mut self.grant_sources {
+            if g.source == GrantSource::Manifest {
+                g.source = GrantSource::TrustedManifest;
+            }
+        }
+    }
 }
 
 /// A flag whose value cannot be used.
@@ -312,7 +327,7 @@ pub fn resolve_layered(
     let network = resolve_network(m, flags)?;
     let resources = resolve_resources(m, flags)?;
 
-    Ok(Policy {
+    let mut policy = Policy {
         floor,
         workdir,
         workdir_exec: m.filesystem.workdir_exec.unwrap_or(true),
@@ -323,7 +338,16 @@ pub fn resolve_layered(
         exec_allow: m.exec.allow.clone(),
         resources,
         manifest_path: manifest.map(|l| l.path.clone()),
-    })
+        grant_sources: Vec::new(),
+    };
+    policy.grant_sources = crate::provenance::grant_sources(
+        user.map(|l| &l.manifest),
+        manifest.map(|l| &l.manifest),
+        flags,
+        &policy,
+        GrantSource::Manifest,
+    );
+    Ok(policy)
 }
 
 /// The `[[filesystem.mounts]]` of one file, paths resolved against its folder.

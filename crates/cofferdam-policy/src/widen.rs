@@ -161,49 +161,26 @@ pub fn widening(manifest: &Manifest, baseline: &Policy, effective: &Policy) -> V
         );
     }
     let (b, e) = (&baseline.resources, &effective.resources);
-    let dims: [(&str, Option<f64>, Option<f64>); 10] = [
-        (
-            "memory",
-            b.memory.map(|v| v.0 as f64),
-            e.memory.map(|v| v.0 as f64),
-        ),
-        ("pids", b.pids.map(|v| v as f64), e.pids.map(|v| v as f64)),
-        ("cpus", b.cpus, e.cpus),
-        (
-            "timeout",
-            b.timeout.map(|v| v.0.as_secs_f64()),
-            e.timeout.map(|v| v.0.as_secs_f64()),
-        ),
-        (
-            "cpu_time",
-            b.cpu_time.map(|v| v.0.as_secs_f64()),
-            e.cpu_time.map(|v| v.0.as_secs_f64()),
-        ),
-        (
-            "max_file_size",
-            b.max_file_size.map(|v| v.0 as f64),
-            e.max_file_size.map(|v| v.0 as f64),
-        ),
-        (
-            "open_files",
-            b.open_files.map(|v| v as f64),
-            e.open_files.map(|v| v as f64),
-        ),
-        (
-            "io_bps",
-            b.io_bps.map(|v| v.0 as f64),
-            e.io_bps.map(|v| v.0 as f64),
-        ),
-        (
-            "tmp_size",
-            b.tmp_size.map(|v| v.0 as f64),
-            e.tmp_size.map(|v| v.0 as f64),
-        ),
-        (
-            "stage_size",
-            b.stage_size.map(|v| v.0 as f64),
-            e.stage_size.map(|v| v.0 as f64),
-        ),
+    // One row per dimension, both limits as numbers of the dimension's unit.
+    macro_rules! dim {
+        ($name:ident, $num:expr) => {
+            (stringify!($name), b.$name.map($num), e.$name.map($num))
+        };
+    }
+    let bytes = |v: crate::units::ByteSize| v.0 as f64;
+    let secs = |v: crate::units::Span| v.0.as_secs_f64();
+    let count = |v: u64| v as f64;
+    let dims = [
+        dim!(memory, bytes),
+        dim!(pids, count),
+        dim!(cpus, |v: f64| v),
+        dim!(timeout, secs),
+        dim!(cpu_time, secs),
+        dim!(max_file_size, bytes),
+        dim!(open_files, count),
+        dim!(io_bps, bytes),
+        dim!(tmp_size, bytes),
+        dim!(stage_size, bytes),
     ];
     for (name, base, eff) in dims {
         let why = match (base, eff) {

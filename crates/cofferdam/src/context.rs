@@ -125,15 +125,17 @@ pub fn policy(args: &PolicyArgs, env: &Env) -> Result<Policy, Failure> {
         return resolve_layered(user.as_ref(), None, &flags, &env.places).map_err(Failure::usage);
     };
     let widening = widening_keys(user.as_ref(), &loaded, &flags, &env.places)?;
+    let mut policy = resolve_layered(user.as_ref(), Some(&loaded), &flags, &env.places)
+        .map_err(Failure::usage)?;
     if !widening.is_empty() {
         let trust = crate::config_files::read_trust(&env.places.home)?;
         let key = file.canonical.to_string_lossy();
         match trust.state(&key, &file.hash) {
-            TrustState::Trusted => {}
+            TrustState::Trusted => policy.mark_manifest_trusted(),
             state => return Err(refuse_widening(&shown, &widening, state)),
         }
     }
-    resolve_layered(user.as_ref(), Some(&loaded), &flags, &env.places).map_err(Failure::usage)
+    Ok(policy)
 }
 
 /// The keys of `loaded` that grant more than `user` and `flags` allow.

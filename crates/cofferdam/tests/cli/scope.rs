@@ -33,6 +33,7 @@ const SCOPE_FIELDS: &[&str] = &[
     "state_stores",
     "runtime_writes",
     "manifest_files",
+    "grant_sources",
     "resources",
     "io_max",
     "cgroup_scope",

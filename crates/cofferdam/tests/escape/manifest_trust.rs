@@ -119,6 +119,18 @@ fn widening_manifest(ctx: &Ctx) -> Outcome {
     let out = raw_run(ctx);
     assert_eq!(out.status.code(), Some(0), "trusted: {}", both(&out));
     assert_eq!(jobs(ctx), 1);
+    // The trace's session_start records where each grant came from.
+    let summary = String::from_utf8_lossy(&out.stdout).into_owned();
+    let at = summary.rfind("{\n  \"bundle\"").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&summary[at..]).unwrap();
+    let bundle = std::path::PathBuf::from(v["bundle"].as_str().unwrap());
+    let sources = grant_sources(&bundle);
+    assert_eq!(
+        source_of(&sources, "network.mode"),
+        "trusted_manifest",
+        "{sources:?}"
+    );
+    assert_eq!(source_of(&sources, "env.allow"), "trusted_manifest");
     if ctx.tier() == Tier::Sealed {
         assert!(
             ctx.outside().join("marker").exists(),
@@ -148,6 +160,25 @@ fn widening_manifest(ctx: &Ctx) -> Outcome {
     Outcome::Denied(first).and(second)
 }
 
+/// The `grant_sources` of the run's session_start scope report.
+fn grant_sources(bundle: &std::path::Path) -> Vec<serde_json::Value> {
+    let trace = std::fs::read_to_string(bundle.with_file_name("trace.jsonl")).unwrap();
+    let start: serde_json::Value = serde_json::from_str(trace.lines().next().unwrap()).unwrap();
+    start["event"]["effective_grants"]["grant_sources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn source_of(sources: &[serde_json::Value], grant: &str) -> String {
+    sources
+        .iter()
+        .find(|g| g["grant"] == grant)
+        .and_then(|g| g["source"].as_str())
+        .unwrap_or("absent")
+        .to_owned()
+}
+
 fn narrowing_manifest(ctx: &Ctx) -> Outcome {
     // Read-only paths exist on the sealed tier only (the copy tier refuses them).
     let sealed = ctx.tier() == Tier::Sealed;
@@ -166,6 +197,12 @@ fn narrowing_manifest(ctx: &Ctx) -> Outcome {
     let r = ctx.sh("echo new > locked/f 2>/dev/null; echo wrote=$?");
     ctx.assert_boundary(&r);
     let pids = &r.bundle["resources"]["requested"]["pids"];
+    let sources = grant_sources(&r.bundle_path);
+    assert_eq!(
+        source_of(&sources, "resources.pids"),
+        "manifest",
+        "{sources:?}"
+    );
     let locked = !sealed || r.value("wrote") != Some("0");
     check(
         r.code == Some(0) && locked && pids == 64,
