@@ -106,7 +106,7 @@ pub fn widening(manifest: &Manifest, baseline: &Policy, effective: &Policy) -> V
                 m.source.display()
             ),
             MountMode::Stage => format!("lends {} writable (mode `stage`)", m.source.display()),
-            _ if !m.source.starts_with(&effective.workdir) => {
+            _ if !m.source.starts_with(&baseline.workdir) => {
                 format!("lends {}, outside the workdir", m.source.display())
             }
             _ => continue,
@@ -245,6 +245,7 @@ mod tests {
             "[filesystem]\nread_only = [\".git\"]\nworkdir_exec = false",
             "[filesystem]\nworkdir = \"src\"",
             "[filesystem]\nworkdir = \".\"",
+            "[filesystem]\nworkdir = \"src\"\n[[filesystem.mounts]]\nsource = \"vendor\"\nmode = \"read\"",
             "[[filesystem.mounts]]\nsource = \"vendor\"\nmode = \"read\"",
             "[[filesystem.mounts]]\nsource = \"/opt\"\nmode = \"hide\"",
             "[network]\nmode = \"none\"",

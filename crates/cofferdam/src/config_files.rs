@@ -208,6 +208,8 @@ pub fn write_trust(home: &Path, store: &TrustStore) -> Result<PathBuf, Failure> 
         Failure::setup(format!("{}: cannot write: {e}", path.display()))
     };
     let tmp = format!(".{TRUST_FILE}.{}", std::process::id());
+    // A leftover of a crashed write by a process that had our pid: nobody else can write here.
+    let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), rustix::fs::AtFlags::empty());
     let fd = rustix::fs::openat(
         &dir,
         tmp.as_str(),

@@ -149,9 +149,22 @@ pub fn widening_keys(
     let effective = resolve_layered(user, Some(loaded), flags, places).map_err(Failure::usage)?;
     Ok(cofferdam_policy::widen::widening(
         &loaded.manifest,
-        &baseline,
-        &effective,
+        &on_disk(baseline),
+        &on_disk(effective),
     ))
+}
+
+/// `p` with its workdir and mount sources as the kernel will reach them: a symlink inside
+/// the workdir (`vendor -> ~/.ssh`) is where it points, not where it is written, so a
+/// manifest cannot pass an outside path off as an inside one. Paths that do not exist
+/// stay as written.
+fn on_disk(mut p: Policy) -> Policy {
+    let real = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    p.workdir = real(&p.workdir);
+    for m in &mut p.mounts {
+        m.source = real(&m.source);
+    }
+    p
 }
 
 /// One line per widening key, indented.

@@ -23,6 +23,13 @@ pub const ATTACKS: &[Attack] = &[
         on: BOTH_MUST,
         probe: narrowing_manifest,
     },
+    Attack {
+        id: "fw.manifest-symlink-outside",
+        boundary: FsWrite,
+        description: "a workdir cofferdam.toml names an outside directory through a symlink inside the workdir (workdir = \"inner\", a read mount of \"vendor\"): refused as widening, the canary there unread",
+        on: BOTH_MUST,
+        probe: symlinked_outside,
+    },
 ];
 
 /// The widening manifest; the write mount only where lent paths exist (sealed).
@@ -209,5 +216,40 @@ fn narrowing_manifest(ctx: &Ctx) -> Outcome {
         "a narrowing manifest runs untrusted and applies (pids 64 requested; read-only path \
          refused on sealed)",
         format!("narrowing did not apply: {} pids {pids}", r.out),
+    )
+}
+
+fn symlinked_outside(ctx: &Ctx) -> Outcome {
+    let secret = "CANARY-9d41-symlinked-outside";
+    ctx.put(&ctx.outside().join("secret"), secret);
+    std::os::unix::fs::symlink(ctx.outside(), ctx.work().join("inner")).unwrap();
+    std::os::unix::fs::symlink(ctx.outside(), ctx.work().join("vendor")).unwrap();
+    let mut text = String::from("[filesystem]\nworkdir = \"inner\"\n");
+    let mut keys = vec!["filesystem.workdir"];
+    if ctx.tier() == Tier::Sealed {
+        text.push_str("[[filesystem.mounts]]\nsource = \"vendor\"\nmode = \"read\"\n");
+        keys.push("filesystem.mounts[0]");
+    }
+    ctx.put(&ctx.work().join("cofferdam.toml"), &text);
+    let mut c = ctx.cmd();
+    c.args(["--color", "never", "run", "--json"])
+        .args(ctx.run_args())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "cat secret vendor/secret 2>/dev/null; true",
+        ])
+        .stdin(Stdio::null());
+    let out = c.output().unwrap();
+    let text = both(&out);
+    let named = keys.iter().all(|k| text.contains(&format!("  {k}: ")));
+    check(
+        out.status.code() == Some(2) && named && !text.contains(secret) && jobs(ctx) == 0,
+        format!("refused (exit 2) naming {}", keys.join(", ")),
+        format!(
+            "an outside directory passed for an inside one (exit {:?}): {text}",
+            out.status.code()
+        ),
     )
 }
