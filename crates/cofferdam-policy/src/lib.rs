@@ -18,7 +18,7 @@ pub use tier::{
 };
 pub mod policy;
 
-pub use policy::{LoadedManifest, Places, Policy, RunFlags, resolve_policy};
+pub use policy::{LoadedManifest, Places, Policy, RunFlags, resolve_layered, resolve_policy};
 pub mod scope;
 pub mod secrets;
 
@@ -29,6 +29,9 @@ pub use doctor::{CheckStatus, DoctorReport, doctor};
 pub mod cgroup_plan;
 pub mod outcome;
 pub mod plan;
+pub mod provenance;
 pub mod resources;
 pub mod scoped_plan;
+pub mod trust;
 pub mod verdict;
+pub mod widen;

@@ -12,6 +12,7 @@ use crate::units::{ByteSize, Span, parse_duration, parse_size};
 use cofferdam_net::{AllowEntry, NetworkMode};
 use cofferdam_record::ContainmentClass;
 use cofferdam_record::bundle::ResourceDimension;
+use cofferdam_record::scope::{GrantSource, GrantSourceReport};
 use std::path::{Component, Path, PathBuf};
 
 /// The default floor when neither the manifest nor a flag declares one.
@@ -203,6 +204,20 @@ pub struct Policy {
     pub resources: ResourceRequest,
     /// The manifest, when one was used.
     pub manifest_path: Option<PathBuf>,
+    /// Where each grant came from (`crate::provenance`); the manifest's grants are labelled
+    /// narrowing until the caller marks them trusted ([`Policy::mark_manifest_trusted`]).
+    pub grant_sources: Vec<GrantSourceReport>,
+}
+
+impl Policy {
+    /// Label the manifest's grants as coming from a manifest the user trusted to widen.
+    pub fn mark_manifest_trusted(&mut self) {
+        for g in &mut self.grant_sources {
+            if g.source == GrantSource::Manifest {
+                g.source = GrantSource::TrustedManifest;
+            }
+        }
+    }
 }
 
 /// A flag whose value cannot be used.
@@ -231,8 +246,31 @@ pub fn resolve_policy(
     flags: &RunFlags,
     places: &Places,
 ) -> Result<Policy, FlagError> {
+    resolve_layered(None, manifest, flags, places)
+}
+
+/// The origin prefix of a grant from the user config (`config:filesystem.mounts[0]`).
+pub const USER_CONFIG_ORIGIN: &str = "config:";
+
+/// Combine the user config, the manifest and the flags, lowest first: each layer's scalars
+/// override the one below, lists add up. Whether the manifest may do so is
+/// `crate::widen`'s decision; this only combines. The user config's `filesystem.workdir`
+/// is ignored (the caller refuses it).
+pub fn resolve_layered(
+    user: Option<&LoadedManifest>,
+    manifest: Option<&LoadedManifest>,
+    flags: &RunFlags,
+    places: &Places,
+) -> Result<Policy, FlagError> {
     let empty = Manifest::default();
-    let m = manifest.map_or(&empty, |l| &l.manifest);
+    let merged;
+    let m = match (user, manifest) {
+        (None, _) => manifest.map_or(&empty, |l| &l.manifest),
+        (Some(u), m) => {
+            merged = overlay(&u.manifest, m.map_or(&empty, |l| &l.manifest));
+            &merged
+        }
+    };
     let manifest_dir = manifest
         .and_then(|l| l.path.parent())
         .map_or_else(|| places.cwd.clone(), Path::to_path_buf);
@@ -263,19 +301,12 @@ pub fn resolve_policy(
     }
 
     let mut mounts = Vec::new();
-    for (i, e) in m.filesystem.mounts.iter().enumerate() {
-        let source = resolve_path(&e.source, &manifest_dir, &places.home);
-        let target = e.target.as_deref().map_or_else(
-            || source.clone(),
-            |t| resolve_path(t, &manifest_dir, &places.home),
-        );
-        mounts.push(Mount {
-            source,
-            target,
-            mode: e.mode,
-            origin: format!("filesystem.mounts[{i}]"),
-            written: e.source.clone(),
-        });
+    if let Some(u) = user {
+        let dir = u.path.parent().unwrap_or(Path::new("/"));
+        mounts.extend(file_mounts(&u.manifest, dir, USER_CONFIG_ORIGIN, places));
+    }
+    if let Some(l) = manifest {
+        mounts.extend(file_mounts(&l.manifest, &manifest_dir, "", places));
     }
     for spec in &flags.mounts {
         mounts.push(parse_mount_flag(spec, places)?);
@@ -296,7 +327,7 @@ pub fn resolve_policy(
     let network = resolve_network(m, flags)?;
     let resources = resolve_resources(m, flags)?;
 
-    Ok(Policy {
+    let mut policy = Policy {
         floor,
         workdir,
         workdir_exec: m.filesystem.workdir_exec.unwrap_or(true),
@@ -307,7 +338,85 @@ pub fn resolve_policy(
         exec_allow: m.exec.allow.clone(),
         resources,
         manifest_path: manifest.map(|l| l.path.clone()),
-    })
+        grant_sources: Vec::new(),
+    };
+    policy.grant_sources = crate::provenance::grant_sources(
+        user.map(|l| &l.manifest),
+        manifest.map(|l| &l.manifest),
+        flags,
+        &policy,
+        GrantSource::Manifest,
+    );
+    Ok(policy)
+}
+
+/// The `[[filesystem.mounts]]` of one file, paths resolved against its folder.
+fn file_mounts(m: &Manifest, dir: &Path, prefix: &str, places: &Places) -> Vec<Mount> {
+    m.filesystem
+        .mounts
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let source = resolve_path(&e.source, dir, &places.home);
+            let target = e
+                .target
+                .as_deref()
+                .map_or_else(|| source.clone(), |t| resolve_path(t, dir, &places.home));
+            Mount {
+                source,
+                target,
+                mode: e.mode,
+                origin: format!("{prefix}filesystem.mounts[{i}]"),
+                written: e.source.clone(),
+            }
+        })
+        .collect()
+}
+
+/// `top` over `base`: scalars of `top` win, lists add up (mounts excepted: each file's are
+/// resolved against its own folder), the workdir is `top`'s alone.
+fn overlay(base: &Manifest, top: &Manifest) -> Manifest {
+    fn union<T: Clone + PartialEq>(a: &[T], b: &[T]) -> Vec<T> {
+        let mut v = a.to_vec();
+        for x in b {
+            if !v.contains(x) {
+                v.push(x.clone());
+            }
+        }
+        v
+    }
+    let (b, t) = (&base.resources, &top.resources);
+    Manifest {
+        containment: top.containment.or(base.containment),
+        filesystem: crate::manifest::FilesystemSection {
+            workdir: top.filesystem.workdir.clone(),
+            read_only: union(&base.filesystem.read_only, &top.filesystem.read_only),
+            workdir_exec: top.filesystem.workdir_exec.or(base.filesystem.workdir_exec),
+            mounts: Vec::new(),
+        },
+        network: crate::manifest::NetworkSection {
+            mode: top.network.mode.or(base.network.mode),
+            allow: union(&base.network.allow, &top.network.allow),
+        },
+        env: crate::manifest::EnvSection {
+            allow: union(&base.env.allow, &top.env.allow),
+        },
+        resources: crate::manifest::ResourcesSection {
+            memory: t.memory.or(b.memory),
+            pids: t.pids.or(b.pids),
+            cpus: t.cpus.or(b.cpus),
+            timeout: t.timeout.or(b.timeout),
+            cpu_time: t.cpu_time.or(b.cpu_time),
+            max_file_size: t.max_file_size.or(b.max_file_size),
+            open_files: t.open_files.or(b.open_files),
+            io_bps: t.io_bps.or(b.io_bps),
+            tmp_size: t.tmp_size.or(b.tmp_size),
+            stage_size: t.stage_size.or(b.stage_size),
+        },
+        exec: crate::manifest::ExecSection {
+            allow: union(&base.exec.allow, &top.exec.allow),
+        },
+    }
 }
 
 fn push_unique(v: &mut Vec<String>, s: String) {

@@ -128,6 +128,7 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
             .collect(),
         runtime_writes: Vec::new(),
         manifest_files: manifest_files(p),
+        grant_sources: p.grant_sources.clone(),
         resources: resource_rows(p, f, tier),
         io_max: io_max(p, f),
         cgroup_scope: cgroup_scope(p, f),
@@ -216,7 +217,7 @@ fn manifest_files(p: &Policy) -> Vec<ManifestFileReport> {
     }
     p.mounts
         .iter()
-        .filter(|m| m.origin != "--mount")
+        .filter(|m| m.origin != "--mount" && !crate::widen::is_user_config_origin(&m.origin))
         .map(|m| ManifestFileReport {
             key: format!("{}.source", m.origin),
             written: m.written.clone(),

@@ -84,6 +84,10 @@ pub struct ScopeReport {
     pub runtime_writes: Vec<RuntimeWriteReport>,
     /// Every path the manifest names, and where it resolves from.
     pub manifest_files: Vec<ManifestFileReport>,
+    /// For every grant of the policy, where it came from (issue 19). Absent in reports
+    /// written before it existed.
+    #[serde(default)]
+    pub grant_sources: Vec<GrantSourceReport>,
     /// Each requested resource limit and the mechanism that would enforce it.
     pub resources: Vec<ResourceLimitReport>,
     /// The requested I/O bandwidth ceiling and whether it could be installed.
@@ -149,6 +153,49 @@ pub struct RuntimeWriteReport {
     pub path: String,
     /// Why the runtime writes it.
     pub reason: String,
+}
+
+/// Which layer of the policy granted something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantSource {
+    /// cofferdam's built-in default.
+    Default,
+    /// A command-line flag.
+    Flag,
+    /// The user config (`$XDG_CONFIG_HOME/cofferdam/config.toml`).
+    UserConfig,
+    /// An agent profile (none are built yet).
+    Profile,
+    /// The workdir's manifest, which only narrows here (no trust needed).
+    Manifest,
+    /// A manifest the user trusted (`cofferdam trust`) that grants more than flags and config.
+    TrustedManifest,
+}
+
+impl GrantSource {
+    /// The words shown to a person.
+    pub fn shown(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::Flag => "flag",
+            Self::UserConfig => "user config",
+            Self::Profile => "profile",
+            Self::Manifest => "manifest (narrowing)",
+            Self::TrustedManifest => "trusted manifest",
+        }
+    }
+}
+
+/// One grant and its source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GrantSourceReport {
+    /// The policy key, e.g. `network.mode`, `filesystem.mounts`, `resources.memory`.
+    pub grant: String,
+    /// Its value, shown (a path, a name, a limit as written).
+    pub value: String,
+    /// Where it came from.
+    pub source: GrantSource,
 }
 
 /// A path named by the manifest.

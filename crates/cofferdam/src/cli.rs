@@ -91,6 +91,9 @@ pub enum Command {
     Scope(ScopeArgs),
     /// Check this host's kernel mechanisms and say how to get the missing ones.
     Doctor(DoctorArgs),
+    /// Let a manifest grant more than your flags and user config (pins its content: any
+    /// change untrusts it); --list, --remove.
+    Trust(TrustArgs),
     /// Read and check Run Bundles.
     #[command(subcommand)]
     Bundle(BundleCommand),
@@ -113,6 +116,20 @@ pub enum BundleCommand {
     },
     /// Print the Run Bundle JSON Schema.
     Schema,
+}
+
+/// `cofferdam trust [FILE]`.
+#[derive(Debug, Args)]
+pub struct TrustArgs {
+    /// The manifest (default: ./cofferdam.toml).
+    #[arg(value_name = "FILE", conflicts_with = "list")]
+    pub file: Option<PathBuf>,
+    /// List the trusted manifests and whether each is unchanged.
+    #[arg(long)]
+    pub list: bool,
+    /// Forget FILE instead of trusting it.
+    #[arg(long, conflicts_with = "list")]
+    pub remove: bool,
 }
 
 /// The policy flags shared by `run` and `scope`.

@@ -3,9 +3,12 @@
 //! `doctor --json`). This is the only place the CLI reads the environment.
 
 use crate::cli::PolicyArgs;
+use crate::config_files::ManifestFile;
 use crate::exit::Failure;
 use anyhow::Context as _;
-use cofferdam_policy::{LoadedManifest, Places, Policy, RunFlags, parse_manifest};
+use cofferdam_policy::trust::TrustState;
+use cofferdam_policy::widen::Widening;
+use cofferdam_policy::{LoadedManifest, Places, Policy, RunFlags, parse_manifest, resolve_layered};
 use cofferdam_record::HostFacts;
 use std::path::{Path, PathBuf};
 
@@ -86,7 +89,9 @@ pub fn host_facts(file: Option<&Path>) -> Result<HostFacts, Failure> {
     })
 }
 
-/// Resolve the policy from the manifest (given, or `cofferdam.toml` in the workdir) and flags.
+/// Resolve the policy from the user config, the manifest (given, or `cofferdam.toml` in the
+/// workdir) and flags. A manifest that widens what the flags and user config allow is refused
+/// unless the user trusted that exact content (`cofferdam trust`).
 pub fn policy(args: &PolicyArgs, env: &Env) -> Result<Policy, Failure> {
     let workdir = match &args.workdir {
         None => None,
@@ -115,14 +120,88 @@ pub fn policy(args: &PolicyArgs, env: &Env) -> Result<Policy, Failure> {
         tmp_size: args.tmp_size.clone(),
         stage_size: args.stage_size.clone(),
     };
-    cofferdam_policy::resolve_policy(manifest.as_ref(), &flags, &env.places).map_err(Failure::usage)
+    let user = crate::config_files::load_user_config(&env.places.home)?;
+    let Some((loaded, file, shown)) = manifest else {
+        return resolve_layered(user.as_ref(), None, &flags, &env.places).map_err(Failure::usage);
+    };
+    let widening = widening_keys(user.as_ref(), &loaded, &flags, &env.places)?;
+    let mut policy = resolve_layered(user.as_ref(), Some(&loaded), &flags, &env.places)
+        .map_err(Failure::usage)?;
+    if !widening.is_empty() {
+        let trust = crate::config_files::read_trust(&env.places.home)?;
+        let key = file.canonical.to_string_lossy();
+        match trust.state(&key, &file.hash) {
+            TrustState::Trusted => policy.mark_manifest_trusted(),
+            state => return Err(refuse_widening(&shown, &widening, state)),
+        }
+    }
+    Ok(policy)
 }
 
+/// The keys of `loaded` that grant more than `user` and `flags` allow.
+pub fn widening_keys(
+    user: Option<&LoadedManifest>,
+    loaded: &LoadedManifest,
+    flags: &RunFlags,
+    places: &Places,
+) -> Result<Vec<Widening>, Failure> {
+    let baseline = resolve_layered(user, None, flags, places).map_err(Failure::usage)?;
+    let effective = resolve_layered(user, Some(loaded), flags, places).map_err(Failure::usage)?;
+    Ok(cofferdam_policy::widen::widening(
+        &loaded.manifest,
+        &on_disk(baseline),
+        &on_disk(effective),
+    ))
+}
+
+/// `p` with its workdir and mount sources as the kernel will reach them: a symlink inside
+/// the workdir (`vendor -> ~/.ssh`) is where it points, not where it is written, so a
+/// manifest cannot pass an outside path off as an inside one. Paths that do not exist
+/// stay as written.
+fn on_disk(mut p: Policy) -> Policy {
+    let real = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    p.workdir = real(&p.workdir);
+    for m in &mut p.mounts {
+        m.source = real(&m.source);
+    }
+    p
+}
+
+/// One line per widening key, indented.
+pub fn widening_lines(widening: &[Widening]) -> String {
+    widening
+        .iter()
+        .map(|w| format!("  {}: {}\n", w.key, w.why))
+        .collect()
+}
+
+fn refuse_widening(shown: &str, widening: &[Widening], state: TrustState) -> Failure {
+    let head = if state == TrustState::Changed {
+        format!(
+            "refusing to run: {shown} changed since you trusted it, and it grants more than \
+             your flags and user config allow:"
+        )
+    } else {
+        format!(
+            "refusing to run: {shown} grants more than your flags and user config allow, and \
+             you have not trusted it:"
+        )
+    };
+    Failure::usage(format!(
+        "{head}\n{}  fix: read the file, then `cofferdam trust {shown}` to let it run as \
+         written (any later change untrusts it); or remove those keys, or grant them \
+         yourself with flags or in your user config",
+        widening_lines(widening)
+    ))
+}
+
+/// The manifest named by `--manifest` or found in the workdir: parsed, with the file read
+/// (canonical path, content hash) and its name as the user sees it.
 fn load_manifest(
     args: &PolicyArgs,
     workdir: &Path,
     env: &Env,
-) -> Result<Option<LoadedManifest>, Failure> {
+) -> Result<Option<(LoadedManifest, ManifestFile, String)>, Failure> {
     let (path, shown) = match &args.manifest {
         Some(p) => (env.places.cwd.join(p), p.display().to_string()),
         None => {
@@ -134,13 +213,13 @@ fn load_manifest(
             (p, shown)
         }
     };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| Failure::usage(format!("{shown}: cannot read the manifest: {e}")))?;
-    let manifest = parse_manifest(&shown, &text).map_err(Failure::usage)?;
-    Ok(Some(LoadedManifest {
+    let file = crate::config_files::read_manifest(&path, &shown)?;
+    let manifest = parse_manifest(&shown, &file.text).map_err(Failure::usage)?;
+    let loaded = LoadedManifest {
         path: cofferdam_policy::policy::normalize(&path),
         manifest,
-    }))
+    };
+    Ok(Some((loaded, file, shown)))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 mod cli;
 mod cmd;
+mod config_files;
 mod context;
 mod egress;
 mod entry;
@@ -67,6 +68,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Drop(a) => cmd::drop::drop_job(a, cli.global.json, style),
         Command::Kill(a) => cmd::kill::kill(a, cli.global.json),
         Command::Demo => cmd::demo::demo(style),
+        Command::Trust(a) => cmd::trust::trust(a, cli.global.json),
         Command::Doctor(a) => cmd::doctor::run(a.host_facts.as_deref(), cli.global.json, style),
         Command::Bundle(BundleCommand::Verify { file }) => {
             cmd::bundle::verify(file, cli.global.json)

@@ -12,3 +12,4 @@ pub mod recover;
 pub mod run;
 pub mod scope;
 pub mod status;
+pub mod trust;

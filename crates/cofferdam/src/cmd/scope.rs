@@ -175,6 +175,18 @@ pub fn render(r: &ScopeReport, s: Style) -> String {
     row(&mut o, "env injected", &list(&r.env_injected));
     row(&mut o, "exec allow", &list(&r.shell_allow));
     row(&mut o, "trust store", &list(&r.trust_store));
+    // Where each grant came from (flag, user config, manifest); defaults are not listed.
+    for g in r
+        .grant_sources
+        .iter()
+        .filter(|g| g.source != cofferdam_record::scope::GrantSource::Default)
+    {
+        row(
+            &mut o,
+            "granted by",
+            &format!("{} {}: {}", g.grant, escape(&g.value), g.source.shown()),
+        );
+    }
 
     let _ = writeln!(o, "\n{}", s.heading("Resource plane"));
     let cg = &r.cgroup_scope;

@@ -18,3 +18,4 @@ mod run;
 mod scope;
 mod store;
 mod tiers;
+mod trust;

@@ -33,6 +33,7 @@ const SCOPE_FIELDS: &[&str] = &[
     "state_stores",
     "runtime_writes",
     "manifest_files",
+    "grant_sources",
     "resources",
     "io_max",
     "cgroup_scope",
@@ -277,6 +278,9 @@ fn manifest_in_the_workdir_is_used_and_flags_override_it() {
         "cofferdam.toml",
         "containment = \"sealed\"\n[filesystem]\nread_only = [\".git\"]\n[resources]\nmemory = \"1GiB\"\n[network]\nallow = [\"api.example.com\"]\n",
     );
+    // Its network allowlist widens the default `none`: the user trusts it first.
+    let t = s.cmd().args(["trust"]).output().unwrap();
+    assert!(t.status.success(), "{t:?}");
     let v = json_of(
         &s.cmd()
             .args([

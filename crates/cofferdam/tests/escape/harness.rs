@@ -758,6 +758,11 @@ impl Ctx {
         json_of(&out)
     }
 
+    /// The `run` flags that ask for this context's tier.
+    pub fn run_args(&self) -> &'static [&'static str] {
+        self.tier.run_args
+    }
+
     /// Which tier this context runs on.
     pub fn tier(&self) -> Tier {
         self.tier.tier

@@ -57,6 +57,7 @@ mod full_disk;
 mod harness;
 mod kernel;
 mod listeners;
+mod manifest_trust;
 mod metadata;
 mod network;
 mod process;
@@ -96,6 +97,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         sockets::DEVICE_ATTACKS,
         sockets::EXEC_ATTACKS,
         sockets::WATCH_ATTACKS,
+        manifest_trust::ATTACKS,
     ]
     .into_iter()
     .flatten()
