@@ -1099,6 +1099,18 @@ fn close_fds_closes_everything_not_kept() {
         let (keep, gone1, gone2) = (open(), open(), open());
         // SAFETY: dup2 onto a high number owned by nobody.
         let high = unsafe { libc::dup2(gone1, 900) };
+        // The standard descriptors as the launcher leaves them: pipes, whatever cargo's own
+        // stdout is (a file or a terminal would fail the sweep, as it must).
+        let mut p = [0; 2];
+        // SAFETY: pipe fills the array; dup2 onto 0-2 of this child only.
+        unsafe {
+            libc::pipe(p.as_mut_ptr());
+            libc::dup2(p[0], 0);
+            libc::dup2(p[1], 1);
+            libc::dup2(p[1], 2);
+            libc::close(p[0]);
+            libc::close(p[1]);
+        }
         let o = caps::close_fds(&[r.fd, keep]);
         r.obs(&o);
         for (k, fd) in [
