@@ -95,6 +95,14 @@ pub fn policy(args: &PolicyArgs, env: &Env) -> Result<Policy, Failure> {
                 .map_err(|e| Failure::usage(format!("--workdir {}: {e}", w.display())))?,
         ),
     };
+    if let Some(w) = &workdir
+        && !w.is_dir()
+    {
+        return Err(Failure::usage(format!(
+            "--workdir {}: not a directory; give the folder the command works in",
+            w.display()
+        )));
+    }
     let manifest = load_manifest(args, workdir.as_deref().unwrap_or(&env.places.cwd), env)?;
     let flags = RunFlags {
         workdir,

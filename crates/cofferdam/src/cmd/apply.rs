@@ -402,6 +402,17 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
         .map(|g| Glob::new(g.as_os_str().as_bytes()).map_err(Failure::usage))
         .collect::<Result<_, _>>()?;
     let force = normalize_paths(&a.force, &workdir, &env.places.cwd)?;
+    for (glob, written) in excludes.iter().zip(&a.exclude) {
+        if !stage.changes.iter().any(|c| glob.excludes(&c.path)) {
+            eprintln!(
+                "cofferdam: warning: --exclude {} matches no staged change of job {}; nothing \
+                 is left out for it (see the paths with `cofferdam diff {} --stat`)",
+                crate::shown_path(written),
+                job.id(),
+                job.id()
+            );
+        }
+    }
     let sel = selection(&stage, &paths, &excludes, &pending)?;
     if sel.indices.is_empty() {
         return finish_output(

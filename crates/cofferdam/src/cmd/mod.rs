@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod drop;
 pub mod kill;
 pub mod limits;
+pub mod preflight;
 pub mod recover;
 pub mod run;
 pub mod scope;

@@ -17,3 +17,4 @@ mod run;
 mod scope;
 mod store;
 mod tiers;
+mod usage;
