@@ -52,9 +52,7 @@ pub(crate) fn job_failure(e: JobError) -> Failure {
 pub(crate) fn resolve(address: &str) -> Result<(context::Env, Job), Failure> {
     let env = context::env()?;
     let store = JobStore::open(&env.storage_root).map_err(job_failure)?;
-    let job = store
-        .resolve(address, &env.places.cwd)
-        .map_err(job_failure)?;
+    let job = crate::cmd::jobref::resolve(&store, address, &env.places.cwd)?;
     Ok((env, job))
 }
 

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod diff;
 pub mod doctor;
 pub mod drop;
+pub mod jobref;
 pub mod kill;
 pub mod limits;
 pub mod preflight;

@@ -7,6 +7,9 @@
 mod apply;
 mod common;
 mod equivalence;
+mod finished;
+mod json_output;
+mod lastref;
 mod lifecycle;
 mod limits;
 mod load;

@@ -161,3 +161,38 @@ fn an_exclude_that_matches_nothing_warns() {
     );
     assert!(!err.contains("--exclude *.txt matches"), "{err}");
 }
+
+#[test]
+fn a_relative_cofferdam_home_is_refused_and_documented() {
+    let s = Sandbox::new();
+    for args in [&["jobs"][..], &["run", "--", "true"], &["status"]] {
+        let out = s
+            .cmd()
+            .env("COFFERDAM_HOME", "rel/store")
+            .args(args)
+            .output()
+            .unwrap();
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("COFFERDAM_HOME=rel/store is not an absolute path"),
+            "{err}"
+        );
+        assert!(!s.work.path().join("rel").exists());
+    }
+    // Documented where the other variables are: --help, the man page, the README.
+    let help = s.cmd().arg("--help").output().unwrap();
+    let man = s.cmd().arg("man").output().unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    for (what, text) in [
+        ("--help", String::from_utf8_lossy(&help.stdout).into_owned()),
+        ("man", String::from_utf8_lossy(&man.stdout).into_owned()),
+        ("README", readme),
+    ] {
+        for var in ["COFFERDAM_HOME", "XDG_DATA_HOME", "NO_COLOR", "TMPDIR"] {
+            assert!(text.contains(var), "{what} lacks {var}");
+        }
+        assert!(text.contains("absolute"), "{what}");
+    }
+}
