@@ -84,8 +84,10 @@ pub enum Command {
     Run(RunArgs),
     /// Show a job: what ran, how it ended, what was enforced, what changed.
     Status(StatusArgs),
-    /// List jobs, newest first.
-    Jobs,
+    /// List jobs, newest first, with the disk they take and their total.
+    Jobs(JobsArgs),
+    /// Print the output `run --capture` saved of a job's command.
+    Logs(LogsArgs),
     /// Show what applying a job's staged changes would do: unified diffs, one line for the rest.
     Diff(DiffArgs),
     /// Let a job's staged changes into the workdir (all, or --path subsets); refuses on
@@ -296,6 +298,28 @@ pub struct ApplyArgs {
     /// Recreate staged device nodes, fifos and sockets instead of refusing the apply.
     #[arg(long = "allow-special")]
     pub allow_special: bool,
+}
+
+/// `cofferdam jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// Only jobs whose workdir is DIR or beneath it.
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Only jobs in this state: active, staged, applied, discarded, interrupted.
+    #[arg(long, value_name = "STATE")]
+    pub state: Option<String>,
+    /// At most N jobs (the newest).
+    #[arg(short = 'n', long = "limit", value_name = "N")]
+    pub limit: Option<usize>,
+}
+
+/// `cofferdam logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The job: `last` (default), an id prefix, or a path.
+    #[arg(default_value = "last")]
+    pub job: String,
 }
 
 /// `cofferdam kill`.

@@ -88,7 +88,8 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
             cmd::run::run(a, cli.global.json)
         }
         Command::Status(a) => cmd::status::status(a, cli.global.json, style),
-        Command::Jobs => cmd::status::jobs(cli.global.json, style),
+        Command::Jobs(a) => cmd::status::jobs(a, cli.global.json, style),
+        Command::Logs(a) => cmd::logs::logs(&a.job, cli.global.json),
         Command::Diff(a) => cmd::diff::diff(a, cli.global.json, style),
         Command::Apply(a) => cmd::apply::apply(a, cli.global.json, style),
         Command::Drop(a) => cmd::drop::drop_job(a, cli.global.json, style),
@@ -124,7 +125,8 @@ fn command_name(c: &Command) -> &'static str {
     match c {
         Command::Run(_) => "run",
         Command::Status(_) => "status",
-        Command::Jobs => "jobs",
+        Command::Jobs(_) => "jobs",
+        Command::Logs(_) => "logs",
         Command::Diff(_) => "diff",
         Command::Apply(_) => "apply",
         Command::Drop(_) => "drop",

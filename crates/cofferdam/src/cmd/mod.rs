@@ -9,6 +9,7 @@ pub mod drop;
 pub mod jobref;
 pub mod kill;
 pub mod limits;
+pub mod logs;
 pub mod preflight;
 pub mod recover;
 pub mod run;

@@ -399,10 +399,55 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, state: StageState,
 }
 
 /// `cofferdam jobs`.
-pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
+pub fn jobs(a: &crate::cli::JobsArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let env = context::env()?;
     let store = JobStore::open(&env.storage_root).map_err(job_failure)?;
-    let list = store.list().map_err(job_failure)?;
+    let mut list = store.list().map_err(job_failure)?;
+    let filtered = a.workdir.is_some() || a.state.is_some() || a.limit.is_some();
+    if let Some(want) = &a.state
+        && ![
+            StageState::Active,
+            StageState::Staged,
+            StageState::Applied,
+            StageState::Discarded,
+            StageState::Interrupted,
+        ]
+        .iter()
+        .any(|st| state_word(*st) == want)
+    {
+        return Err(Failure::usage(format!(
+            "--state {want}: not a job state; give one of active, staged, applied, discarded, \
+             interrupted"
+        )));
+    }
+    let under = match &a.workdir {
+        None => None,
+        Some(w) => Some(
+            std::fs::canonicalize(env.places.cwd.join(w))
+                .map_err(|e| Failure::usage(format!("--workdir {}: {e}", w.display())))?,
+        ),
+    };
+    list.retain(|j| match j {
+        JobSummary::Readable { job, state } => {
+            under.as_ref().is_none_or(|u| state.workdir.starts_with(u))
+                && a.state
+                    .as_ref()
+                    .is_none_or(|w| state_word(effective_state(job, state)) == w)
+        }
+        // Unreadable jobs have no workdir or state to match.
+        JobSummary::Unreadable { .. } => under.is_none() && a.state.is_none(),
+    });
+    if let Some(n) = a.limit {
+        list.truncate(n);
+    }
+    let sizes: Vec<u64> = list
+        .iter()
+        .map(|j| match j {
+            JobSummary::Readable { job, .. } => disk_bytes(job.dir()),
+            JobSummary::Unreadable { dir, .. } => disk_bytes(dir),
+        })
+        .collect();
+    let total: u64 = sizes.iter().sum();
     if json {
         let rows: Vec<serde_json::Value> = list
             .iter()
@@ -413,6 +458,7 @@ pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
                     "workdir": state.workdir, "command": state.command,
                     "created_at_unix_ms": state.created_at_unix_ms,
                     "changed_files": state.changed_files,
+                    "disk_bytes": disk_bytes(job.dir()),
                 }),
                 JobSummary::Unreadable { id, dir, error } => json!({
                     "id": id, "state": "unreadable", "dir": dir, "error": error,
@@ -424,21 +470,26 @@ pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
     }
     let mut o = String::new();
     if list.is_empty() {
-        o.push_str("no jobs yet: start one with `cofferdam run -- COMMAND`\n");
+        o.push_str(if filtered {
+            "no job matches: `cofferdam jobs` without filters lists them all\n"
+        } else {
+            "no jobs yet: start one with `cofferdam run -- COMMAND`\n"
+        });
     }
-    for j in &list {
+    for (j, size) in list.iter().zip(&sizes) {
         match j {
             JobSummary::Readable { job, state } => {
                 let st = state_word(effective_state(job, state));
                 let _ = writeln!(
                     o,
-                    "{}  {:<11} {:>4} changes  {:<12} {}  {}",
+                    "{}  {:<11} {:>4} changes  {:<12} {:>9}  {}  {}",
                     escape(job.id()),
                     st,
                     state
                         .changed_files
                         .map_or("?".to_owned(), |n| n.to_string()),
                     job_ending(job, state),
+                    human_bytes(*size),
                     s.dim(&crate::shown_path(&state.workdir)),
                     shell_words(&state.command)
                 );
@@ -453,8 +504,59 @@ pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
             }
         }
     }
+    if !list.is_empty() {
+        let _ = writeln!(
+            o,
+            "{}",
+            s.dim(&format!(
+                "{} job(s), {} on disk in {}",
+                list.len(),
+                human_bytes(total),
+                crate::shown_path(&store.root().join("jobs"))
+            ))
+        );
+    }
     crate::write_stdout(o.as_bytes())?;
     Ok(OK)
+}
+
+/// The disk a job directory takes (allocated blocks, so a sparse file counts what it
+/// holds), without following symlinks or leaving its filesystem; unreadable parts count 0.
+pub(crate) fn disk_bytes(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(top) = std::fs::symlink_metadata(dir) else {
+        return 0;
+    };
+    let mut total = top.blocks() * 512;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            total += m.blocks() * 512;
+            if m.is_dir() && m.dev() == top.dev() {
+                stack.push(e.path());
+            }
+        }
+    }
+    total
+}
+
+/// Bytes for a person: B, KiB, MiB, GiB with one decimal.
+pub(crate) fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
 }
 
 /// How a listed job's run ended: `exit N` when the command exited, else the bundle's word
