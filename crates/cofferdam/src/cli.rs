@@ -88,6 +88,9 @@ pub enum Command {
     Jobs(JobsArgs),
     /// Print the output `run --capture` saved of a job's command.
     Logs(LogsArgs),
+    /// Remove finished jobs (stage and records) by state, age and workdir; never a live one.
+    #[command(alias = "prune")]
+    Gc(GcArgs),
     /// Show what applying a job's staged changes would do: unified diffs, one line for the rest.
     Diff(DiffArgs),
     /// Let a job's staged changes into the workdir (all, or --path subsets); refuses on
@@ -312,6 +315,24 @@ pub struct JobsArgs {
     /// At most N jobs (the newest).
     #[arg(short = 'n', long = "limit", value_name = "N")]
     pub limit: Option<usize>,
+}
+
+/// `cofferdam gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Only jobs that ended (or were made) at least this long ago, e.g. 7d, 12h.
+    #[arg(long = "older-than", value_name = "DURATION")]
+    pub older_than: Option<String>,
+    /// Only jobs in this state (repeatable): staged, applied, discarded, interrupted
+    /// [default: applied and discarded]. A staged job's changes are lost with it.
+    #[arg(long, value_name = "STATE")]
+    pub state: Vec<String>,
+    /// Only jobs whose workdir is DIR or beneath it.
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<std::path::PathBuf>,
+    /// Say what would be removed and freed; remove nothing.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
 }
 
 /// `cofferdam logs`.

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod diff;
 pub mod doctor;
 pub mod drop;
+pub mod gc;
 pub mod jobref;
 pub mod kill;
 pub mod limits;

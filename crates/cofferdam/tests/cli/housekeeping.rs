@@ -20,21 +20,24 @@ fn job_lines(o: &Output) -> Vec<String> {
         .collect()
 }
 
+/// `run --json -- sh -c script` in `dir`; the job id.
+pub(crate) fn run_in(s: &Sandbox, dir: &std::path::Path, script: &str) -> String {
+    let out = s
+        .cmd()
+        .current_dir(dir)
+        .args(["--json", "run", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    json_of(&out)["job"].as_str().unwrap().to_owned()
+}
+
 #[test]
 fn jobs_filters_and_the_disk_total() {
     let s = Sandbox::new();
     let sub = s.work.path().join("sub");
     std::fs::create_dir(&sub).unwrap();
-    let run = |dir: &std::path::Path, script: &str| {
-        let out = s
-            .cmd()
-            .current_dir(dir)
-            .args(["--json", "run", "--", "sh", "-c", script])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
-        json_of(&out)["job"].as_str().unwrap().to_owned()
-    };
+    let run = |dir: &std::path::Path, script: &str| run_in(&s, dir, script);
     let a = run(s.work.path(), "head -c 200000 /dev/urandom > big");
     let b = run(&sub, "echo b > b");
     let c = run(&sub, "echo c > c");

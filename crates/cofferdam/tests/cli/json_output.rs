@@ -58,6 +58,7 @@ fn every_subcommand_error_is_one_json_document() {
         (&["jobs", "extra"], "usage", 2),
         (&["jobs", "--state", "done"], "usage", 2),
         (&["logs", "nope"], "not_found", 4),
+        (&["gc", "--older-than", "soon"], "usage", 2),
         (&["logs", "last"], "usage", 2),
         (&["diff", "nope"], "not_found", 4),
         (&["apply", "nope"], "not_found", 4),

@@ -8,6 +8,7 @@ mod apply;
 mod common;
 mod equivalence;
 mod finished;
+mod gc;
 mod housekeeping;
 mod json_output;
 mod lastref;
