@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 /// Run AI coding agents and scripts inside a policy boundary; stage every write for review.
 #[derive(Debug, Parser)]
-#[command(name = "cofferdam", version, about, long_about = None, propagate_version = true)]
+#[command(name = "cofferdam", version, about, long_about = None, propagate_version = true,
+    after_help = ENVIRONMENT)]
 pub struct Cli {
     /// The flags every subcommand takes.
     #[command(flatten)]
@@ -16,6 +17,15 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The environment variables cofferdam reads (shown by `--help` and in the man page).
+pub const ENVIRONMENT: &str = "\
+Environment:
+  COFFERDAM_HOME  the job store; must be an absolute path (a relative one is refused, exit 2)
+  XDG_DATA_HOME   the store is $XDG_DATA_HOME/cofferdam when COFFERDAM_HOME is unset
+  HOME            must be absolute; the store is ~/.local/share/cofferdam when neither is set
+  NO_COLOR        no colour with --color auto
+  TMPDIR          where `cofferdam demo` makes its scratch project";
 
 /// The flags every subcommand takes.
 #[derive(Debug, Args)]
@@ -39,7 +49,7 @@ pub fn parse() -> Cli {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     match parse_run_only(&args) {
         Some(cli) => cli,
-        None => Cli::parse_from(args),
+        None => Cli::try_parse_from(&args).unwrap_or_else(|e| crate::exit::clap_exit(&e, &args)),
     }
 }
 
@@ -74,8 +84,13 @@ pub enum Command {
     Run(RunArgs),
     /// Show a job: what ran, how it ended, what was enforced, what changed.
     Status(StatusArgs),
-    /// List jobs, newest first.
-    Jobs,
+    /// List jobs, newest first, with the disk they take and their total.
+    Jobs(JobsArgs),
+    /// Print the output `run --capture` saved of a job's command.
+    Logs(LogsArgs),
+    /// Remove finished jobs (stage and records) by state, age and workdir; never a live one.
+    #[command(alias = "prune")]
+    Gc(GcArgs),
     /// Show what applying a job's staged changes would do: unified diffs, one line for the rest.
     Diff(DiffArgs),
     /// Let a job's staged changes into the workdir (all, or --path subsets); refuses on
@@ -111,7 +126,8 @@ pub enum Command {
 pub enum BundleCommand {
     /// Check a run-bundle.json against schema 4 (exit 0 valid, 1 invalid).
     Verify {
-        /// The bundle file.
+        /// The bundle file, or a job (`last`, an id prefix, a job directory) whose bundle to
+        /// check.
         file: PathBuf,
     },
     /// Print the Run Bundle JSON Schema.
@@ -260,7 +276,8 @@ pub struct DoctorArgs {
 /// `cofferdam status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The job: `last` (default: the newest job of this directory), an id prefix, or a path.
+    /// The job: `last` (default: the newest job of this directory or the nearest folder above
+    /// it that has jobs), an id prefix, or a path.
     #[arg(default_value = "last")]
     pub job: String,
     /// The full review: safety with the mechanism behind each answer, changes by kind,
@@ -272,7 +289,8 @@ pub struct StatusArgs {
 /// `cofferdam diff`.
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// The job: `last` (default: the newest job of this directory), an id prefix, or a path.
+    /// The job: `last` (default: the newest job of this directory or the nearest folder above
+    /// it that has jobs), an id prefix, or a path.
     #[arg(default_value = "last")]
     pub job: String,
     /// Only changes at or beneath PATH (relative to the current directory; repeatable).
@@ -286,7 +304,9 @@ pub struct DiffArgs {
 /// `cofferdam apply`.
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
-    /// The job: `last` (the newest job of this directory), an id prefix, or a path.
+    /// The job: `last` (default: the newest job of this directory or the nearest folder above
+    /// it that has jobs), an id prefix, or a path.
+    #[arg(default_value = "last")]
     pub job: String,
     /// Apply only changes at or beneath PATH (repeatable; default: everything staged). New
     /// parent directories and directories replaced whole come along.
@@ -311,6 +331,46 @@ pub struct ApplyArgs {
     /// unless a --path names them.
     #[arg(long = "allow-sensitive")]
     pub allow_sensitive: bool,
+}
+
+/// `cofferdam jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// Only jobs whose workdir is DIR or beneath it.
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Only jobs in this state: active, staged, applied, discarded, interrupted.
+    #[arg(long, value_name = "STATE")]
+    pub state: Option<String>,
+    /// At most N jobs (the newest).
+    #[arg(short = 'n', long = "limit", value_name = "N")]
+    pub limit: Option<usize>,
+}
+
+/// `cofferdam gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Only jobs that ended (or were made) at least this long ago, e.g. 7d, 12h.
+    #[arg(long = "older-than", value_name = "DURATION")]
+    pub older_than: Option<String>,
+    /// Only jobs in this state (repeatable): staged, applied, discarded, interrupted
+    /// [default: applied and discarded]. A staged job's changes are lost with it.
+    #[arg(long, value_name = "STATE")]
+    pub state: Vec<String>,
+    /// Only jobs whose workdir is DIR or beneath it.
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<std::path::PathBuf>,
+    /// Say what would be removed and freed; remove nothing.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+}
+
+/// `cofferdam logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The job: `last` (default), an id prefix, or a path.
+    #[arg(default_value = "last")]
+    pub job: String,
 }
 
 /// `cofferdam kill`.

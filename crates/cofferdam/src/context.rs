@@ -28,6 +28,7 @@ pub fn env() -> Result<Env, Failure> {
         .filter(|h| h.is_absolute())
         .ok_or_else(|| Failure::setup("HOME is not set to an absolute path: set it and retry"))?;
     let home = fold_home(home).map_err(Failure::setup)?;
+    check_cofferdam_home(std::env::var_os("COFFERDAM_HOME").as_deref())?;
     let storage_root = cofferdam_stage::storage_root(
         std::env::var_os("COFFERDAM_HOME"),
         std::env::var_os("XDG_DATA_HOME"),
@@ -38,6 +39,22 @@ pub fn env() -> Result<Env, Failure> {
         places: Places { cwd, home },
         storage_root,
     })
+}
+
+/// `COFFERDAM_HOME`, when set and not empty, must be absolute: a relative one would name
+/// another store from every directory (and was once ignored without a word, so jobs went
+/// to the default store).
+fn check_cofferdam_home(value: Option<&std::ffi::OsStr>) -> Result<(), Failure> {
+    match value {
+        Some(v) if !v.is_empty() && !Path::new(v).is_absolute() => Err(Failure::usage(format!(
+            "COFFERDAM_HOME={} is not an absolute path: set it to one (e.g. \
+             COFFERDAM_HOME=\"$PWD/{}\") or unset it for the default store \
+             ($XDG_DATA_HOME/cofferdam, else ~/.local/share/cofferdam)",
+            Path::new(v).display(),
+            Path::new(v).display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// HOME with its `..` folded lexically (`/home/u/..` is `/home`): the sandbox mounts a
@@ -100,6 +117,14 @@ pub fn policy(args: &PolicyArgs, env: &Env) -> Result<Policy, Failure> {
                 .map_err(|e| Failure::usage(format!("--workdir {}: {e}", w.display())))?,
         ),
     };
+    if let Some(w) = &workdir
+        && !w.is_dir()
+    {
+        return Err(Failure::usage(format!(
+            "--workdir {}: not a directory; give the folder the command works in",
+            w.display()
+        )));
+    }
     let manifest = load_manifest(args, workdir.as_deref().unwrap_or(&env.places.cwd), env)?;
     let flags = RunFlags {
         workdir,

@@ -38,6 +38,84 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// The `--json` form of this failure: `{"error": {"code", "exit_code", "message",
+    /// "hint"}}`. `code` is a stable word for the exit code; `message` is the text printed
+    /// on stderr (cause and fix); `hint` is where to look next.
+    pub fn to_json(&self, command: &str) -> serde_json::Value {
+        let (code, hint) = describe(self.code, command);
+        serde_json::json!({"error": {
+            "code": code,
+            "exit_code": self.code,
+            "message": self.message,
+            "hint": hint,
+        }})
+    }
+}
+
+/// The stable word and the next step for an exit code of a failed `command`.
+pub fn describe(code: u8, command: &str) -> (&'static str, String) {
+    match code {
+        USAGE => (
+            "usage",
+            format!("`cofferdam {command} --help` shows the usage").replace("  ", " "),
+        ),
+        NOT_RUNNING => (
+            "not_running",
+            "`cofferdam status JOB` shows how the job ended".to_owned(),
+        ),
+        3 => (
+            "conflict",
+            "`cofferdam diff JOB` shows the staged changes; `apply --force PATH` or \
+             `--exclude PATH` resolves a conflict"
+                .to_owned(),
+        ),
+        4 => ("not_found", "`cofferdam jobs` lists the jobs".to_owned()),
+        5 => (
+            "busy",
+            "wait for the job's run or the other command to end; `cofferdam kill JOB` stops a run"
+                .to_owned(),
+        ),
+        _ => (
+            "setup",
+            "`cofferdam doctor` checks what this host offers".to_owned(),
+        ),
+    }
+}
+
+/// End the process for a command line clap refused (or `--help`/`--version`, which are
+/// not errors): with `--json` before any `--`, a refusal is the JSON error document on
+/// stdout (and clap's text on stderr), exit 2.
+pub fn clap_exit(e: &clap::Error, args: &[std::ffi::OsString]) -> ! {
+    let json = args
+        .iter()
+        .skip(1)
+        .take_while(|a| a.as_os_str() != "--")
+        .any(|a| a.as_os_str() == "--json");
+    if !json || !e.use_stderr() {
+        e.exit()
+    }
+    let _ = e.print();
+    let names = <crate::cli::Cli as clap::CommandFactory>::command();
+    let command = args
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .find(|a| names.find_subcommand(a).is_some())
+        .unwrap_or("");
+    let text = e.render().to_string();
+    let message = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ");
+    let _ = crate::print_json(&Failure::usage(message).to_json(command));
+    std::process::exit(i32::from(USAGE))
+}
+
+/// `kill`: the job is not running.
+pub const NOT_RUNNING: u8 = 1;
+
 impl From<anyhow::Error> for Failure {
     fn from(e: anyhow::Error) -> Self {
         Failure {

@@ -42,9 +42,31 @@ fn run() -> u8 {
         Ok(code) => code,
         Err(f) => {
             eprintln!("cofferdam: {}", shown_text(&f.message));
+            if cli.global.json {
+                let _ = print_json(&f.to_json(command_name(&cli.command)));
+            }
             f.code
         }
     }
+}
+
+/// Where `print_json` writes when the process's stdout was handed to something else
+/// (`run --json`: the command's stdout is relayed to stderr; see [`json_run_stdout`]).
+static JSON_OUT: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+
+/// `run --json`: stdout carries one JSON document, the run's summary, so the command's own
+/// stdout cannot go there too. Keep stdout for the summary and point descriptor 1, which
+/// the command inherits (or its relay writes to), at stderr: a script reads the summary
+/// from stdout and still sees the command's output on stderr, interleaved with cofferdam's
+/// own messages in the order they happened. `--capture` keeps the streams apart in the
+/// job when they must be told apart.
+fn json_run_stdout() -> Result<(), Failure> {
+    let saved = rustix::io::fcntl_dupfd_cloexec(std::io::stdout(), 3)
+        .map_err(|e| Failure::setup(format!("cannot keep stdout for the JSON summary: {e}")))?;
+    rustix::stdio::dup2_stdout(std::io::stderr())
+        .map_err(|e| Failure::setup(format!("cannot relay the command's stdout to stderr: {e}")))?;
+    let _ = JSON_OUT.set(std::fs::File::from(saved));
+    Ok(())
 }
 
 fn dispatch(cli: &Cli) -> Result<u8, Failure> {
@@ -60,14 +82,21 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Run(a) if a.explain_scope => {
             cmd::scope::run(&a.policy, None, a.tier, cli.global.json, style)
         }
-        Command::Run(a) => cmd::run::run(a, cli.global.json),
+        Command::Run(a) => {
+            if cli.global.json {
+                json_run_stdout()?;
+            }
+            cmd::run::run(a, cli.global.json)
+        }
         Command::Status(a) => cmd::status::status(a, cli.global.json, style),
-        Command::Jobs => cmd::status::jobs(cli.global.json, style),
+        Command::Jobs(a) => cmd::status::jobs(a, cli.global.json, style),
+        Command::Logs(a) => cmd::logs::logs(&a.job, cli.global.json),
+        Command::Gc(a) => cmd::gc::gc(a, cli.global.json, style),
         Command::Diff(a) => cmd::diff::diff(a, cli.global.json, style),
         Command::Apply(a) => cmd::apply::apply(a, cli.global.json, style),
         Command::Drop(a) => cmd::drop::drop_job(a, cli.global.json, style),
         Command::Kill(a) => cmd::kill::kill(a, cli.global.json),
-        Command::Demo => cmd::demo::demo(style),
+        Command::Demo => cmd::demo::demo(style, cli.global.json),
         Command::Trust(a) => cmd::trust::trust(a, cli.global.json),
         Command::Doctor(a) => cmd::doctor::run(a.host_facts.as_deref(), cli.global.json, style),
         Command::Bundle(BundleCommand::Verify { file }) => {
@@ -94,6 +123,28 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
     }
 }
 
+/// The subcommand's name as typed (for the `--help` hint of a JSON error).
+fn command_name(c: &Command) -> &'static str {
+    match c {
+        Command::Run(_) => "run",
+        Command::Status(_) => "status",
+        Command::Jobs(_) => "jobs",
+        Command::Logs(_) => "logs",
+        Command::Gc(_) => "gc",
+        Command::Diff(_) => "diff",
+        Command::Apply(_) => "apply",
+        Command::Drop(_) => "drop",
+        Command::Kill(_) => "kill",
+        Command::Demo => "demo",
+        Command::Trust(_) => "trust",
+        Command::Scope(_) => "scope",
+        Command::Doctor(_) => "doctor",
+        Command::Bundle(_) => "bundle",
+        Command::Completions { .. } => "completions",
+        Command::Man => "man",
+    }
+}
+
 /// Write bytes to stdout; a closed pipe is not an error worth a message.
 pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
@@ -109,7 +160,15 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> 
     let mut text = serde_json::to_string_pretty(value)
         .map_err(|e| Failure::setup(format!("cannot serialize the output: {e}")))?;
     text.push('\n');
-    write_stdout(text.as_bytes())
+    match JSON_OUT.get() {
+        Some(mut out) => match out.write_all(text.as_bytes()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                Err(Failure::setup(format!("cannot write to stdout: {e}")))
+            }
+            _ => Ok(()),
+        },
+        None => write_stdout(text.as_bytes()),
+    }
 }
 
 /// A message shown over several lines with every workload-controlled character escaped

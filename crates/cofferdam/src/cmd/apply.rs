@@ -55,9 +55,7 @@ pub(crate) fn job_failure(e: JobError) -> Failure {
 pub(crate) fn resolve(address: &str) -> Result<(context::Env, Job), Failure> {
     let env = context::env()?;
     let store = JobStore::open(&env.storage_root).map_err(job_failure)?;
-    let job = store
-        .resolve(address, &env.places.cwd)
-        .map_err(job_failure)?;
+    let job = crate::cmd::jobref::resolve(&store, address, &env.places.cwd)?;
     Ok((env, job))
 }
 
@@ -502,6 +500,17 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
         .map(|g| Glob::new(g.as_os_str().as_bytes()).map_err(Failure::usage))
         .collect::<Result<_, _>>()?;
     let force = normalize_paths(&a.force, &workdir, &env.places.cwd)?;
+    for (glob, written) in excludes.iter().zip(&a.exclude) {
+        if !stage.changes.iter().any(|c| glob.excludes(&c.path)) {
+            eprintln!(
+                "cofferdam: warning: --exclude {} matches no staged change of job {}; nothing \
+                 is left out for it (see the paths with `cofferdam diff {} --stat`)",
+                crate::shown_path(written),
+                job.id(),
+                job.id()
+            );
+        }
+    }
     let reasons = sensitivities(&stage, &workdir, &job.upper())?;
     let sel = selection(
         &stage,

@@ -5,9 +5,17 @@ use cofferdam_record::{read_bundle, run_bundle_schema_json};
 use serde_json::json;
 use std::path::Path;
 
-/// Check `file` with the strict reader: exit 0 valid, 1 invalid (naming the field), 2 when
-/// the file cannot be read.
-pub fn verify(file: &Path, json: bool) -> Result<u8, Failure> {
+/// Check a bundle with the strict reader: exit 0 valid, 1 invalid (naming the field), 2 when
+/// the file cannot be read. `arg` is the file, or a job (`last`, an id, a job directory)
+/// whose bundle is checked.
+pub fn verify(arg: &Path, json: bool) -> Result<u8, Failure> {
+    let file = &if arg.is_file() {
+        arg.to_path_buf()
+    } else {
+        let env = crate::context::env()?;
+        let store = cofferdam_stage::job::JobStore::open(&env.storage_root).ok();
+        crate::cmd::jobref::bundle_file(arg, store.as_ref(), &env.places.cwd)?
+    };
     let bytes = std::fs::read(file)
         .map_err(|e| Failure::usage(format!("{}: cannot read: {e}", file.display())))?;
     let result = read_bundle(&bytes);

@@ -33,8 +33,56 @@ else
 fi
 "#;
 
-fn step(s: Style, text: &str) {
-    println!("\n{}", s.heading(&format!("== {text}")));
+/// What the demo prints: text steps on a terminal's stdout, or (`--json`) nothing until
+/// one JSON document at the end, made of the `--json` output of each real command.
+struct Out {
+    style: Style,
+    json: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Out {
+    fn step(&self, text: &str) {
+        if self.json.is_none() {
+            println!("\n{}", self.style.heading(&format!("== {text}")));
+        }
+    }
+
+    fn line(&self, text: &str) {
+        if self.json.is_none() {
+            println!("{text}");
+        }
+    }
+
+    /// Run this binary with `args` in `dir`: its output shown, or its JSON kept as `key`.
+    fn run(
+        &mut self,
+        me: &Path,
+        dir: &Path,
+        key: &str,
+        args: &[&str],
+        env: &[(&str, &Path)],
+    ) -> Result<std::process::ExitStatus, Failure> {
+        let mut c = Command::new(me);
+        c.current_dir(dir);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let start = |e: std::io::Error| {
+            Failure::setup(format!("cannot start cofferdam {}: {e}", args.join(" ")))
+        };
+        let Some(doc) = &mut self.json else {
+            return c.args(args).status().map_err(start);
+        };
+        let out = c
+            .arg("--json")
+            .args(args)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .map_err(start)?;
+        let value = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        doc.insert(key.to_owned(), value);
+        Ok(out.status)
+    }
 }
 
 fn exe() -> Result<std::path::PathBuf, Failure> {
@@ -43,7 +91,11 @@ fn exe() -> Result<std::path::PathBuf, Failure> {
 }
 
 /// Create the scratch project and run the demo.
-pub fn demo(style: Style) -> Result<u8, Failure> {
+pub fn demo(style: Style, json: bool) -> Result<u8, Failure> {
+    let mut o = Out {
+        style,
+        json: json.then(serde_json::Map::new),
+    };
     let base = std::env::temp_dir();
     let project = tempfile::Builder::new()
         .prefix("cofferdam-demo-")
@@ -66,62 +118,68 @@ pub fn demo(style: Style) -> Result<u8, Failure> {
     write("notes.txt", "scratch notes\n")?;
     let me = exe()?;
 
-    step(
-        style,
-        &format!("a scratch project in {}", project.display()),
-    );
-    list(&project);
+    o.step(&format!("a scratch project in {}", project.display()));
+    o.line(&list(&project));
 
-    step(style, "cofferdam run -- sh -c '<scripted agent>'");
-    let status = Command::new(&me)
-        .current_dir(&project)
-        .env("DEMO_OUTSIDE", &outside)
-        .args(["run", "--env", "DEMO_OUTSIDE", "--", "sh", "-c", AGENT])
-        .status()
-        .map_err(|e| Failure::setup(format!("cannot start cofferdam run: {e}")))?;
+    o.step("cofferdam run -- sh -c '<scripted agent>'");
+    let status = o.run(
+        &me,
+        &project,
+        "run",
+        &["run", "--env", "DEMO_OUTSIDE", "--", "sh", "-c", AGENT],
+        &[("DEMO_OUTSIDE", &outside)],
+    )?;
     if !status.success() {
         return Err(Failure::setup(format!(
             "the demo run failed ({status}); `cofferdam doctor` shows what this host lacks"
         )));
     }
     let escaped = outside.join("escaped.txt").exists();
-    println!(
+    o.line(&format!(
         "\nyour project on disk is untouched:   {}",
         if escaped {
             "NO: a write escaped"
         } else {
             "yes"
         }
-    );
-    list(&project);
+    ));
+    o.line(&list(&project));
 
-    step(style, "cofferdam status --review last");
-    let _ = Command::new(&me)
-        .current_dir(&project)
-        .args(["status", "--review", "last"])
-        .status();
-    if Command::new(&me)
-        .arg("diff")
-        .arg("--help")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        step(style, "cofferdam diff last");
-        let _ = Command::new(&me)
-            .current_dir(&project)
-            .args(["diff", "last"])
-            .status();
+    o.step("cofferdam status --review last");
+    let _ = o.run(
+        &me,
+        &project,
+        "review",
+        &["status", "--review", "last"],
+        &[],
+    );
+    o.step("cofferdam diff last");
+    let _ = o.run(&me, &project, "diff", &["diff", "last"], &[]);
+    o.step("what next");
+    let next = [
+        "cofferdam diff last          # the staged changes as a diff",
+        "cofferdam apply last         # let them in (or --path src to pick)",
+        "cofferdam drop last          # or throw them away",
+    ];
+    o.line(&format!("  cd {}", project.display()));
+    for n in next {
+        o.line(&format!("  {n}"));
     }
-    step(style, "what next");
-    println!("  cd {}", project.display());
-    println!("  cofferdam diff last          # the staged changes as a diff");
-    println!("  cofferdam apply last         # let them in (or --path src to pick)");
-    println!("  cofferdam drop last          # or throw them away");
     let _ = std::fs::remove_dir(&outside);
+    if let Some(mut doc) = o.json {
+        doc.insert("project".into(), serde_json::json!(project));
+        doc.insert("project_untouched".into(), serde_json::json!(!escaped));
+        let next: Vec<&str> = next
+            .iter()
+            .map(|n| n.split("  ").next().unwrap_or(n))
+            .collect();
+        doc.insert("next".into(), serde_json::json!(next));
+        crate::print_json(&doc)?;
+    }
     Ok(if escaped { 1 } else { OK })
 }
 
-fn list(dir: &Path) {
+fn list(dir: &Path) -> String {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
@@ -130,5 +188,5 @@ fn list(dir: &Path) {
         })
         .unwrap_or_default();
     names.sort();
-    println!("  {}", names.join("  "));
+    format!("  {}", names.join("  "))
 }

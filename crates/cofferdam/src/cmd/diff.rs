@@ -44,6 +44,24 @@ pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
         // Sealed on demand (`crate::cmd::recover`).
         state = crate::cmd::apply::settled_state(&job, &lock)?;
     }
+    let gone = match state.state {
+        StageState::Discarded => Some(("discarded", "was dropped, its stage is discarded")),
+        StageState::Applied if !job.has_stage() => Some((
+            "applied",
+            "was applied and dropped: its changes are in the workdir",
+        )),
+        _ => None,
+    };
+    if let Some((word, why)) = gone {
+        // Nothing is staged any more: that is an answer, not an error.
+        let message = format!("nothing staged: job {} {why}", job.id());
+        return if json {
+            let v = json!({"job": job.id(), "state": word, "changes": [], "message": message});
+            crate::print_json(&v).map(|()| OK)
+        } else {
+            crate::write_stdout(format!("{message}\n").as_bytes()).map(|()| OK)
+        };
+    }
     require_sealed(&job, &state, "review")?;
     let stage = Stage::load(&job).map_err(stage_failure)?;
     let workdir = state.workdir.clone();

@@ -41,6 +41,9 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     }
     let env = context::env()?;
     let policy = context::policy(&args.policy, &env)?;
+    for warning in super::preflight::check(&policy, args.stage.as_deref())? {
+        eprintln!("cofferdam: warning: {}", crate::shown_text(&warning));
+    }
     cofferdam_stage::store::check_outside_workdir(&env.storage_root, &policy.workdir)
         .map_err(Failure::setup)?;
     // The store first: one another user owns or can write is refused before anything of

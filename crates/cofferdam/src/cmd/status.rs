@@ -76,9 +76,7 @@ fn load_bundle(job: &Job) -> Result<Option<RunBundle>, Failure> {
 pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let env = context::env()?;
     let store = JobStore::open(&env.storage_root).map_err(job_failure)?;
-    let job = store
-        .resolve(&args.job, &env.places.cwd)
-        .map_err(job_failure)?;
+    let job = crate::cmd::jobref::resolve(&store, &args.job, &env.places.cwd)?;
     let mut state = job.state().map_err(job_failure)?;
     if args.review
         && effective_state(&job, &state) == StageState::Interrupted
@@ -146,7 +144,7 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
                 })
             );
         }
-        Some(b) => render_bundle(&mut o, b, args.review, s),
+        Some(b) => render_bundle(&mut o, b, args.review, stage_state, s),
     }
     if let Some(r) = &stage_review {
         render_stage(&mut o, r, s);
@@ -179,36 +177,102 @@ fn shell_words(argv: &[String]) -> String {
         .join(" ")
 }
 
-/// First in a review of a run no boundary held (the advisory tier): say so before anything
-/// else. Derived from the bundle's safety, not from the tier name.
+/// First in a review whose boundary did not hold in full: say so before anything else,
+/// truly. Derived from the recorded controls and safety, not from the tier name: a run
+/// whose observations were lost with its supervisor is "unknown" (not "ran as a host
+/// process"), one with no boundary control enforced is "no boundary held", and one where
+/// some held and some did not says which did not.
 fn advisory_banner(o: &mut String, b: &RunBundle, s: Style) {
     let sf = &b.safety;
-    let nothing_held = sf.host_process
-        && !sf.filesystem_read_non_bypassable
-        && !sf.filesystem_write_non_bypassable
-        && !sf.network_non_bypassable;
-    if nothing_held {
-        let _ = writeln!(
-            o,
-            "{}\n",
-            s.warn(&format!(
-                "WARNING: no boundary held in this run ({} tier): the command ran as a host \
-                 process; filesystem, network and process isolation were not enforced",
-                b.executor_observations.tier.class()
-            ))
-        );
+    let tier = b.executor_observations.tier.class();
+    let boundary = [
+        ControlDimension::FilesystemRead,
+        ControlDimension::FilesystemWrite,
+        ControlDimension::Network,
+        ControlDimension::Process,
+    ];
+    let controls = &b.executor_observations.controls;
+    let observed = controls.iter().any(|c| boundary.contains(&c.dimension));
+    let enforced = controls
+        .iter()
+        .any(|c| boundary.contains(&c.dimension) && c.status == ControlStatus::Enforced);
+    let headline =
+        if !observed && b.executor_observations.tier != cofferdam_record::EnforcementTier::None {
+            format!(
+                "WARNING: what held in this run is unknown: its sandbox's observations were lost \
+             before they were recorded ({tier} tier was set up); none is claimed, so review \
+             its changes as those of an unconfined command"
+            )
+        } else if !enforced {
+            format!(
+                "WARNING: no boundary held in this run ({tier} tier){}; filesystem, network and \
+             process isolation were not enforced",
+                if sf.host_process {
+                    ": the command ran as a host process"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            let missing: Vec<&str> = [
+                ("filesystem write", sf.filesystem_write_non_bypassable),
+                ("filesystem read", sf.filesystem_read_non_bypassable),
+                ("network", sf.network_non_bypassable),
+                ("process isolation", !sf.host_process),
+            ]
+            .into_iter()
+            .filter_map(|(name, held)| (!held).then_some(name))
+            .collect();
+            if missing.is_empty() {
+                return;
+            }
+            format!(
+                "NOTE: the boundary held in part in this run ({tier} tier): {} not fully enforced; \
+             the Safety lines below say by what",
+                missing.join(", ")
+            )
+        };
+    let _ = writeln!(o, "{}\n", s.warn(&headline));
+}
+
+/// A duration for a person: `0.4 ms`-precision is not recorded, so under a millisecond is
+/// `<1 ms`; then ms, seconds with one decimal, minutes and seconds, hours and minutes.
+pub(crate) fn human_duration(ms: u64) -> String {
+    match ms {
+        0 => "<1 ms".to_owned(),
+        1..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{}.{} s", ms / 1000, ms % 1000 / 100),
+        60_000..3_600_000 => format!("{}m {:02}s", ms / 60_000, ms % 60_000 / 1000),
+        _ => format!("{}h {:02}m", ms / 3_600_000, ms % 3_600_000 / 60_000),
     }
 }
 
-fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
+/// The ending of a run in a word or two: `completed`, `exit 3`, `oom`, `timeout`, ...
+pub(crate) fn ending_word(b: &RunBundle) -> String {
+    match &b.run.failure {
+        None => "completed (exit 0)".to_owned(),
+        Some(f) => match (f.kind, b.run.exit_code) {
+            (cofferdam_record::bundle::FailureKind::ProcessExit, Some(c)) => format!("exit {c}"),
+            (kind, _) => serde_json::to_value(kind)
+                .ok()
+                .and_then(|v| v.as_str().map(|w| w.replace('_', " ")))
+                .unwrap_or_else(|| "failed".to_owned()),
+        },
+    }
+}
+
+fn render_bundle(o: &mut String, b: &RunBundle, review: bool, state: StageState, s: Style) {
     let r = &b.run;
-    let ended = match (&r.failure, r.exit_code) {
-        (None, _) => s.good("completed (exit 0)"),
-        (Some(f), _) => s.bad(&escape(
-            &format!("{:?}: {}", f.kind, f.message).to_lowercase(),
-        )),
-    };
-    let _ = writeln!(o, "  run       {ended} in {} ms", r.duration_ms);
+    let took = human_duration(r.duration_ms);
+    match &r.failure {
+        None => {
+            let _ = writeln!(o, "  run       {} in {took}", s.good(&ending_word(b)));
+        }
+        Some(f) => {
+            let _ = writeln!(o, "  run       {} after {took}", s.bad(&ending_word(b)));
+            let _ = writeln!(o, "  why       {}", escape(&f.message));
+        }
+    }
     let _ = writeln!(
         o,
         "  tier      {} ({})",
@@ -310,8 +374,26 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
             let _ = writeln!(o, "  {} {}", s.warn("-"), escape(w));
         }
     }
+    let id = escape(&r.run_id);
+    match state {
+        StageState::Applied => {
+            let _ = writeln!(
+                o,
+                "\napplied: every staged change of this job is in the workdir; nothing is left \
+                 to apply"
+            );
+            return;
+        }
+        StageState::Discarded => {
+            let _ = writeln!(
+                o,
+                "\ndropped: this job's stage is discarded; nothing is left to apply or drop"
+            );
+            return;
+        }
+        _ => {}
+    }
     if b.filesystem.as_ref().is_some_and(|f| !f.changes.is_empty()) {
-        let id = escape(&r.run_id);
         let _ = writeln!(
             o,
             "\nnext: cofferdam diff {id}  ·  cofferdam apply {id}  ·  cofferdam drop {id}"
@@ -320,10 +402,55 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, s: Style) {
 }
 
 /// `cofferdam jobs`.
-pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
+pub fn jobs(a: &crate::cli::JobsArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let env = context::env()?;
     let store = JobStore::open(&env.storage_root).map_err(job_failure)?;
-    let list = store.list().map_err(job_failure)?;
+    let mut list = store.list().map_err(job_failure)?;
+    let filtered = a.workdir.is_some() || a.state.is_some() || a.limit.is_some();
+    if let Some(want) = &a.state
+        && ![
+            StageState::Active,
+            StageState::Staged,
+            StageState::Applied,
+            StageState::Discarded,
+            StageState::Interrupted,
+        ]
+        .iter()
+        .any(|st| state_word(*st) == want)
+    {
+        return Err(Failure::usage(format!(
+            "--state {want}: not a job state; give one of active, staged, applied, discarded, \
+             interrupted"
+        )));
+    }
+    let under = match &a.workdir {
+        None => None,
+        Some(w) => Some(
+            std::fs::canonicalize(env.places.cwd.join(w))
+                .map_err(|e| Failure::usage(format!("--workdir {}: {e}", w.display())))?,
+        ),
+    };
+    list.retain(|j| match j {
+        JobSummary::Readable { job, state } => {
+            under.as_ref().is_none_or(|u| state.workdir.starts_with(u))
+                && a.state
+                    .as_ref()
+                    .is_none_or(|w| state_word(effective_state(job, state)) == w)
+        }
+        // Unreadable jobs have no workdir or state to match.
+        JobSummary::Unreadable { .. } => under.is_none() && a.state.is_none(),
+    });
+    if let Some(n) = a.limit {
+        list.truncate(n);
+    }
+    let sizes: Vec<u64> = list
+        .iter()
+        .map(|j| match j {
+            JobSummary::Readable { job, .. } => disk_bytes(job.dir()),
+            JobSummary::Unreadable { dir, .. } => disk_bytes(dir),
+        })
+        .collect();
+    let total: u64 = sizes.iter().sum();
     if json {
         let rows: Vec<serde_json::Value> = list
             .iter()
@@ -334,6 +461,7 @@ pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
                     "workdir": state.workdir, "command": state.command,
                     "created_at_unix_ms": state.created_at_unix_ms,
                     "changed_files": state.changed_files,
+                    "disk_bytes": disk_bytes(job.dir()),
                 }),
                 JobSummary::Unreadable { id, dir, error } => json!({
                     "id": id, "state": "unreadable", "dir": dir, "error": error,
@@ -345,21 +473,26 @@ pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
     }
     let mut o = String::new();
     if list.is_empty() {
-        o.push_str("no jobs yet: start one with `cofferdam run -- COMMAND`\n");
+        o.push_str(if filtered {
+            "no job matches: `cofferdam jobs` without filters lists them all\n"
+        } else {
+            "no jobs yet: start one with `cofferdam run -- COMMAND`\n"
+        });
     }
-    for j in &list {
+    for (j, size) in list.iter().zip(&sizes) {
         match j {
             JobSummary::Readable { job, state } => {
                 let st = state_word(effective_state(job, state));
                 let _ = writeln!(
                     o,
-                    "{}  {:<11} {:>4} changes  exit {:<4} {}  {}",
+                    "{}  {:<11} {:>4} changes  {:<12} {:>9}  {}  {}",
                     escape(job.id()),
                     st,
                     state
                         .changed_files
                         .map_or("?".to_owned(), |n| n.to_string()),
-                    state.exit_code.map_or("-".to_owned(), |c| c.to_string()),
+                    job_ending(job, state),
+                    human_bytes(*size),
                     s.dim(&crate::shown_path(&state.workdir)),
                     shell_words(&state.command)
                 );
@@ -374,8 +507,73 @@ pub fn jobs(json: bool, s: Style) -> Result<u8, Failure> {
             }
         }
     }
+    if !list.is_empty() {
+        let _ = writeln!(
+            o,
+            "{}",
+            s.dim(&format!(
+                "{} job(s), {} on disk in {}",
+                list.len(),
+                human_bytes(total),
+                crate::shown_path(&store.root().join("jobs"))
+            ))
+        );
+    }
     crate::write_stdout(o.as_bytes())?;
     Ok(OK)
+}
+
+/// The disk a job directory takes (allocated blocks, so a sparse file counts what it
+/// holds), without following symlinks or leaving its filesystem; unreadable parts count 0.
+pub(crate) fn disk_bytes(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(top) = std::fs::symlink_metadata(dir) else {
+        return 0;
+    };
+    let mut total = top.blocks() * 512;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            total += m.blocks() * 512;
+            if m.is_dir() && m.dev() == top.dev() {
+                stack.push(e.path());
+            }
+        }
+    }
+    total
+}
+
+/// Bytes for a person: B, KiB, MiB, GiB with one decimal.
+pub(crate) fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// How a listed job's run ended: `exit N` when the command exited, else the bundle's word
+/// for it (`oom`, `timeout`, `cancelled`, ...), read only for those jobs; `-` while it runs.
+fn job_ending(job: &Job, state: &JobState) -> String {
+    use cofferdam_record::bundle::RunState;
+    match (state.run_state, state.exit_code) {
+        (None, _) => "-".to_owned(),
+        (Some(RunState::Completed), _) => "exit 0".to_owned(),
+        (Some(_), code) => match load_bundle(job) {
+            Ok(Some(b)) => ending_word(&b),
+            _ => code.map_or_else(|| "failed".to_owned(), |c| format!("exit {c}")),
+        },
+    }
 }
 
 /// The stage as it stands now: what was applied, what remains, and what applying the rest
@@ -491,5 +689,22 @@ fn render_sensitive(o: &mut String, r: &StageReview, s: Style) {
     );
     for (path, why) in &r.sensitive {
         let _ = writeln!(o, "  {} {}: {}", s.bad("!"), escape(path), escape(why));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_duration;
+
+    #[test]
+    fn durations_from_under_a_millisecond_to_hours() {
+        assert_eq!(human_duration(0), "<1 ms");
+        assert_eq!(human_duration(7), "7 ms");
+        assert_eq!(human_duration(999), "999 ms");
+        assert_eq!(human_duration(1_250), "1.2 s");
+        assert_eq!(human_duration(59_999), "59.9 s");
+        assert_eq!(human_duration(61_000), "1m 01s");
+        assert_eq!(human_duration(3 * 3_600_000 + 5 * 60_000 + 7_000), "3h 05m");
+        assert_eq!(human_duration(100 * 3_600_000), "100h 00m");
     }
 }

@@ -362,8 +362,11 @@ fn setup_and_exec_failures_leave_the_terminal_as_it_was() {
     let s = Sandbox::new();
     let t = Term::new(24, 80);
     let before = t.stty();
+    // A mount target beneath a regular file fails in the sandbox's setup.
+    let src = tempfile::tempdir().unwrap();
+    let spec = format!("{}:/etc/hostname/under-a-file", src.path().display());
     let (st, screen) = t
-        .spawn(&s, &["run", "-q", "--mount", "/nonexistent", "--", "true"])
+        .spawn(&s, &["run", "-q", "--mount", &spec, "--", "true"])
         .finish();
     assert_eq!(st.code(), Some(125), "{screen}");
     assert_eq!(t.stty(), before, "the caller's terminal was not restored");

@@ -241,7 +241,7 @@ pub fn check(ok: bool, evidence: impl Into<String>, what: impl Into<String>) -> 
 pub struct Run {
     /// cofferdam's exit code.
     pub code: Option<i32>,
-    /// The command's stdout (cofferdam's JSON summary removed).
+    /// The command's stdout (as `--capture` saved it: `run --json` relays it to stderr).
     pub out: String,
     /// stderr (the command's and cofferdam's).
     pub err: String,
@@ -667,7 +667,7 @@ impl Ctx {
     pub fn run_with(&self, extra: &[&str], argv: &[&str], tweak: impl FnOnce(&mut Command)) -> Run {
         let mut c = self.detached_cmd();
         tweak(&mut c);
-        c.args(["--color", "never", "run", "--json"])
+        c.args(["--color", "never", "run", "--json", "--capture"])
             .args(self.tier.run_args);
         for (k, _) in self.vars.borrow().iter() {
             c.args(["--env", k]);
@@ -681,16 +681,25 @@ impl Ctx {
         let out = c.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        // cofferdam's pretty JSON summary is the last object on stdout.
-        let at = stdout
-            .rfind("{\n  \"bundle\"")
-            .unwrap_or_else(|| panic!("no run summary (exit {:?}): {stdout}\n{err}", out.status));
-        let summary: Value = serde_json::from_str(&stdout[at..]).unwrap();
+        // Under `run --json` stdout is cofferdam's JSON summary alone (the command's stdout
+        // is relayed to stderr); the command's stdout alone is what `--capture` saved.
+        let summary: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!(
+                "no run summary ({e}, exit {:?}): {stdout}\n{err}",
+                out.status
+            )
+        });
         let bundle_path = PathBuf::from(summary["bundle"].as_str().unwrap());
         let bundle: Value = serde_json::from_slice(&std::fs::read(&bundle_path).unwrap()).unwrap();
+        let command_out = bundle["run"]["output"]["stdout"]["path"]
+            .as_str()
+            .map(|p| bundle_path.parent().unwrap().join(p))
+            .and_then(|p| std::fs::read(p).ok())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
         Run {
             code: out.status.code(),
-            out: stdout[..at].to_owned(),
+            out: command_out,
             err,
             job: summary["job"].as_str().unwrap().to_owned(),
             bundle_path,
