@@ -11,6 +11,7 @@ mod context;
 mod egress;
 mod entry;
 mod exit;
+mod manual;
 mod signals;
 mod style;
 
@@ -112,14 +113,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
             );
             Ok(exit::OK)
         }
-        Command::Man => {
-            let mut out = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut out)
-                .map_err(|e| Failure::setup(format!("cannot render the man page: {e}")))?;
-            write_stdout(&out)?;
-            Ok(exit::OK)
-        }
+        Command::Man(a) => cmd::man::man(a.command.as_deref(), a.out.as_deref()),
     }
 }
 
@@ -141,7 +135,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Doctor(_) => "doctor",
         Command::Bundle(_) => "bundle",
         Command::Completions { .. } => "completions",
-        Command::Man => "man",
+        Command::Man(_) => "man",
     }
 }
 

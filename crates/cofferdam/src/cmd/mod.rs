@@ -11,6 +11,7 @@ pub mod jobref;
 pub mod kill;
 pub mod limits;
 pub mod logs;
+pub mod man;
 pub mod preflight;
 pub mod recover;
 pub mod run;
