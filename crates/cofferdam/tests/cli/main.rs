@@ -18,6 +18,7 @@ mod limits;
 mod load;
 mod net;
 mod pty;
+mod readme;
 mod review_output;
 mod run;
 mod scope;
