@@ -103,10 +103,17 @@ pub enum Command {
     /// Read and check Run Bundles.
     #[command(subcommand)]
     Bundle(BundleCommand),
-    /// Print a shell completion script.
+    /// Print a shell completion script (bash, zsh and fish also complete job ids).
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+    /// The jobs to offer when the word after WORDS is a JOB (the completion scripts call it).
+    #[command(name = "__complete-jobs", hide = true)]
+    CompleteJobs {
+        /// The command line after `cofferdam`, up to the word being completed.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
     },
     /// Print a man page (roff): cofferdam(1), or COMMAND's (`run`, `bundle-verify`, …);
     /// `--out DIR` writes every page (cofferdam.1, cofferdam-run.1, …) into DIR instead.

@@ -15,7 +15,6 @@ mod manual;
 mod signals;
 mod style;
 
-use clap::CommandFactory;
 use cli::{BundleCommand, Cli, Command};
 use exit::Failure;
 use std::io::Write as _;
@@ -104,15 +103,8 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
             cmd::bundle::verify(file, cli.global.json)
         }
         Command::Bundle(BundleCommand::Schema) => cmd::bundle::schema(),
-        Command::Completions { shell } => {
-            clap_complete::generate(
-                *shell,
-                &mut Cli::command(),
-                "cofferdam",
-                &mut std::io::stdout(),
-            );
-            Ok(exit::OK)
-        }
+        Command::Completions { shell } => cmd::complete::script(*shell),
+        Command::CompleteJobs { words } => cmd::complete::jobs(words),
         Command::Man(a) => cmd::man::man(a.command.as_deref(), a.out.as_deref()),
     }
 }
@@ -135,6 +127,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Doctor(_) => "doctor",
         Command::Bundle(_) => "bundle",
         Command::Completions { .. } => "completions",
+        Command::CompleteJobs { .. } => cmd::complete::HIDDEN,
         Command::Man(_) => "man",
     }
 }

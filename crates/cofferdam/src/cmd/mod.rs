@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod bundle;
+pub mod complete;
 pub mod demo;
 pub mod diff;
 pub mod doctor;

@@ -7,6 +7,7 @@
 mod apply;
 mod bundles;
 mod common;
+mod docs;
 mod equivalence;
 mod finished;
 mod gc;
