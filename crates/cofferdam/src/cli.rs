@@ -115,15 +115,15 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         words: Vec<String>,
     },
-    /// Print a man page (roff): cofferdam(1), or COMMAND's (`run`, `bundle-verify`, …);
-    /// `--out DIR` writes every page (cofferdam.1, cofferdam-run.1, …) into DIR instead.
+    /// Print a man page (roff): cofferdam(1), or COMMAND's (`run`, `bundle-verify` and so on);
+    /// `--out DIR` writes every page (cofferdam.1, cofferdam-run.1 and the rest) into DIR.
     Man(ManArgs),
 }
 
 /// `cofferdam man`.
 #[derive(Debug, Args)]
 pub struct ManArgs {
-    /// The command whose page to print (`run`, `apply`, `bundle-verify`, …).
+    /// The command whose page to print: `run`, `apply`, `bundle-verify` and so on.
     #[arg(value_name = "COMMAND", conflicts_with = "out")]
     pub command: Option<String>,
     /// Write every page into DIR (made if missing) and list the files written.

@@ -191,7 +191,8 @@ fn see_also(cmd: &clap::Command) -> String {
 }
 
 /// Markdown text as one roff text line: `code` in bold, dashes, backslashes and
-/// apostrophes escaped, a leading control character neutralised.
+/// apostrophes escaped, other than ASCII as `\[uXXXX]`, a leading control character
+/// neutralised.
 fn text(md: &str) -> String {
     let mut s = String::from("\\&");
     for (i, part) in md.split('`').enumerate() {
@@ -203,7 +204,10 @@ fn text(md: &str) -> String {
                 '\\' => s.push_str("\\e"),
                 '-' => s.push_str("\\-"),
                 '\'' => s.push_str("\\(aq"),
-                c => s.push(c),
+                c if c.is_ascii() => s.push(c),
+                c => {
+                    let _ = write!(s, "\\[u{:04X}]", u32::from(c));
+                }
             }
         }
         if i % 2 == 1 {
@@ -258,5 +262,6 @@ mod tests {
     #[test]
     fn markdown_becomes_escaped_roff() {
         assert_eq!(text("`--x` it's"), "\\&\\fB\\-\\-x\\fR it\\(aqs");
+        assert_eq!(text("a — b"), "\\&a \\[u2014] b");
     }
 }

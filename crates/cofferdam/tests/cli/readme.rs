@@ -184,10 +184,26 @@ fn man_section(page: &str, title: &str) -> Vec<(String, String)> {
             .replace("\\(aq", "'")
             .replace("\\e", "\\")
     };
+    // `\[uXXXX]` back to the character.
+    let chars = |s: String| {
+        let mut out = String::new();
+        let mut rest = s.as_str();
+        while let Some(at) = rest.find("\\[u") {
+            out.push_str(&rest[..at]);
+            let end = rest[at..].find(']').unwrap() + at;
+            let code = u32::from_str_radix(&rest[at + 3..end], 16).unwrap();
+            out.push(char::from_u32(code).unwrap());
+            rest = &rest[end + 1..];
+        }
+        out + rest
+    };
     body.chunks(3)
         .map(|c| {
             assert_eq!(c[0], ".TP", "{title}: {c:?}");
-            (plain(c[1]).trim_matches('`').to_owned(), plain(c[2]))
+            (
+                chars(plain(c[1])).trim_matches('`').to_owned(),
+                chars(plain(c[2])),
+            )
         })
         .collect()
 }
