@@ -8,7 +8,7 @@ use std::path::PathBuf;
 /// Run AI coding agents and scripts inside a policy boundary; stage every write for review.
 #[derive(Debug, Parser)]
 #[command(name = "cofferdam", version, about, long_about = None, propagate_version = true,
-    after_help = ENVIRONMENT)]
+    after_help = crate::manual::environment_help())]
 pub struct Cli {
     /// The flags every subcommand takes.
     #[command(flatten)]
@@ -17,15 +17,6 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
-
-/// The environment variables cofferdam reads (shown by `--help` and in the man page).
-pub const ENVIRONMENT: &str = "\
-Environment:
-  COFFERDAM_HOME  the job store; must be an absolute path (a relative one is refused, exit 2)
-  XDG_DATA_HOME   the store is $XDG_DATA_HOME/cofferdam when COFFERDAM_HOME is unset
-  HOME            must be absolute; the store is ~/.local/share/cofferdam when neither is set
-  NO_COLOR        no colour with --color auto
-  TMPDIR          where `cofferdam demo` makes its scratch project";
 
 /// The flags every subcommand takes.
 #[derive(Debug, Args)]
@@ -112,13 +103,32 @@ pub enum Command {
     /// Read and check Run Bundles.
     #[command(subcommand)]
     Bundle(BundleCommand),
-    /// Print a shell completion script.
+    /// Print a shell completion script (bash, zsh and fish also complete job ids).
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff).
-    Man,
+    /// The jobs to offer when the word after WORDS is a JOB (the completion scripts call it).
+    #[command(name = "__complete-jobs", hide = true)]
+    CompleteJobs {
+        /// The command line after `cofferdam`, up to the word being completed.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
+    },
+    /// Print a man page (roff): cofferdam(1), or COMMAND's (`run`, `bundle-verify` and so on);
+    /// `--out DIR` writes every page (cofferdam.1, cofferdam-run.1 and the rest) into DIR.
+    Man(ManArgs),
+}
+
+/// `cofferdam man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The command whose page to print: `run`, `apply`, `bundle-verify` and so on.
+    #[arg(value_name = "COMMAND", conflicts_with = "out")]
+    pub command: Option<String>,
+    /// Write every page into DIR (made if missing) and list the files written.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// `cofferdam bundle …`.

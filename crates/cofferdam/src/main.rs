@@ -11,10 +11,10 @@ mod context;
 mod egress;
 mod entry;
 mod exit;
+mod manual;
 mod signals;
 mod style;
 
-use clap::CommandFactory;
 use cli::{BundleCommand, Cli, Command};
 use exit::Failure;
 use std::io::Write as _;
@@ -103,23 +103,9 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
             cmd::bundle::verify(file, cli.global.json)
         }
         Command::Bundle(BundleCommand::Schema) => cmd::bundle::schema(),
-        Command::Completions { shell } => {
-            clap_complete::generate(
-                *shell,
-                &mut Cli::command(),
-                "cofferdam",
-                &mut std::io::stdout(),
-            );
-            Ok(exit::OK)
-        }
-        Command::Man => {
-            let mut out = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut out)
-                .map_err(|e| Failure::setup(format!("cannot render the man page: {e}")))?;
-            write_stdout(&out)?;
-            Ok(exit::OK)
-        }
+        Command::Completions { shell } => cmd::complete::script(*shell),
+        Command::CompleteJobs { words } => cmd::complete::jobs(words),
+        Command::Man(a) => cmd::man::man(a.command.as_deref(), a.out.as_deref()),
     }
 }
 
@@ -141,7 +127,8 @@ fn command_name(c: &Command) -> &'static str {
         Command::Doctor(_) => "doctor",
         Command::Bundle(_) => "bundle",
         Command::Completions { .. } => "completions",
-        Command::Man => "man",
+        Command::CompleteJobs { .. } => cmd::complete::HIDDEN,
+        Command::Man(_) => "man",
     }
 }
 

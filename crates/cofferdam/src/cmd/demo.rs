@@ -166,6 +166,19 @@ pub fn demo(style: Style, json: bool) -> Result<u8, Failure> {
         o.line(&format!("  {n}"));
     }
     let _ = std::fs::remove_dir(&outside);
+    o.line(&format!(
+        "\nthe scratch project stays in {} for these; when done: \
+         `cofferdam drop last` (if not applied), then `rm -r {}`",
+        project.display(),
+        project.display()
+    ));
+    if !on_path("cofferdam") {
+        o.line(&format!(
+            "`cofferdam` is not on your PATH (this one is {}): \
+             `cargo install --locked --path crates/cofferdam` puts it in ~/.cargo/bin",
+            me.display()
+        ));
+    }
     if let Some(mut doc) = o.json {
         doc.insert("project".into(), serde_json::json!(project));
         doc.insert("project_untouched".into(), serde_json::json!(!escaped));
@@ -177,6 +190,17 @@ pub fn demo(style: Style, json: bool) -> Result<u8, Failure> {
         crate::print_json(&doc)?;
     }
     Ok(if escaped { 1 } else { OK })
+}
+
+/// Whether `name` is an executable file in a directory of `$PATH`.
+fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| {
+            std::fs::metadata(d.join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
 }
 
 fn list(dir: &Path) -> String {

@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod bundle;
+pub mod complete;
 pub mod demo;
 pub mod diff;
 pub mod doctor;
@@ -11,6 +12,7 @@ pub mod jobref;
 pub mod kill;
 pub mod limits;
 pub mod logs;
+pub mod man;
 pub mod preflight;
 pub mod recover;
 pub mod run;

@@ -7,6 +7,7 @@
 mod apply;
 mod bundles;
 mod common;
+mod docs;
 mod equivalence;
 mod finished;
 mod gc;
@@ -18,6 +19,7 @@ mod limits;
 mod load;
 mod net;
 mod pty;
+mod readme;
 mod review_output;
 mod run;
 mod scope;
