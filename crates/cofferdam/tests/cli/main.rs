@@ -13,6 +13,7 @@ mod limits;
 mod load;
 mod net;
 mod pty;
+mod review_json;
 mod review_output;
 mod run;
 mod scope;
