@@ -4,15 +4,18 @@
 //! Owns [`StagedChange`], [`Stage`] (loaded from a job's `run-bundle.json`,
 //! `fingerprints.json` and `apply-ledger.json`) and the rule that pairs a change with its
 //! fingerprint (by exact path bytes). It reads only those three files: no host or stage
-//! file is opened here. It may not change anything.
+//! file is opened here. It may not change anything. [`refresh_filesystem`] derives, without
+//! reading anything, the filesystem view `status --review --json` prints.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use cofferdam_record::bundle::{ChangeEntry, ChangeEntryType, ChangeKind};
+use cofferdam_record::bundle::{
+    ChangeEntry, ChangeEntryType, ChangeKind, FilesystemSummary, OverlayState,
+};
 
 use crate::fingerprint::{Fingerprint, FingerprintError, Fingerprints, read_fingerprints};
-use crate::job::Job;
+use crate::job::{Job, StageState};
 use crate::ledger::{Ledger, LedgerError};
 
 /// The stage of a job cannot be loaded.
@@ -212,6 +215,59 @@ impl Stage {
     }
 }
 
+/// The saved `filesystem` section brought up to date with what happened to the stage since
+/// the seal: the review's refreshed view (`spec/run-bundle-format.txt`: the saved bundle is
+/// the capture-time record, the review refreshes the filesystem view).
+///
+/// `changes` keeps only what is still staged, the net staged result the field describes:
+/// changes the ledger records as applied leave it, and a stage that was dropped or fully
+/// applied holds none. `changed_files` is its length and `whiteouts` its `deleted` plus
+/// `opaque` entries (as the seal counts them); `sample_paths` keeps the saved samples still
+/// staged. `state` is `discarded` after a drop, `applied` once nothing remains after an
+/// apply, otherwise the saved one (a partial apply stays `staged`). Every other field is the
+/// saved one.
+pub fn refresh_filesystem(
+    saved: &FilesystemSummary,
+    ledger: &Ledger,
+    job_state: StageState,
+) -> FilesystemSummary {
+    let applied = |c: &ChangeEntry| ledger.is_applied(change_path_bytes(c));
+    let changes: Vec<ChangeEntry> = match job_state {
+        StageState::Discarded | StageState::Applied => Vec::new(),
+        StageState::Active | StageState::Interrupted | StageState::Staged => saved
+            .changes
+            .iter()
+            .filter(|c| !applied(c))
+            .cloned()
+            .collect(),
+    };
+    let state = match job_state {
+        StageState::Discarded => OverlayState::Discarded,
+        StageState::Applied => OverlayState::Applied,
+        StageState::Staged if changes.is_empty() && saved.changes.iter().any(applied) => {
+            OverlayState::Applied
+        }
+        StageState::Staged | StageState::Active | StageState::Interrupted => saved.state,
+    };
+    let sample_paths = saved
+        .sample_paths
+        .iter()
+        .filter(|p| changes.iter().any(|c| &c.path == *p))
+        .cloned()
+        .collect();
+    FilesystemSummary {
+        state,
+        changed_files: changes.len(),
+        whiteouts: changes
+            .iter()
+            .filter(|c| matches!(c.kind, ChangeKind::Deleted | ChangeKind::Opaque))
+            .count(),
+        sample_paths,
+        changes,
+        ..saved.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,5 +322,91 @@ mod tests {
             std::path::Path::new("f"),
         );
         assert!(matches!(missing, Err(ReviewError::Unfingerprinted { .. })));
+    }
+
+    fn saved() -> FilesystemSummary {
+        FilesystemSummary {
+            state: OverlayState::Staged,
+            target: "/w".into(),
+            upper: "/j/upper".into(),
+            changed_files: 3,
+            whiteouts: 1,
+            root_overlay: false,
+            excluded_paths: vec![],
+            access_policy: Default::default(),
+            host_root_device: None,
+            host_root_inode: None,
+            host_uid: None,
+            host_gid: None,
+            sample_paths: vec!["a".into(), "gone".into(), "x\\ny".into()],
+            changes: vec![
+                change(b"a", ChangeKind::Added),
+                change(b"gone", ChangeKind::Deleted),
+                change(b"x\ny", ChangeKind::Modified),
+            ],
+        }
+    }
+
+    fn ledger(applied: &[&[u8]]) -> Ledger {
+        let mut l = Ledger::default();
+        for p in applied {
+            l.applied.insert(crate::ledger::RelPath(p.to_vec()));
+        }
+        l
+    }
+
+    fn paths(fs: &FilesystemSummary) -> Vec<&str> {
+        fs.changes.iter().map(|c| c.path.as_str()).collect()
+    }
+
+    #[test]
+    fn a_fresh_stage_is_the_saved_view() {
+        let fs = refresh_filesystem(&saved(), &Ledger::default(), StageState::Staged);
+        assert_eq!(fs, saved());
+    }
+
+    #[test]
+    fn a_partial_apply_leaves_the_remainder_staged() {
+        let fs = refresh_filesystem(&saved(), &ledger(&[b"gone", b"x\ny"]), StageState::Staged);
+        assert_eq!(fs.state, OverlayState::Staged);
+        assert_eq!(paths(&fs), ["a"]);
+        assert_eq!((fs.changed_files, fs.whiteouts), (1, 0));
+        assert_eq!(fs.sample_paths, ["a"]);
+        assert_eq!((fs.target, fs.upper), (saved().target, saved().upper));
+    }
+
+    #[test]
+    fn nothing_left_after_applies_is_applied() {
+        let all: [&[u8]; 3] = [b"a", b"gone", b"x\ny"];
+        for job_state in [StageState::Staged, StageState::Applied] {
+            let fs = refresh_filesystem(&saved(), &ledger(&all), job_state);
+            assert_eq!(fs.state, OverlayState::Applied, "{job_state:?}");
+            assert!(fs.changes.is_empty() && fs.sample_paths.is_empty());
+            assert_eq!((fs.changed_files, fs.whiteouts), (0, 0));
+        }
+        // The job says applied even when the ledger is lost: nothing is staged.
+        let fs = refresh_filesystem(&saved(), &Ledger::default(), StageState::Applied);
+        assert_eq!((fs.state, fs.changed_files), (OverlayState::Applied, 0));
+    }
+
+    #[test]
+    fn a_drop_discards_what_remained() {
+        let fs = refresh_filesystem(&saved(), &ledger(&[b"a"]), StageState::Discarded);
+        assert_eq!(fs.state, OverlayState::Discarded);
+        assert_eq!((fs.changed_files, fs.whiteouts), (0, 0));
+        assert!(fs.changes.is_empty());
+    }
+
+    #[test]
+    fn a_run_without_changes_stays_staged() {
+        let empty = FilesystemSummary {
+            changed_files: 0,
+            whiteouts: 0,
+            sample_paths: vec![],
+            changes: vec![],
+            ..saved()
+        };
+        let fs = refresh_filesystem(&empty, &Ledger::default(), StageState::Staged);
+        assert_eq!(fs.state, OverlayState::Staged);
     }
 }

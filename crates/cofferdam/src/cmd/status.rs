@@ -10,7 +10,8 @@ use cofferdam_record::read_bundle;
 use cofferdam_record::shown::escape;
 use cofferdam_stage::apply;
 use cofferdam_stage::job::{Job, JobError, JobState, JobStore, JobSummary, StageState};
-use cofferdam_stage::review::Stage;
+use cofferdam_stage::ledger::Ledger;
+use cofferdam_stage::review::{Stage, refresh_filesystem};
 use serde_json::json;
 use std::fmt::Write as _;
 
@@ -72,6 +73,87 @@ fn load_bundle(job: &Job) -> Result<Option<RunBundle>, Failure> {
     }
 }
 
+/// The JSON of `status [--review] --json`: the saved bundle with its filesystem view
+/// refreshed from the job's state and apply ledger, followed by `review_context`, which
+/// says what was refreshed, from which files, and what the saved bundle said. The saved
+/// `run-bundle.json` is never rewritten: it stays the capture-time record.
+fn print_review_json(
+    job: &Job,
+    state: &JobState,
+    stage_state: StageState,
+    bundle: Option<RunBundle>,
+    stage_review: Option<&StageReview>,
+) -> Result<(), Failure> {
+    let mut context = json!({
+        "job_dir": job.dir(),
+        "job_state": state_word(stage_state),
+        "workdir": state.workdir,
+        "bundle_path": bundle.as_ref().map(|_| job.bundle_path()),
+        "stage": stage_review.map(|r| json!({
+            "applied": r.applied,
+            "remaining": r.remaining,
+            "conflicts_now": r.conflicts.iter()
+                .map(|(path, reason)| json!({"path": path, "reason": reason}))
+                .collect::<Vec<_>>(),
+            "sensitive": r.sensitive.iter()
+                .map(|(path, reason)| json!({"path": path, "sensitive": reason}))
+                .collect::<Vec<_>>(),
+        })),
+    });
+    let Some(mut bundle) = bundle else {
+        return crate::print_json(&json!({ "review_context": context }));
+    };
+    if let Some(saved) = bundle.filesystem.as_ref() {
+        let saved_view = json!({
+            "path": job.bundle_path(),
+            "describes": "the run at capture time; apply and drop never rewrite it",
+            "filesystem_state": saved.state,
+            "changed_files": saved.changed_files,
+            "filesystem_changes_staged": bundle.safety.filesystem_changes_staged,
+        });
+        let view = match Ledger::load(&job.ledger_path()) {
+            Ok(ledger) => {
+                let fresh = refresh_filesystem(saved, &ledger, stage_state);
+                bundle.filesystem = Some(fresh);
+                // The record crate's own rule, so the view passes the strict reader.
+                bundle.safety.filesystem_changes_staged =
+                    bundle.derived_safety().filesystem_changes_staged;
+                json!({
+                    "filesystem": "refreshed",
+                    "refreshed_at_unix_ms": crate::cmd::apply::now_ms(),
+                    "sources": [job.state_path(), job.ledger_path()],
+                    "refreshed_fields": REFRESHED_FIELDS,
+                    "saved_bundle": saved_view,
+                })
+            }
+            Err(e) => json!({
+                "filesystem": "saved",
+                "error": format!(
+                    "cannot read the apply ledger, so this is the saved view, not today's: {e}"
+                ),
+                "saved_bundle": saved_view,
+            }),
+        };
+        if let Some(c) = context.as_object_mut() {
+            c.insert("filesystem_view".into(), view);
+        }
+    }
+    crate::print_json(&Review {
+        bundle: &bundle,
+        review_context: context,
+    })
+}
+
+/// The fields of the review JSON that describe the stage now rather than at capture time.
+const REFRESHED_FIELDS: [&str; 6] = [
+    "filesystem.state",
+    "filesystem.changed_files",
+    "filesystem.whiteouts",
+    "filesystem.sample_paths",
+    "filesystem.changes",
+    "safety.filesystem_changes_staged",
+];
+
 /// `cofferdam status`.
 pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let env = context::env()?;
@@ -93,29 +175,7 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
         None
     };
     if json {
-        let context = json!({
-            "job_dir": job.dir(),
-            "job_state": state_word(stage_state),
-            "workdir": state.workdir,
-            "bundle_path": bundle.as_ref().map(|_| job.bundle_path()),
-            "stage": stage_review.as_ref().map(|r| json!({
-                "applied": r.applied,
-                "remaining": r.remaining,
-                "conflicts_now": r.conflicts.iter()
-                    .map(|(path, reason)| json!({"path": path, "reason": reason}))
-                    .collect::<Vec<_>>(),
-                "sensitive": r.sensitive.iter()
-                    .map(|(path, reason)| json!({"path": path, "sensitive": reason}))
-                    .collect::<Vec<_>>(),
-            })),
-        });
-        match &bundle {
-            Some(b) => crate::print_json(&Review {
-                bundle: b,
-                review_context: context,
-            })?,
-            None => crate::print_json(&json!({ "review_context": context }))?,
-        }
+        print_review_json(&job, &state, stage_state, bundle, stage_review.as_ref())?;
         return Ok(OK);
     }
     let mut o = String::new();

@@ -181,30 +181,11 @@ fn the_review_json_verifies_before_and_after_apply() {
         .unwrap();
     assert!(run.status.success(), "{run:?}");
     let steps: [&[&str]; 3] = [&[], &["apply", "--path", "a", "last"], &["apply", "last"]];
-    for (i, step) in steps.iter().enumerate() {
+    for step in steps {
         if !step.is_empty() {
-            let out = s.cmd().args(*step).output().unwrap();
+            let out = s.cmd().args(step).output().unwrap();
             assert!(out.status.success(), "{step:?}: {out:?}");
         }
-        let review = s
-            .cmd()
-            .args(["--json", "status", "--review", "last"])
-            .output()
-            .unwrap();
-        assert!(review.status.success(), "{review:?}");
-        let file = s.home.path().join(format!("review-{i}.json"));
-        std::fs::write(&file, &review.stdout).unwrap();
-        let v = s
-            .cmd()
-            .args(["--json", "bundle", "verify"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert_eq!(
-            json_of(&v)["valid"],
-            true,
-            "after {step:?}: {}",
-            json_of(&v)
-        );
+        crate::review_json::review(&s, &format!("after {step:?}"));
     }
 }

@@ -20,6 +20,7 @@ mod load;
 mod net;
 mod pty;
 mod readme;
+mod review_json;
 mod review_output;
 mod run;
 mod scope;
