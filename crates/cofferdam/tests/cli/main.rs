@@ -16,6 +16,7 @@ mod lastref;
 mod lifecycle;
 mod limits;
 mod load;
+mod mounts;
 mod net;
 mod pty;
 mod review_output;
