@@ -545,7 +545,6 @@ pub fn dns(data: &[u8]) -> bool {
     for reply in [
         Reply::A(std::net::Ipv4Addr::new(198, 18, 0, 1)),
         Reply::Empty,
-        Reply::NameError,
         Reply::Refused,
     ] {
         let r = dns::response(&q, reply);

@@ -18,7 +18,9 @@ pub use tier::{
 };
 pub mod policy;
 
-pub use policy::{LoadedManifest, Places, Policy, RunFlags, resolve_layered, resolve_policy};
+pub use policy::{
+    LoadedManifest, Mount, Places, Policy, RunFlags, resolve_layered, resolve_policy,
+};
 pub mod scope;
 pub mod secrets;
 

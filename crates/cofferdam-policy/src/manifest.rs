@@ -61,6 +61,9 @@ pub struct MountEntry {
     pub target: Option<String>,
     /// What the command may do there.
     pub mode: MountMode,
+    /// A missing source skips the mount (recorded as skipped) instead of refusing the run.
+    #[serde(default)]
+    pub optional: bool,
 }
 
 /// What a lent host path allows.

@@ -269,7 +269,12 @@ pub fn assemble_bundle(
             duration_ms: duration,
             exit_code,
             failure,
-            warnings: r.warnings.clone(),
+            warnings: r
+                .warnings
+                .iter()
+                .cloned()
+                .chain(policy.skipped_mounts.iter().map(crate::Mount::skipped_line))
+                .collect(),
             output: Default::default(),
             metrics: BTreeMap::new(),
             result_artifacts: Vec::new(),

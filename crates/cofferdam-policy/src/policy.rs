@@ -71,7 +71,7 @@ pub struct RunFlags {
     pub workdir: Option<PathBuf>,
     /// `--containment`.
     pub containment: Option<ContainmentClass>,
-    /// `--mount SRC[:TGT][:MODE]`, repeatable.
+    /// `--mount SRC[:TGT][:MODE][?]`, repeatable.
     pub mounts: Vec<String>,
     /// `--read-only PATH`, repeatable.
     pub read_only: Vec<String>,
@@ -134,6 +134,21 @@ pub struct Mount {
     pub origin: String,
     /// The source as written.
     pub written: String,
+    /// Skipped, not refused, when its source does not exist (`--mount …?`, `optional =
+    /// true`).
+    pub optional: bool,
+}
+
+impl Mount {
+    /// Why this optional mount was skipped, for the warning, the bundle and the scope report.
+    pub fn skipped_line(&self) -> String {
+        format!(
+            "optional mount {} ({}) skipped: its source {} does not exist",
+            self.written,
+            self.origin,
+            self.source.display()
+        )
+    }
 }
 
 /// Requested resource limits; `None` is "no limit requested". [`Default`] is no limit at
@@ -194,6 +209,9 @@ pub struct Policy {
     pub read_only: Vec<String>,
     /// Lent host paths.
     pub mounts: Vec<Mount>,
+    /// Optional mounts whose source did not exist when the run was checked: not lent, and
+    /// recorded as skipped ([`Policy::skip_absent_optional`]).
+    pub skipped_mounts: Vec<Mount>,
     /// Network.
     pub network: NetworkPolicy,
     /// Extra projected variable names.
@@ -210,6 +228,19 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Move every optional mount whose source `absent` says does not exist from `mounts` to
+    /// `skipped_mounts`; the mounts skipped by this call. A missing source of a mount that
+    /// is not optional stays, for the caller to refuse.
+    pub fn skip_absent_optional(&mut self, absent: impl Fn(&Path) -> bool) -> &[Mount] {
+        let before = self.skipped_mounts.len();
+        let (skip, keep): (Vec<Mount>, Vec<Mount>) = std::mem::take(&mut self.mounts)
+            .into_iter()
+            .partition(|m| m.optional && absent(&m.source));
+        self.mounts = keep;
+        self.skipped_mounts.extend(skip);
+        &self.skipped_mounts[before..]
+    }
+
     /// Label the manifest's grants as coming from a manifest the user trusted to widen.
     pub fn mark_manifest_trusted(&mut self) {
         for g in &mut self.grant_sources {
@@ -333,6 +364,7 @@ pub fn resolve_layered(
         workdir_exec: m.filesystem.workdir_exec.unwrap_or(true),
         read_only,
         mounts,
+        skipped_mounts: Vec::new(),
         network,
         env_allow,
         exec_allow: m.exec.allow.clone(),
@@ -368,6 +400,7 @@ fn file_mounts(m: &Manifest, dir: &Path, prefix: &str, places: &Places) -> Vec<M
                 mode: e.mode,
                 origin: format!("{prefix}filesystem.mounts[{i}]"),
                 written: e.source.clone(),
+                optional: e.optional,
             }
         })
         .collect()
@@ -525,10 +558,15 @@ fn resolve_resources(m: &Manifest, f: &RunFlags) -> Result<ResourceRequest, Flag
     })
 }
 
-/// Parse `--mount SRC[:TGT][:MODE]`. The mode, when present, is the last field; the default
-/// mode is `read`. Paths containing `:` must be declared in the manifest instead.
+/// Parse `--mount SRC[:TGT][:MODE][?]`. The mode, when present, is the last field; the
+/// default mode is `read`. A trailing `?` makes the mount optional: a missing source skips
+/// it. Paths containing `:` (or ending in `?`) must be declared in the manifest instead.
 pub fn parse_mount_flag(spec: &str, places: &Places) -> Result<Mount, FlagError> {
-    let mut parts: Vec<&str> = spec.split(':').collect();
+    let (body, optional) = match spec.strip_suffix('?') {
+        Some(b) => (b, true),
+        None => (spec, false),
+    };
+    let mut parts: Vec<&str> = body.split(':').collect();
     let mode = match parts.last().and_then(|w| MountMode::parse(w)) {
         Some(mode) if parts.len() > 1 => {
             parts.pop();
@@ -543,8 +581,9 @@ pub fn parse_mount_flag(spec: &str, places: &Places) -> Result<Mount, FlagError>
             return Err(flag_err(
                 "--mount",
                 spec,
-                "expected SRC[:TGT][:MODE] with MODE one of read, stage, write, hide; declare \
-                 paths containing `:` in cofferdam.toml [filesystem] mounts",
+                "expected SRC[:TGT][:MODE][?] with MODE one of read, stage, write, hide (a \
+                 trailing ? makes it optional); declare paths containing `:` in cofferdam.toml \
+                 [filesystem] mounts",
             ));
         }
     };
@@ -570,6 +609,7 @@ pub fn parse_mount_flag(spec: &str, places: &Places) -> Result<Mount, FlagError>
         mode,
         origin: "--mount".to_owned(),
         written: src.to_owned(),
+        optional,
     })
 }
 
@@ -839,6 +879,49 @@ mod tests {
             let e = resolve_policy(None, &flags, &places()).unwrap_err();
             assert_eq!(e.flag, flag, "{e}");
         }
+    }
+
+    #[test]
+    fn a_trailing_question_mark_makes_a_mount_optional_and_absent_ones_are_skipped() {
+        let p = places();
+        let m = parse_mount_flag("~/.cache/pip:write?", &p).unwrap();
+        assert_eq!((m.mode, m.optional), (MountMode::Write, true));
+        assert_eq!(m.written, "~/.cache/pip");
+        let m = parse_mount_flag("/s?", &p).unwrap();
+        assert_eq!(
+            (m.source.as_path(), m.mode, m.optional),
+            (Path::new("/s"), MountMode::Read, true)
+        );
+        assert!(!parse_mount_flag("/s:/t", &p).unwrap().optional);
+        assert!(parse_mount_flag("?", &p).is_err());
+
+        let l = LoadedManifest {
+            path: "/cfg/cofferdam.toml".into(),
+            manifest: parse_manifest(
+                "cofferdam.toml",
+                "[[filesystem.mounts]]\nsource = \"/a\"\nmode = \"read\"\noptional = true\n\
+                 [[filesystem.mounts]]\nsource = \"/b\"\nmode = \"read\"\n",
+            )
+            .unwrap(),
+        };
+        let flags = RunFlags {
+            mounts: vec!["/c:/c:write?".into(), "/d?".into()],
+            ..Default::default()
+        };
+        let mut pol = resolve_policy(Some(&l), &flags, &p).unwrap();
+        // Everything is "absent": only the optional mounts move; /d stays, it exists.
+        let skipped: Vec<String> = pol
+            .skip_absent_optional(|s| s != Path::new("/d"))
+            .iter()
+            .map(|m| m.origin.clone())
+            .collect();
+        assert_eq!(skipped, ["filesystem.mounts[0]", "--mount"]);
+        let kept: Vec<&Path> = pol.mounts.iter().map(|m| m.source.as_path()).collect();
+        assert_eq!(kept, [Path::new("/b"), Path::new("/d")]);
+        assert_eq!(
+            pol.skipped_mounts[1].skipped_line(),
+            "optional mount /c (--mount) skipped: its source /c does not exist"
+        );
     }
 
     #[test]

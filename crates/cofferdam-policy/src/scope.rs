@@ -115,6 +115,12 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
                 mode: m.mode.wire_name().to_owned(),
                 effect: mount_effect(tier, m.mode, m.source != m.target),
             })
+            .chain(p.skipped_mounts.iter().map(|m| HostPathReport {
+                source: display(&m.source),
+                target: display(&m.target),
+                mode: m.mode.wire_name().to_owned(),
+                effect: SKIPPED_EFFECT.to_owned(),
+            }))
             .collect(),
         state_stores: p
             .mounts
@@ -176,6 +182,9 @@ fn routes(tier: EnforcementTier, allow: bool) -> Vec<RouteReport> {
         },
     ]
 }
+
+/// The effect of an optional mount whose source does not exist.
+pub const SKIPPED_EFFECT: &str = "skipped: optional, and the source does not exist";
 
 fn mount_effect(tier: EnforcementTier, mode: MountMode, remapped: bool) -> String {
     let remap = if remapped && tier != EnforcementTier::MountnsPivotRootLandlockSeccomp {

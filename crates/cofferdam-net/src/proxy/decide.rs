@@ -252,6 +252,39 @@ pub fn decide_proxy(allow: &[AllowEntry], synthetic: &Synthetic, host: &str, por
     }
 }
 
+/// The longest destination a denial line names; longer ones are cut (with `...`).
+const DENIAL_HOST_MAX: usize = 255;
+
+/// What a denied workload is told, without the `cofferdam: ` prefix: the destination and
+/// the `--allow-net` entry that would allow it. Plain ASCII whatever `host` holds: every
+/// byte outside a host name's characters is percent-escaped, so nothing of the workload's
+/// own bytes reaches its terminal or an HTTP header unescaped.
+pub fn denial_reason(host: &str, port: u16) -> String {
+    let mut h = String::new();
+    for b in host.bytes().take(DENIAL_HOST_MAX) {
+        if b.is_ascii_alphanumeric() || b"-._:*".contains(&b) {
+            h.push(char::from(b));
+        } else {
+            h.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if host.len() > DENIAL_HOST_MAX {
+        h.push_str("...");
+    }
+    let v6 = h.contains(':');
+    // A bare entry means ports 80 and 443; any other port is named.
+    let entry = match (port, v6) {
+        (80 | 443, _) => h.clone(),
+        (_, true) => format!("[{h}]:{port}"),
+        (_, false) => format!("{h}:{port}"),
+    };
+    let dest = match port {
+        80 | 443 => h,
+        _ => entry.clone(),
+    };
+    format!("{dest} is not in the allowlist; allow it with --allow-net {entry}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,5 +461,29 @@ mod tests {
             decide_proxy(&a, &s, "127.0.0.1", 9001),
             Verdict::Deny { .. }
         ));
+    }
+
+    #[test]
+    fn a_denial_names_the_entry_that_allows_it_in_plain_ascii() {
+        assert_eq!(
+            denial_reason("denied.test", 443),
+            "denied.test is not in the allowlist; allow it with --allow-net denied.test"
+        );
+        assert_eq!(
+            denial_reason("127.0.0.1", 8080),
+            "127.0.0.1:8080 is not in the allowlist; allow it with --allow-net 127.0.0.1:8080"
+        );
+        assert_eq!(
+            denial_reason("::1", 8080),
+            "[::1]:8080 is not in the allowlist; allow it with --allow-net [::1]:8080"
+        );
+        let hostile = denial_reason("a\x1b[31m\r\nSet-Cookie: x=\"y\"\u{e9}", 80);
+        assert!(hostile.starts_with("a%1B%5B31m%0D%0ASet-Cookie:%20x%3D%22y%22%C3%A9 "));
+        assert!(
+            hostile.bytes().all(|b| (0x20..0x7f).contains(&b)),
+            "{hostile}"
+        );
+        let long = denial_reason(&"a".repeat(1000), 80);
+        assert!(long.len() < 600 && long.contains("..."), "{long}");
     }
 }

@@ -35,9 +35,9 @@ pub enum Reply {
     A(Ipv4Addr),
     /// The name exists but has no record of the asked type (`NOERROR`, no answer).
     Empty,
-    /// No such name (`NXDOMAIN`): the name is not allowed.
-    NameError,
-    /// The query is not one this resolver answers (`REFUSED`).
+    /// Not answered (`REFUSED`): a name the run does not allow, or a query this resolver
+    /// does not answer. A resolver gives up on it at once, and it does not claim the name
+    /// is absent.
     Refused,
 }
 
@@ -92,7 +92,6 @@ pub fn is_internet(q: &Query) -> bool {
 pub fn response(q: &Query, reply: Reply) -> Vec<u8> {
     let rcode: u16 = match reply {
         Reply::A(_) | Reply::Empty => 0,
-        Reply::NameError => 3,
         Reply::Refused => 5,
     };
     // QR, the query's opcode and RD, RA, the rcode.
@@ -144,10 +143,10 @@ mod tests {
     }
 
     #[test]
-    fn refused_names_get_nxdomain_and_empty_has_no_answer() {
+    fn refused_names_get_refused_and_empty_has_no_answer() {
         let q = parse_query(&query("other.test", TYPE_A)).unwrap();
-        let r = response(&q, Reply::NameError);
-        assert_eq!(r[3] & 0x0f, 3);
+        let r = response(&q, Reply::Refused);
+        assert_eq!(r[3] & 0x0f, 5);
         assert_eq!(&r[6..8], &[0, 0]);
         let r = response(&q, Reply::Empty);
         assert_eq!(r[3] & 0x0f, 0);

@@ -7,7 +7,12 @@
 //!
 //! Plain threads, not an async runtime: a run has a handful of connections at a time, the
 //! driver starts only in `allow` mode (nothing of it is on the startup path of `none`), and
-//! it costs no dependency. A denied connection is reset at once (a refusal, not a timeout).
+//! it costs no dependency. A denied connection is refused at once (not a timeout) with its
+//! reason where the protocol can carry one: an HTTP request (proxied, or plain HTTP on the
+//! transparent path) gets a `403` with a one-line reason naming the `--allow-net` entry that
+//! would allow it (also in a `Proxy-Status` header, RFC 9209, so a failed CONNECT shows it),
+//! a denied name gets a DNS `REFUSED`; TLS and other protocols are reset (answering inside
+//! TLS would mean terminating it).
 //!
 //! Owns the serving and the counters. It decides through `decide` (pure) and never touches
 //! the sandbox's setup.
@@ -588,24 +593,57 @@ fn over_capacity(shared: &Shared, stream: TcpStream) {
 /// Refuse a connection the sandbox's catch-all rule diverted (nothing listens on its port in
 /// the sandbox, and the port is not allowed), counted as denied for its destination.
 fn serve_catch_all(shared: &Shared, stream: TcpStream) {
-    deny_at_once(shared, stream, "the port is not allowed");
+    match count_denied(shared, &stream, "the port is not allowed") {
+        Some((host, port)) => refuse(stream, Vec::new(), &host, port),
+        None => reset(stream),
+    }
 }
 
-/// Reset `stream` at once and count it denied for its destination: the accepted socket's
-/// local address, named when the resolver gave it out.
+/// Reset `stream` at once and count it denied for its destination.
 fn deny_at_once(shared: &Shared, stream: TcpStream, reason: &'static str) {
-    if let Ok(local) = stream.local_addr() {
-        let host = lock(&shared.synthetic)
-            .name_of(local.ip())
-            .map_or_else(|| local.ip().to_canonical().to_string(), str::to_owned);
-        record(
-            shared,
-            InterceptedProtocol::Tcp,
-            local.port(),
-            &Verdict::Deny { host, reason },
-        );
-    }
+    count_denied(shared, &stream, reason);
     reset(stream);
+}
+
+/// Count `stream` denied for its destination, which it returns: the accepted socket's local
+/// address, named when the resolver gave it out.
+fn count_denied(
+    shared: &Shared,
+    stream: &TcpStream,
+    reason: &'static str,
+) -> Option<(String, u16)> {
+    let local = stream.local_addr().ok()?;
+    let host = lock(&shared.synthetic)
+        .name_of(local.ip())
+        .map_or_else(|| local.ip().to_canonical().to_string(), str::to_owned);
+    let v = Verdict::Deny {
+        host: host.clone(),
+        reason,
+    };
+    record(shared, InterceptedProtocol::Tcp, local.port(), &v);
+    Some((host, local.port()))
+}
+
+/// Refuse a denied transparent connection to `host`:`port` (already recorded): a plain HTTP
+/// request (its first bytes in `first`, read here briefly when none were) is answered `403`
+/// with the reason; anything else (TLS, whose handshake cannot carry an answer without
+/// terminating it, another protocol, nothing within the sniffing wait) is reset.
+fn refuse(mut client: TcpStream, mut first: Vec<u8>, host: &str, port: u16) {
+    if first.is_empty() {
+        first = read_until(&mut client, SNIFF_WAIT, told);
+    }
+    if !matches!(sniff::sniff(&first), sniff::Sniffed::Http(_)) {
+        return reset(client);
+    }
+    answer(
+        &mut client,
+        "403 Forbidden",
+        &decide::denial_reason(host, port),
+    );
+    // The answer is all: the client sees its end at once, and the rest of its request
+    // is read before the close so that the close is no reset cutting the answer off.
+    let _ = client.shutdown(std::net::Shutdown::Write);
+    drain(client);
 }
 
 /// The DNS answer for a query, counted.
@@ -615,7 +653,9 @@ fn answer_dns(shared: &Shared, msg: &[u8]) -> Option<Vec<u8>> {
     let reply = if !dns::is_internet(&q) {
         dns::Reply::Refused
     } else if !allowed {
-        dns::Reply::NameError
+        // REFUSED, not NXDOMAIN: the name may well exist; this run's policy refuses it, and
+        // resolvers fail at once on it (no negative caching of a name that is not absent).
+        dns::Reply::Refused
     } else if q.qtype == dns::TYPE_A {
         match lock(&shared.synthetic).address_for(&q.name) {
             Some(a) => dns::Reply::A(a),
@@ -783,10 +823,7 @@ fn go_upstream(
     let up = match connected {
         Ok(up) => up,
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && reply.is_some() => {
-            let _ = client.write_all(
-                b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            );
-            return;
+            return answer(&mut client, "403 Forbidden", HOST_INTERNAL);
         }
         Err(_) => {
             match reply {
@@ -914,9 +951,9 @@ fn serve_transparent(shared: &Shared, mut client: TcpStream) {
         claimed.as_deref(),
     );
     match &v {
-        Verdict::Deny { .. } => {
+        Verdict::Deny { host, .. } => {
             record(shared, InterceptedProtocol::Tcp, port, &v);
-            reset(client);
+            refuse(client, first, host, port);
         }
         Verdict::Allow { host, upstream, .. } => {
             let tcp = InterceptedProtocol::Tcp;
@@ -1022,14 +1059,18 @@ fn relay_once_told(
         sniff::Sniffed::Http(_) => one_request(&first, name),
         _ => None,
     };
-    let sent = match v {
-        Verdict::Deny { .. } => {
+    let sent = match &v {
+        Verdict::Deny { host, .. } => {
             // The upstream side's relay must end without closing the client's stream, so
-            // that the last close here is a reset.
+            // that the last close here is a reset (or the 403, when the upstream sent
+            // the client nothing: an answer after its bytes would read as theirs).
             denied.store(true, Ordering::SeqCst);
             let _ = up.shutdown(std::net::Shutdown::Both);
             let received = back.map_or(0, |t| t.join().unwrap_or(0));
             lock(&shared.tally).bytes(name, Some(port), 0, received);
+            if received == 0 && !malformed {
+                return refuse(client, first, host, port);
+            }
             return reset(client);
         }
         Verdict::Allow { .. } => match one {
@@ -1054,12 +1095,28 @@ fn relay_once_told(
     lock(&shared.tally).bytes(name, Some(port), sent, received);
 }
 
-/// Answer a proxy client with `status` and a one-line reason, and close.
+/// Answer a client with `status` and a one-line reason, and close. The reason is made plain
+/// printable ASCII here (anything else, and `"` and `\\`, become `?`), whatever it quotes:
+/// it goes into a header and onto the workload's terminal.
 fn answer(client: &mut TcpStream, status: &str, why: &str) {
+    let why: String = why
+        .chars()
+        .map(|c| match c {
+            ' '..='~' if c != '"' && c != '\\' => c,
+            _ => '?',
+        })
+        .collect();
     let body = format!("cofferdam: {why}\n");
+    let error = match status.split(' ').next() {
+        Some("403") => "http_request_denied",
+        Some("400") => "http_request_error",
+        _ => "destination_unavailable",
+    };
     let _ = client.write_all(
         format!(
-            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+             Proxy-Status: cofferdam; error={error}; details=\"cofferdam: {why}\"\r\n\
+             Connection: close\r\n\r\n{body}",
             body.len()
         )
         .as_bytes(),
@@ -1119,13 +1176,10 @@ fn serve_proxy(shared: &Shared, mut client: TcpStream) {
         decide::decide_proxy(&shared.allow, &syn, &host, port)
     };
     let (checked, upstream) = match &v {
-        Verdict::Deny { .. } => {
+        Verdict::Deny { host, .. } => {
             record(shared, InterceptedProtocol::HttpConnect, port, &v);
-            return answer(
-                &mut client,
-                "403 Forbidden",
-                "this destination is not on the run's network allowlist",
-            );
+            let why = decide::denial_reason(host, port);
+            return answer(&mut client, "403 Forbidden", &why);
         }
         Verdict::Allow { host, upstream, .. } => (host.clone(), upstream.clone()),
     };

@@ -22,6 +22,20 @@ pub const MIN_OPEN_FILES: u64 = 16;
 /// The smallest private /tmp and stage: one page of data is not a usable filesystem.
 pub const MIN_FS_SIZE: u64 = 1 << 20;
 
+/// Skip the optional mounts whose source does not exist (moved to `skipped_mounts`, which
+/// the bundle and the scope report show); the warnings to print. Only a source that is not
+/// there is skipped: one that cannot be read for another reason stays, for [`check`] to
+/// refuse with its cause.
+pub fn skip_missing_optional(policy: &mut Policy) -> Vec<String> {
+    policy
+        .skip_absent_optional(|p| {
+            std::fs::metadata(p).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        })
+        .iter()
+        .map(cofferdam_policy::Mount::skipped_line)
+        .collect()
+}
+
 /// Check `policy` and `stage`; the warnings to print before the run.
 pub fn check(policy: &Policy, stage: Option<&Path>) -> Result<Vec<String>, Failure> {
     check_limits(policy)?;
@@ -99,7 +113,8 @@ fn check_mounts(policy: &Policy) -> Result<(), Failure> {
     for m in &policy.mounts {
         if let Err(e) = std::fs::metadata(&m.source) {
             return Err(Failure::usage(format!(
-                "{} ({}): the source {} cannot be used: {e}; create it or drop the mount",
+                "{} ({}): the source {} cannot be used: {e}; create it, drop the mount, or \
+                 make it optional (a trailing ? on --mount, optional = true in a manifest)",
                 m.written,
                 m.origin,
                 m.source.display()

@@ -40,8 +40,12 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         ));
     }
     let env = context::env()?;
-    let policy = context::policy(&args.policy, &env)?;
-    for warning in super::preflight::check(&policy, args.stage.as_deref())? {
+    let mut policy = context::policy(&args.policy, &env)?;
+    let skipped = super::preflight::skip_missing_optional(&mut policy);
+    for warning in skipped
+        .into_iter()
+        .chain(super::preflight::check(&policy, args.stage.as_deref())?)
+    {
         eprintln!("cofferdam: warning: {}", crate::shown_text(&warning));
     }
     cofferdam_stage::store::check_outside_workdir(&env.storage_root, &policy.workdir)

@@ -17,6 +17,7 @@ mod lastref;
 mod lifecycle;
 mod limits;
 mod load;
+mod mounts;
 mod net;
 mod pty;
 mod readme;

@@ -182,25 +182,17 @@ print(" ".join(out))
     );
     let (out, b) = run_script(&s, &["--allow-net", &allow], &[], &script);
     assert_eq!(line(&out, "plain1"), "P1", "{out}");
-    // Refused at once: reset by the driver (the catch-all) or refused by the kernel.
-    assert!(
-        [
-            "ConnectionResetError",
-            "BrokenPipeError",
-            "ConnectionRefusedError"
-        ]
-        .contains(&line(&out, "plain2")),
-        "{out}"
-    );
-    assert!(
-        [
-            "ConnectionResetError",
-            "BrokenPipeError",
-            "ConnectionRefusedError"
-        ]
-        .contains(&line(&out, "plain3")),
-        "{out}"
-    );
+    // Refused at once: told why by the driver (the catch-all answers a plain HTTP request
+    // with a 403), or refused by the kernel without the catch-all.
+    let told = |host: &str| {
+        format!(
+            "cofferdam: {host}:{p} is not in the allowlist; allow it with --allow-net {host}:{p}",
+            p = p2.port
+        )
+    };
+    let refused = |got: &str, told: &str| got == told || got == "ConnectionRefusedError";
+    assert!(refused(line(&out, "plain2"), &told("127.0.0.1")), "{out}");
+    assert!(refused(line(&out, "plain3"), &told("[::1]")), "{out}");
     // A server the command runs itself, on a port not allowed, is still its own.
     assert_eq!(line(&out, "inner"), "in", "{out}");
     assert_eq!(line(&out, "proxy1"), "P1 rc=0", "{out}");
@@ -354,7 +346,7 @@ s = socket.create_connection(("svc.test", {port}), timeout=5)
 time.sleep(0.6)
 s.sendall(b"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
 try:
-    print("DATA" if s.recv(100) else "EOF")
+    print(s.recv(100).split(b"\r\n")[0].decode() or "EOF")
 except OSError as e:
     print(type(e).__name__)
 '
@@ -384,9 +376,16 @@ except OSError as e:
     // curl's "could not resolve host" (6).
     assert_eq!(line(&out, "other"), "rc=6", "{out}");
     assert_eq!(line(&out, "resolve"), "gaierror", "{out}");
-    assert_eq!(line(&out, "fronted"), "ConnectionResetError", "{out}");
+    // A plain HTTP request for another name is told why; TLS is reset.
+    assert_eq!(
+        line(&out, "fronted"),
+        format!(
+            "cofferdam: other.test:{port} is not in the allowlist; allow it with --allow-net other.test:{port}"
+        ),
+        "{out}"
+    );
     assert_ne!(line(&out, "sni"), "HANDSHAKE", "{out}");
-    assert_eq!(line(&out, "slow"), "ConnectionResetError", "{out}");
+    assert_eq!(line(&out, "slow"), "HTTP/1.1 403 Forbidden", "{out}");
     assert_eq!(line(&out, "banner"), "HELLO ME", "{out}");
     assert_eq!(
         p1.hits.load(Ordering::SeqCst),
@@ -607,4 +606,84 @@ fn an_allowed_name_never_leads_to_the_hosts_loopback_unless_an_address_entry_say
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(line(&stdout, "code"), "200", "{out:?}");
     assert_eq!(p1.hits.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_denied_destination_is_told_why_and_a_denied_name_is_refused_at_once() {
+    if !sealed_host() {
+        return;
+    }
+    let up = server("UP");
+    let s = Sandbox::new();
+    let port = up.port;
+    let reason =
+        "cofferdam: denied.test is not in the allowlist; allow it with --allow-net denied.test";
+    // Through the proxy (curl takes it from the environment): a forwarded request and a
+    // CONNECT, each answered 403 with the reason; the CONNECT's is in its Proxy-Status.
+    // Then a plain HTTP request on the transparent path naming the denied host, and the
+    // resolver's answer for the denied name, timed.
+    let script = format!(
+        "printf 'allowed='; curl -sS http://allowed.test:{port}/; echo\n\
+         printf 'forward='; curl -sS -w 'fcode=%{{http_code}}' http://denied.test/; echo\n\
+         printf 'connect='; curl -sS -v -o /dev/null -w 'code=%{{http_connect}}' https://denied.test/ 2>connect.err; echo \" rc=$?\"\n\
+         printf 'status='; grep -i '^< proxy-status:' connect.err | tr -d '\\r'; rm -f connect.err\n\
+         printf 'transparent='; curl -sS --noproxy '*' -H 'Host: denied.test' -w 'tcode=%{{http_code}}' http://allowed.test:{port}/; echo\n\
+         printf 'getent='; getent hosts denied.test; echo \"rc=$?\"\n\
+         printf 'gai='; python3 -c 'import socket, time\nt = time.monotonic()\ntry:\n  socket.getaddrinfo(\"denied.test\", 443); print(\"RESOLVED\")\nexcept socket.gaierror as e:\n  print(\"EAI_AGAIN\" if e.errno == socket.EAI_AGAIN else e.errno, \"fast\" if time.monotonic() - t < 2 else \"slow\")\n'\n"
+    );
+    let (out, b) = run_script(
+        &s,
+        &[
+            "--network",
+            "allow",
+            "--allow-net",
+            &format!("allowed.test:{port}"),
+        ],
+        &[("COFFERDAM_TEST_RESOLVE", "allowed.test=127.0.0.1")],
+        &script,
+    );
+    assert_eq!(line(&out, "allowed"), "UP", "{out}");
+    assert_eq!(line(&out, "forward"), reason, "{out}");
+    assert_eq!(line(&out, "fcode"), "403", "{out}");
+    // curl's "CONNECT tunnel failed" (56), the reason in the header it shows.
+    assert_eq!(line(&out, "connect"), "code=403 rc=56", "{out}");
+    assert_eq!(
+        line(&out, "status"),
+        format!("< Proxy-Status: cofferdam; error=http_request_denied; details=\"{reason}\""),
+        "{out}"
+    );
+    assert_eq!(
+        line(&out, "transparent"),
+        format!(
+            "cofferdam: denied.test:{port} is not in the allowlist; allow it with --allow-net denied.test:{port}"
+        ),
+        "{out}"
+    );
+    assert_eq!(line(&out, "tcode"), "403", "{out}");
+    // getent's "not found" (2), not a hang; getaddrinfo's "try again" (REFUSED), at once.
+    assert_eq!(line(&out, "getent"), "rc=2", "{out}");
+    assert_eq!(line(&out, "gai"), "EAI_AGAIN fast", "{out}");
+    assert_eq!(
+        up.hits.load(Ordering::SeqCst),
+        1,
+        "only the allowed request"
+    );
+
+    let ds = network_decisions(&b);
+    let denied = |proto: &str| {
+        ds.iter().any(|d| {
+            d["protocol"] == proto && d["host"] == "denied.test" && d["decision"] == "denied"
+        })
+    };
+    assert!(denied("http_connect"), "{ds:?}");
+    assert!(denied("tcp"), "{ds:?}");
+    assert!(denied("dns"), "{ds:?}");
+    assert!(
+        b["network"]["intercepted"]["dns"]["refused"]
+            .as_u64()
+            .unwrap()
+            >= 1,
+        "{}",
+        b["network"]
+    );
 }

@@ -50,7 +50,7 @@ fn usage_errors_exit_2_and_leave_no_job() {
         (vec!["--stage-size".into(), "1".into()], "at least 1MiB"),
         (
             vec!["--mount".into(), missing.display().to_string()],
-            "create it or drop the mount",
+            "create it, drop the mount, or make it optional",
         ),
         (
             vec!["--mount".into(), format!("{}:/x:write", missing.display())],

@@ -486,10 +486,11 @@ print("own=" + tunnel("GET /own HTTP/1.1\r\nHost: svc.test:%s\r\n\r\n" % p))
     });
     check(
         seen == vec![format!("svc.test:{p} /own")]
-            && r.value("other") == Some("ConnectionResetError")
+            && r.value("other")
+                == Some("HTTP/1.1_200_Connection_established|HTTP/1.1_403_Forbidden")
             && r.value("own") == Some("HTTP/1.1_200_Connection_established|HTTP/1.1_200_OK")
             && denied,
-        "a tunnel to an allowed name carries only that name's Host; another is reset, denied",
+        "a tunnel to an allowed name carries only that name's Host; another is answered 403 by cofferdam, denied",
         format!("origin saw {seen:?}; {}; {}", r.out, intercepted(&r)),
     )
 }
