@@ -198,6 +198,8 @@ pub struct Policy {
     pub network: NetworkPolicy,
     /// Extra projected variable names.
     pub env_allow: Vec<String>,
+    /// Variables set inside, names and values (an agent profile's; values never recorded).
+    pub env_set: Vec<(String, String)>,
     /// `[exec] allow`.
     pub exec_allow: Vec<String>,
     /// Resource limits.
@@ -335,6 +337,7 @@ pub fn resolve_layered(
         mounts,
         network,
         env_allow,
+        env_set: Vec::new(),
         exec_allow: m.exec.allow.clone(),
         resources,
         manifest_path: manifest.map(|l| l.path.clone()),

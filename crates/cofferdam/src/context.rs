@@ -109,7 +109,13 @@ pub fn host_facts(file: Option<&Path>) -> Result<HostFacts, Failure> {
 /// Resolve the policy from the user config, the manifest (given, or `cofferdam.toml` in the
 /// workdir) and flags. A manifest that widens what the flags and user config allow is refused
 /// unless the user trusted that exact content (`cofferdam trust`).
-pub fn policy(args: &PolicyArgs, env: &Env) -> Result<Policy, Failure> {
+pub fn policy(args: &PolicyArgs, env: &Env, program: Option<&str>) -> Result<Policy, Failure> {
+    let mut policy = layered_policy(args, env)?;
+    crate::cmd::agents::apply_profile(&mut policy, args, &env.places.home, program)?;
+    Ok(policy)
+}
+
+fn layered_policy(args: &PolicyArgs, env: &Env) -> Result<Policy, Failure> {
     let workdir = match &args.workdir {
         None => None,
         Some(w) => Some(

@@ -40,7 +40,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         ));
     }
     let env = context::env()?;
-    let policy = context::policy(&args.policy, &env)?;
+    let policy = context::policy(&args.policy, &env, args.command.first().map(String::as_str))?;
     for warning in super::preflight::check(&policy, args.stage.as_deref())? {
         eprintln!("cofferdam: warning: {}", crate::shown_text(&warning));
     }
