@@ -419,6 +419,7 @@ fn overlay(base: &Manifest, top: &Manifest) -> Manifest {
         exec: crate::manifest::ExecSection {
             allow: union(&base.exec.allow, &top.exec.allow),
         },
+        profiles: base.profiles.clone(),
     }
 }
 

@@ -146,6 +146,34 @@ pub fn builtins() -> Vec<Profile> {
         .collect()
 }
 
+/// The built-ins with the user config's `[profiles.NAME]` over them: a user profile
+/// replaces a built-in of the same name, others are added after the built-ins.
+pub fn with_user(user: Option<&crate::manifest::Manifest>) -> Vec<Profile> {
+    let mut table = builtins();
+    for (name, s) in user.map(|m| &m.profiles).into_iter().flatten() {
+        let p = Profile {
+            name: name.clone(),
+            programs: s.programs.clone(),
+            install_paths: s.install_paths.clone(),
+            env_pass: s.env_pass.clone(),
+            env_set: s
+                .env_set
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            hosts: s.hosts.clone(),
+            base_url_vars: s.base_url_vars.clone(),
+            state_dirs: s.state_dirs.clone(),
+            read_paths: s.read_paths.clone(),
+        };
+        match table.iter_mut().find(|b| &b.name == name) {
+            Some(b) => *b = p,
+            None => table.push(p),
+        }
+    }
+    table
+}
+
 /// How the user chose.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Choice {
@@ -473,6 +501,28 @@ mod tests {
         let own = vec![("CLAUDE_CONFIG_DIR".to_owned(), "/x".to_owned())];
         let x = expand(claude, home, &own, &|_| false);
         assert!(!x.env_set.iter().any(|(k, _)| k == "CLAUDE_CONFIG_DIR"));
+    }
+
+    #[test]
+    fn user_profiles_replace_builtins_of_their_name_and_add_new_ones() {
+        let m = crate::manifest::parse_manifest(
+            "config.toml",
+            "[profiles.claude]\nprograms = [\"claude\"]\nhosts = [\"llm.corp:8443\"]\n\
+             [profiles.mine]\nprograms = [\"my-agent\"]\nstate_dirs = [\"~/.mine\"]\n\
+             env_set = { MINE_QUIET = \"1\" }\n",
+        )
+        .unwrap();
+        let t = with_user(Some(&m));
+        assert_eq!(t.len(), 5);
+        let claude = t.iter().find(|p| p.name == "claude").unwrap();
+        assert_eq!(claude.hosts, vec!["llm.corp:8443"]);
+        assert!(claude.env_set.is_empty() && claude.state_dirs.is_empty());
+        let mine = select(&t, &Choice::Auto, Some(Path::new("/x/my-agent")), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(mine.env_set, vec![("MINE_QUIET".into(), "1".into())]);
+        let e = crate::manifest::parse_manifest("c", "[profiles.x]\nprogram = [\"a\"]\n");
+        assert!(e.unwrap_err().to_string().contains("program"));
     }
 
     fn resolved(flags: RunFlags) -> Policy {

@@ -56,13 +56,13 @@ fn expand(p: &profiles::Profile, home: &Path) -> Expansion {
 pub fn apply_profile(
     policy: &mut Policy,
     args: &PolicyArgs,
+    table: &[profiles::Profile],
     home: &Path,
     program: Option<&str>,
 ) -> Result<(), Failure> {
-    let table = profiles::builtins();
     let located = program.map(locate);
     let chosen = profiles::select(
-        &table,
+        table,
         &choice(args),
         located.as_ref().map(|(p, _)| p.as_path()),
         located.as_ref().and_then(|(_, r)| r.as_deref()),
@@ -101,7 +101,8 @@ struct ListedPath {
 /// `cofferdam agents`: every profile and what it would grant on this host.
 pub fn list(json: bool) -> Result<u8, Failure> {
     let home = crate::context::env()?.places.home;
-    let listed: Vec<Listed> = profiles::builtins()
+    let user = crate::config_files::load_user_config(&home)?;
+    let listed: Vec<Listed> = profiles::with_user(user.as_ref().map(|u| &u.manifest))
         .iter()
         .map(|p| {
             let x = expand(p, &home);

@@ -3,7 +3,7 @@
 //! `profile:<name>`; `--no-agent-defaults` removes them; `cofferdam agents` lists them.
 //! The agent here is a fake: a script named `claude` on PATH.
 
-use crate::common::{Sandbox, json_of};
+use crate::common::{Sandbox, json_of, require, userns_independently};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
 
@@ -116,6 +116,10 @@ fn walkdir(root: &std::path::Path) -> Vec<PathBuf> {
 
 #[test]
 fn a_claude_run_gets_its_profile_and_its_state_persists_on_the_host() {
+    // The profile's write mount and `allow` network need the sealed tier.
+    if !require("user namespaces (sealed tier)", userns_independently()) {
+        return;
+    }
     let s = Sandbox::new();
     readable(&s);
     std::fs::create_dir(s.home.path().join(".claude")).unwrap();
@@ -182,6 +186,10 @@ fn a_claude_run_gets_its_profile_and_its_state_persists_on_the_host() {
 
 #[test]
 fn no_agent_defaults_removes_the_profile() {
+    // The profile's write mount and `allow` network need the sealed tier.
+    if !require("user namespaces (sealed tier)", userns_independently()) {
+        return;
+    }
     let s = Sandbox::new();
     readable(&s);
     std::fs::create_dir(s.home.path().join(".claude")).unwrap();
@@ -196,21 +204,27 @@ fn no_agent_defaults_removes_the_profile() {
     assert!(!b["safety"]["warnings"].to_string().contains("profile:"));
 }
 
+/// `scope --agent claude`, checking the profile allows `dest`; with its grants.
+fn claude_scope_allows(s: &Sandbox, dest: &str) -> (serde_json::Value, Vec<(String, String)>) {
+    let out = s
+        .cmd()
+        .args(["scope", "--json", "--agent", "claude"])
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    let grants = profile_grants(&v["grant_sources"]);
+    assert!(
+        grants.contains(&("network.allow".into(), dest.into())),
+        "{grants:?}"
+    );
+    (v, grants)
+}
+
 #[test]
 fn scope_with_agent_lists_the_profile_grants_and_state_stores() {
     let s = Sandbox::new();
     std::fs::create_dir(s.home.path().join(".claude")).unwrap();
-    let v = json_of(
-        &s.cmd()
-            .args(["scope", "--json", "--agent", "claude"])
-            .output()
-            .unwrap(),
-    );
-    let grants = profile_grants(&v["grant_sources"]);
-    assert!(
-        grants.contains(&("network.allow".into(), "api.anthropic.com:443".into())),
-        "{grants:?}"
-    );
+    let (v, _) = claude_scope_allows(&s, "api.anthropic.com:443");
     assert_eq!(v["network_mode"], "allow", "{}", v["network_mode"]);
     let stores = v["state_stores"].to_string();
     assert!(stores.contains("profile:claude"), "{stores}");
@@ -249,4 +263,34 @@ fn agents_lists_each_profile_with_what_it_grants_here() {
     let text = s.cmd().arg("agents").output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("outside review; present"), "{text}");
+}
+
+#[test]
+fn user_config_profiles_override_builtins_and_a_workdir_manifest_cannot_define_them() {
+    let s = Sandbox::new();
+    let cfg = s.home.path().join(".config/cofferdam/config.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cfg,
+        "[profiles.claude]\nprograms = [\"claude\"]\nhosts = [\"llm.corp.example:8443\"]\n\
+         [profiles.mine]\nprograms = [\"my-agent\"]\nenv_pass = [\"MINE_KEY\"]\n",
+    )
+    .unwrap();
+    let (_, grants) = claude_scope_allows(&s, "llm.corp.example:8443");
+    assert!(
+        !grants.iter().any(|(_, v)| v.contains("anthropic")),
+        "{grants:?}"
+    );
+    let listed = json_of(&s.cmd().args(["agents", "--json"]).output().unwrap());
+    assert_eq!(listed["profiles"][4]["name"], "mine", "{listed}");
+    assert_eq!(listed["profiles"][4]["env_pass"][0], "MINE_KEY");
+
+    s.write("cofferdam.toml", "[profiles.evil]\nprograms = [\"sh\"]\n");
+    let out = s.cmd().args(["scope", "--json"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("profiles.evil") && err.contains("fix:"),
+        "{err}"
+    );
 }
