@@ -31,6 +31,7 @@ pub use doctor::{CheckStatus, DoctorReport, doctor};
 pub mod cgroup_plan;
 pub mod outcome;
 pub mod plan;
+pub mod profiles;
 pub mod provenance;
 pub mod resources;
 pub mod scoped_plan;

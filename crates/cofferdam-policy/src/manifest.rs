@@ -33,6 +33,41 @@ pub struct Manifest {
     /// `[exec]`.
     #[serde(default)]
     pub exec: ExecSection,
+    /// `[profiles.NAME]`: agent profiles (`crate::profiles`); the user config's only, a
+    /// workdir manifest that has them is refused by the caller.
+    #[serde(default)]
+    pub profiles: std::collections::BTreeMap<String, ProfileSection>,
+}
+
+/// `[profiles.NAME]`: an agent profile, with the keys of the built-in ones (a user profile
+/// replaces a built-in of the same name whole). Paths are `~/…` or absolute.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSection {
+    /// Program basenames that select it.
+    #[serde(default)]
+    pub programs: Vec<String>,
+    /// Pieces of an install path that select it.
+    #[serde(default)]
+    pub install_paths: Vec<String>,
+    /// Variable names passed in.
+    #[serde(default)]
+    pub env_pass: Vec<String>,
+    /// Variables set inside, name = value.
+    #[serde(default)]
+    pub env_set: std::collections::BTreeMap<String, String>,
+    /// API destinations, `HOST[:PORT]`.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Base-URL variables whose URL replaces `hosts` when set.
+    #[serde(default)]
+    pub base_url_vars: Vec<String>,
+    /// State directories lent writable on the host (they persist, outside review).
+    #[serde(default)]
+    pub state_dirs: Vec<String>,
+    /// Paths lent read-only.
+    #[serde(default)]
+    pub read_paths: Vec<String>,
 }
 
 /// `[filesystem]`.

@@ -237,7 +237,17 @@ pub fn assemble_bundle(
     };
     let mut safety = SafetySummary::derive(&observations, Some(&executor_plan), Some(&filesystem));
     safety.warnings.extend(r.warnings.iter().cloned());
+    for m in &policy.mounts {
+        if let (Some(name), crate::MountMode::Write) = (m.origin.strip_prefix("profile:"), m.mode) {
+            safety.warnings.push(format!(
+                "{} is agent state lent writable by profile:{name}: what the command wrote \
+                 there is on the host now, outside review (--no-agent-defaults turns it off)",
+                m.source.display()
+            ));
+        }
+    }
     let mut injected: Vec<String> = INJECTED_ENV.iter().map(|s| s.to_string()).collect();
+    injected.extend(policy.env_set.iter().map(|(k, _)| k.clone()));
     if policy.network.mode == cofferdam_net::NetworkMode::Allow {
         injected.extend(crate::policy::PROXY_ENV.iter().map(|s| s.to_string()));
     }

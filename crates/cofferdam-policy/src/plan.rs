@@ -303,6 +303,10 @@ pub fn project_env(policy: &Policy, inv: &Invoker, run_id: &str) -> Vec<(String,
             "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin".into(),
         ));
     }
+    for (k, v) in &policy.env_set {
+        env.retain(|(n, _)| n != k);
+        env.push((k.clone(), v.clone()));
+    }
     env.push(("HOME".into(), inv.home.to_string_lossy().into_owned()));
     env.push(("USER".into(), inv.user.clone()));
     env.push(("TMPDIR".into(), "/tmp".into()));

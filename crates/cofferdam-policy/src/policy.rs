@@ -216,6 +216,8 @@ pub struct Policy {
     pub network: NetworkPolicy,
     /// Extra projected variable names.
     pub env_allow: Vec<String>,
+    /// Variables set inside, names and values (an agent profile's; values never recorded).
+    pub env_set: Vec<(String, String)>,
     /// `[exec] allow`.
     pub exec_allow: Vec<String>,
     /// Resource limits.
@@ -367,6 +369,7 @@ pub fn resolve_layered(
         skipped_mounts: Vec::new(),
         network,
         env_allow,
+        env_set: Vec::new(),
         exec_allow: m.exec.allow.clone(),
         resources,
         manifest_path: manifest.map(|l| l.path.clone()),
@@ -449,6 +452,7 @@ fn overlay(base: &Manifest, top: &Manifest) -> Manifest {
         exec: crate::manifest::ExecSection {
             allow: union(&base.exec.allow, &top.exec.allow),
         },
+        profiles: base.profiles.clone(),
     }
 }
 

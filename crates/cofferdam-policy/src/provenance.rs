@@ -10,6 +10,16 @@ use crate::policy::{Policy, RunFlags, USER_CONFIG_ORIGIN};
 use cofferdam_net::AllowEntry;
 use cofferdam_record::scope::{GrantSource, GrantSourceReport};
 
+/// A mount as its grant is shown: `SRC -> TGT (MODE)`.
+pub fn mount_value(m: &crate::policy::Mount) -> String {
+    format!(
+        "{} -> {} ({})",
+        m.source.display(),
+        m.target.display(),
+        m.mode.wire_name()
+    )
+}
+
 /// The grants of `p` and their sources. `manifest_source` is how the manifest's own grants
 /// are labelled (`Manifest` or `TrustedManifest`).
 pub fn grant_sources(
@@ -28,6 +38,7 @@ pub fn grant_sources(
             grant: grant.to_owned(),
             value,
             source,
+            profile: None,
         })
     };
     // A scalar: the highest layer that sets it.
@@ -100,16 +111,7 @@ pub fn grant_sources(
         } else {
             manifest_source
         };
-        push(
-            "filesystem.mounts",
-            format!(
-                "{} -> {} ({})",
-                mt.source.display(),
-                mt.target.display(),
-                mt.mode.wire_name()
-            ),
-            source,
-        );
+        push("filesystem.mounts", mount_value(mt), source);
     }
     let net_flag = flags.network.is_some() || !flags.allow_net.is_empty();
     let net_source = if net_flag {

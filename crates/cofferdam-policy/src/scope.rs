@@ -58,6 +58,7 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
         .collect();
     env_projected.extend(p.env_allow.iter().cloned());
     let mut env_injected: Vec<String> = INJECTED_ENV.iter().map(|s| s.to_string()).collect();
+    env_injected.extend(p.env_set.iter().map(|(k, _)| k.clone()));
     if allow {
         env_injected.extend(PROXY_ENV.iter().map(|s| s.to_string()));
     }
@@ -129,7 +130,15 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
             .map(|m| StateStoreReport {
                 source: display(&m.source),
                 target: display(&m.target),
-                note: "written directly on the host: bypasses the stage and review".to_owned(),
+                note: match m.origin.strip_prefix("profile:") {
+                    Some(name) => format!(
+                        "agent state lent by profile:{name}: written directly on the host, \
+                         persists across runs, bypasses the stage and review"
+                    ),
+                    None => {
+                        "written directly on the host: bypasses the stage and review".to_owned()
+                    }
+                },
             })
             .collect(),
         runtime_writes: Vec::new(),

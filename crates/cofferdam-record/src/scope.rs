@@ -165,7 +165,7 @@ pub enum GrantSource {
     Flag,
     /// The user config (`$XDG_CONFIG_HOME/cofferdam/config.toml`).
     UserConfig,
-    /// An agent profile (none are built yet).
+    /// An agent profile (`profile` names which).
     Profile,
     /// The workdir's manifest, which only narrows here (no trust needed).
     Manifest,
@@ -196,6 +196,19 @@ pub struct GrantSourceReport {
     pub value: String,
     /// Where it came from.
     pub source: GrantSource,
+    /// The profile's name when `source` is `profile` (shown `profile:<name>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+}
+
+impl GrantSourceReport {
+    /// The source as shown to a person: `profile:claude` for a profile's grant.
+    pub fn shown_source(&self) -> String {
+        match (&self.source, &self.profile) {
+            (GrantSource::Profile, Some(n)) => format!("profile:{n}"),
+            (s, _) => s.shown().to_owned(),
+        }
+    }
 }
 
 /// A path named by the manifest.

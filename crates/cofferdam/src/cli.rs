@@ -100,6 +100,8 @@ pub enum Command {
     /// Let a manifest grant more than your flags and user config (pins its content: any
     /// change untrusts it); --list, --remove.
     Trust(TrustArgs),
+    /// List the agent profiles and what each grants on this host.
+    Agents,
     /// Read and check Run Bundles.
     #[command(subcommand)]
     Bundle(BundleCommand),
@@ -182,7 +184,13 @@ pub struct PolicyArgs {
     /// Pass a host environment variable in by name.
     #[arg(long = "env", value_name = "NAME")]
     pub env: Vec<String>,
-    /// Network mode: none (default), allow, host.
+    /// Use this agent profile whatever the program is (see `cofferdam agents`).
+    #[arg(long, value_name = "NAME", conflicts_with = "no_agent_defaults")]
+    pub agent: Option<String>,
+    /// Use no agent profile, even for a program that has one.
+    #[arg(long = "no-agent-defaults")]
+    pub no_agent_defaults: bool,
+    /// Network mode: none (default; `allow` under an agent profile), allow, host.
     #[arg(long, value_name = "MODE")]
     pub network: Option<String>,
     /// Allow a destination HOST[:PORT] (implies --network allow; *.domain wildcards).

@@ -109,7 +109,19 @@ pub fn host_facts(file: Option<&Path>) -> Result<HostFacts, Failure> {
 /// Resolve the policy from the user config, the manifest (given, or `cofferdam.toml` in the
 /// workdir) and flags. A manifest that widens what the flags and user config allow is refused
 /// unless the user trusted that exact content (`cofferdam trust`).
-pub fn policy(args: &PolicyArgs, env: &Env) -> Result<Policy, Failure> {
+pub fn policy(args: &PolicyArgs, env: &Env, program: Option<&str>) -> Result<Policy, Failure> {
+    let user = crate::config_files::load_user_config(&env.places.home)?;
+    let mut policy = layered_policy(args, env, user.as_ref())?;
+    let profiles = cofferdam_policy::profiles::with_user(user.as_ref().map(|u| &u.manifest));
+    crate::cmd::agents::apply_profile(&mut policy, args, &profiles, &env.places.home, program)?;
+    Ok(policy)
+}
+
+fn layered_policy(
+    args: &PolicyArgs,
+    env: &Env,
+    user: Option<&LoadedManifest>,
+) -> Result<Policy, Failure> {
     let workdir = match &args.workdir {
         None => None,
         Some(w) => Some(
@@ -145,13 +157,12 @@ pub fn policy(args: &PolicyArgs, env: &Env) -> Result<Policy, Failure> {
         tmp_size: args.tmp_size.clone(),
         stage_size: args.stage_size.clone(),
     };
-    let user = crate::config_files::load_user_config(&env.places.home)?;
     let Some((loaded, file, shown)) = manifest else {
-        return resolve_layered(user.as_ref(), None, &flags, &env.places).map_err(Failure::usage);
+        return resolve_layered(user, None, &flags, &env.places).map_err(Failure::usage);
     };
-    let widening = widening_keys(user.as_ref(), &loaded, &flags, &env.places)?;
-    let mut policy = resolve_layered(user.as_ref(), Some(&loaded), &flags, &env.places)
-        .map_err(Failure::usage)?;
+    let widening = widening_keys(user, &loaded, &flags, &env.places)?;
+    let mut policy =
+        resolve_layered(user, Some(&loaded), &flags, &env.places).map_err(Failure::usage)?;
     if !widening.is_empty() {
         let trust = crate::config_files::read_trust(&env.places.home)?;
         let key = file.canonical.to_string_lossy();
@@ -240,6 +251,14 @@ fn load_manifest(
     };
     let file = crate::config_files::read_manifest(&path, &shown)?;
     let manifest = parse_manifest(&shown, &file.text).map_err(Failure::usage)?;
+    if let Some(name) = manifest.profiles.keys().next() {
+        return Err(Failure::usage(format!(
+            "{shown}: profiles.{name}: a workdir manifest cannot define agent profiles (they \
+             grant network, env and host paths)\n  fix: remove the [profiles.{name}] table; \
+             put profiles in your user config ({})",
+            crate::config_files::user_config_path(&env.places.home).display()
+        )));
+    }
     let loaded = LoadedManifest {
         path: cofferdam_policy::policy::normalize(&path),
         manifest,

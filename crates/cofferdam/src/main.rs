@@ -98,6 +98,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Kill(a) => cmd::kill::kill(a, cli.global.json),
         Command::Demo => cmd::demo::demo(style, cli.global.json),
         Command::Trust(a) => cmd::trust::trust(a, cli.global.json),
+        Command::Agents => cmd::agents::list(cli.global.json),
         Command::Doctor(a) => cmd::doctor::run(a.host_facts.as_deref(), cli.global.json, style),
         Command::Bundle(BundleCommand::Verify { file }) => {
             cmd::bundle::verify(file, cli.global.json)
@@ -123,6 +124,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Kill(_) => "kill",
         Command::Demo => "demo",
         Command::Trust(_) => "trust",
+        Command::Agents => "agents",
         Command::Scope(_) => "scope",
         Command::Doctor(_) => "doctor",
         Command::Bundle(_) => "bundle",

@@ -1,5 +1,6 @@
 //! One module per subcommand; each parses nothing itself and returns an exit code.
 
+pub mod agents;
 pub mod apply;
 pub mod bundle;
 pub mod complete;

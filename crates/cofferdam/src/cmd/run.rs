@@ -40,7 +40,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         ));
     }
     let env = context::env()?;
-    let mut policy = context::policy(&args.policy, &env)?;
+    let mut policy = context::policy(&args.policy, &env, args.command.first().map(String::as_str))?;
     let skipped = super::preflight::skip_missing_optional(&mut policy);
     for warning in skipped
         .into_iter()

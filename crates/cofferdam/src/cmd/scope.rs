@@ -22,7 +22,7 @@ pub fn run(
     style: Style,
 ) -> Result<u8, Failure> {
     let env = context::env()?;
-    let mut policy = context::policy(args, &env)?;
+    let mut policy = context::policy(args, &env, None)?;
     super::preflight::skip_missing_optional(&mut policy);
     let facts = context::host_facts(host_facts)?;
     let report = build_scope_report(&ScopeInputs {
@@ -185,7 +185,7 @@ pub fn render(r: &ScopeReport, s: Style) -> String {
         row(
             &mut o,
             "granted by",
-            &format!("{} {}: {}", g.grant, escape(&g.value), g.source.shown()),
+            &format!("{} {}: {}", g.grant, escape(&g.value), g.shown_source()),
         );
     }
 

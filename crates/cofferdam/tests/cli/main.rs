@@ -4,6 +4,7 @@
 //! skip fails instead.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agents;
 mod apply;
 mod bundles;
 mod common;

@@ -41,8 +41,18 @@ pub fn refuse_unsupported(policy: &Policy, tier: EnforcementTier) -> Result<(), 
         )));
     }
     if policy.network.mode == cofferdam_net::NetworkMode::Allow {
+        let from = match policy
+            .grant_sources
+            .iter()
+            .find(|g| g.grant == "network.mode")
+        {
+            Some(g) if g.profile.is_some() => {
+                format!("{}, which --no-agent-defaults turns off", g.shown_source())
+            }
+            _ => "--allow-net, [network] allow".to_owned(),
+        };
         return Err(Failure::setup(format!(
-            "refusing to run: network mode `allow` (--allow-net, [network] allow) is enforced \
+            "refusing to run: network mode `allow` ({from}) is enforced \
              from a network namespace, and this run is on the {tier} tier, which has none; \
              use `--network none` (no network, Landlock refuses TCP), or `--network host` to \
              accept an unfiltered network, or run on a host with user namespaces (`cofferdam \
@@ -53,8 +63,14 @@ pub fn refuse_unsupported(policy: &Policy, tier: EnforcementTier) -> Result<(), 
         return Err(Failure::setup(format!(
             "refusing to run: {} ({}) lends a host path, which needs the sealed tier's mount \
              namespace; this run is on the {tier} tier. Drop --mount and [filesystem] mounts, \
-             or run on a host with user namespaces (`cofferdam doctor` shows how)",
-            m.written, m.origin
+             or run on a host with user namespaces (`cofferdam doctor` shows how){}",
+            m.written,
+            m.origin,
+            if m.origin.starts_with("profile:") {
+                "; --no-agent-defaults drops the agent profile's paths"
+            } else {
+                ""
+            }
         )));
     }
     Ok(())

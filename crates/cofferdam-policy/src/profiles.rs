@@ -1,0 +1,588 @@
+//! Agent profiles (issue 19): which agent a command is, and what its profile lends.
+//!
+//! Owns the built-in profile table (data), choosing a profile for a program (its basename,
+//! the basename or install path it resolves to, or `--agent NAME`), expanding a profile
+//! against the caller's HOME and environment, and adding the expansion to a resolved
+//! [`Policy`] with every grant credited to `profile:<name>`. Pure: the caller resolves
+//! symlinks and says which paths exist; this reads nothing itself.
+
+use crate::manifest::MountMode;
+use crate::policy::{Mount, Policy};
+use cofferdam_net::{AllowEntry, NetworkMode};
+use cofferdam_record::scope::{GrantSource, GrantSourceReport};
+use std::path::{Path, PathBuf};
+
+/// One agent profile. Paths are written `~/…` (the caller's HOME).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    /// The name (`--agent NAME`, `profile:NAME` in records).
+    pub name: String,
+    /// Program basenames that select it.
+    pub programs: Vec<String>,
+    /// Pieces of an install path that select it when the program resolves there
+    /// (e.g. `node_modules/@anthropic-ai/claude-code/`).
+    pub install_paths: Vec<String>,
+    /// Variable names passed in from the caller's environment.
+    pub env_pass: Vec<String>,
+    /// Variables set inside (`~/` in a value is the caller's HOME); a variable the caller
+    /// has set is passed instead.
+    pub env_set: Vec<(String, String)>,
+    /// The vendor's API destinations, `HOST[:PORT]`.
+    pub hosts: Vec<String>,
+    /// Base-URL variables: when one is set, its URL's host:port replaces `hosts`.
+    pub base_url_vars: Vec<String>,
+    /// The agent's own state directories, lent writable on the host (they persist).
+    pub state_dirs: Vec<String>,
+    /// Paths lent read-only.
+    pub read_paths: Vec<String>,
+}
+
+/// Read-only paths every built-in lends: the user's git identity.
+const GIT_CONFIG: &[&str] = &["~/.gitconfig", "~/.config/git/config"];
+
+/// A built-in profile as data.
+struct Builtin {
+    name: &'static str,
+    programs: &'static [&'static str],
+    install_paths: &'static [&'static str],
+    env_pass: &'static [&'static str],
+    env_set: &'static [(&'static str, &'static str)],
+    hosts: &'static [&'static str],
+    base_url_vars: &'static [&'static str],
+    state_dirs: &'static [&'static str],
+}
+
+/// The built-in profiles, from what each CLI was measured to need (NOTES.md, "Real agent
+/// CLIs inside the sandbox"). Telemetry, update and registry hosts are left out on purpose.
+const BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "claude",
+        programs: &["claude"],
+        install_paths: &["node_modules/@anthropic-ai/claude-code/"],
+        env_pass: &[
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_AUTH_TOKEN",
+            "CLAUDE_CODE_OAUTH_TOKEN",
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_MODEL",
+            "CLAUDE_CONFIG_DIR",
+        ],
+        // `~/.claude.json` is saved by rename-over, which no single-file mount survives:
+        // pointing the config dir at the lent `~/.claude` keeps that file inside it.
+        env_set: &[
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("CLAUDE_CONFIG_DIR", "~/.claude"),
+        ],
+        hosts: &["api.anthropic.com:443"],
+        base_url_vars: &["ANTHROPIC_BASE_URL"],
+        state_dirs: &["~/.claude"],
+    },
+    Builtin {
+        name: "codex",
+        programs: &["codex"],
+        install_paths: &["node_modules/@openai/codex/"],
+        env_pass: &["CODEX_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"],
+        env_set: &[],
+        hosts: &["api.openai.com:443"],
+        base_url_vars: &["OPENAI_BASE_URL"],
+        state_dirs: &["~/.codex"],
+    },
+    Builtin {
+        name: "gemini",
+        programs: &["gemini"],
+        install_paths: &["node_modules/@google/gemini-cli/"],
+        env_pass: &[
+            "GEMINI_API_KEY",
+            "GOOGLE_API_KEY",
+            "GOOGLE_GEMINI_BASE_URL",
+            "GOOGLE_GENAI_USE_VERTEXAI",
+            "GOOGLE_CLOUD_PROJECT",
+        ],
+        env_set: &[],
+        hosts: &["generativelanguage.googleapis.com:443"],
+        base_url_vars: &["GOOGLE_GEMINI_BASE_URL"],
+        state_dirs: &["~/.gemini"],
+    },
+    Builtin {
+        name: "aider",
+        programs: &["aider"],
+        install_paths: &["site-packages/aider/", "/aider-chat/"],
+        env_pass: &[
+            "OPENAI_API_KEY",
+            "OPENAI_API_BASE",
+            "ANTHROPIC_API_KEY",
+            "GEMINI_API_KEY",
+        ],
+        env_set: &[],
+        hosts: &["api.openai.com:443"],
+        base_url_vars: &["OPENAI_API_BASE"],
+        state_dirs: &[],
+    },
+];
+
+fn owned(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The built-in profiles.
+pub fn builtins() -> Vec<Profile> {
+    BUILTINS
+        .iter()
+        .map(|b| Profile {
+            name: b.name.to_owned(),
+            programs: owned(b.programs),
+            install_paths: owned(b.install_paths),
+            env_pass: owned(b.env_pass),
+            env_set: b
+                .env_set
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            hosts: owned(b.hosts),
+            base_url_vars: owned(b.base_url_vars),
+            state_dirs: owned(b.state_dirs),
+            read_paths: owned(GIT_CONFIG),
+        })
+        .collect()
+}
+
+/// The built-ins with the user config's `[profiles.NAME]` over them: a user profile
+/// replaces a built-in of the same name, others are added after the built-ins.
+pub fn with_user(user: Option<&crate::manifest::Manifest>) -> Vec<Profile> {
+    let mut table = builtins();
+    for (name, s) in user.map(|m| &m.profiles).into_iter().flatten() {
+        let p = Profile {
+            name: name.clone(),
+            programs: s.programs.clone(),
+            install_paths: s.install_paths.clone(),
+            env_pass: s.env_pass.clone(),
+            env_set: s
+                .env_set
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            hosts: s.hosts.clone(),
+            base_url_vars: s.base_url_vars.clone(),
+            state_dirs: s.state_dirs.clone(),
+            read_paths: s.read_paths.clone(),
+        };
+        match table.iter_mut().find(|b| &b.name == name) {
+            Some(b) => *b = p,
+            None => table.push(p),
+        }
+    }
+    table
+}
+
+/// How the user chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    /// By the program (no flag).
+    Auto,
+    /// `--agent NAME`.
+    Named(String),
+    /// `--no-agent-defaults`.
+    Off,
+}
+
+/// A profile that cannot be chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--agent {name}: no such profile; known: {known} (see `cofferdam agents`)")]
+pub struct UnknownProfile {
+    /// The name given.
+    pub name: String,
+    /// The names there are, comma-separated.
+    pub known: String,
+}
+
+/// The profile for a program: `invoked` as the command names it, `resolved` where it leads
+/// after symlinks (and the script a wrapper runs, when the caller knows it).
+pub fn select<'a>(
+    profiles: &'a [Profile],
+    choice: &Choice,
+    invoked: Option<&Path>,
+    resolved: Option<&Path>,
+) -> Result<Option<&'a Profile>, UnknownProfile> {
+    match choice {
+        Choice::Off => Ok(None),
+        Choice::Named(n) => match profiles.iter().find(|p| &p.name == n) {
+            Some(p) => Ok(Some(p)),
+            None => Err(UnknownProfile {
+                name: n.clone(),
+                known: profiles
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        },
+        Choice::Auto => {
+            let base = |p: Option<&Path>| {
+                p.and_then(Path::file_name)
+                    .map(|n| n.to_string_lossy().into_owned())
+            };
+            let names = [base(invoked), base(resolved)];
+            let real = resolved.map(|r| r.to_string_lossy().into_owned());
+            Ok(profiles.iter().find(|p| {
+                names
+                    .iter()
+                    .flatten()
+                    .any(|n| p.programs.iter().any(|x| x == n))
+                    || real
+                        .as_ref()
+                        .is_some_and(|r| p.install_paths.iter().any(|i| r.contains(i.as_str())))
+            }))
+        }
+    }
+}
+
+/// One path a profile names, as it is on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfilePath {
+    /// As written (`~/.claude`).
+    pub written: String,
+    /// Resolved against HOME.
+    pub path: PathBuf,
+    /// `write` (state, persists) or `read`.
+    pub mode: MountMode,
+    /// Whether it exists (absent ones are skipped).
+    pub present: bool,
+}
+
+/// What a profile grants on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expansion {
+    /// The profile's name.
+    pub name: String,
+    /// Names passed in.
+    pub env_pass: Vec<String>,
+    /// Variables set inside, with their values.
+    pub env_set: Vec<(String, String)>,
+    /// Allowed destinations.
+    pub allow: Vec<String>,
+    /// Where the destinations came from: `profile` or the base-URL variable's name.
+    pub allow_from: String,
+    /// Lent paths, present or not.
+    pub paths: Vec<ProfilePath>,
+}
+
+fn home_path(written: &str, home: &Path) -> PathBuf {
+    match written.strip_prefix("~/") {
+        Some(rest) => home.join(rest),
+        None => PathBuf::from(written),
+    }
+}
+
+fn home_value(written: &str, home: &Path) -> String {
+    match written.strip_prefix("~/") {
+        Some(rest) => home.join(rest).to_string_lossy().into_owned(),
+        None => written.to_owned(),
+    }
+}
+
+/// `HOST:PORT` of an `http(s)://` URL, the port defaulted from the scheme; `None` when it
+/// is not such a URL.
+pub fn url_host_port(url: &str) -> Option<String> {
+    let (rest, port) = if let Some(r) = url.strip_prefix("https://") {
+        (r, 443)
+    } else if let Some(r) = url.strip_prefix("http://") {
+        (r, 80)
+    } else {
+        return None;
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let hostport = authority.rsplit('@').next()?;
+    if hostport.is_empty() {
+        return None;
+    }
+    let has_port = match hostport.rfind(']') {
+        Some(end) => hostport[end..].contains(':'),
+        None => hostport.contains(':'),
+    };
+    Some(if has_port {
+        hostport.to_owned()
+    } else {
+        format!("{hostport}:{port}")
+    })
+}
+
+/// `profile` on this host: `env` is the caller's environment, `exists` says whether a path
+/// is there.
+pub fn expand(
+    profile: &Profile,
+    home: &Path,
+    env: &[(String, String)],
+    exists: &dyn Fn(&Path) -> bool,
+) -> Expansion {
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let from_url = profile
+        .base_url_vars
+        .iter()
+        .find_map(|v| get(v).and_then(url_host_port).map(|hp| (v.clone(), hp)));
+    let (allow, allow_from) = match from_url {
+        Some((var, hp)) => (vec![hp], var),
+        None => (profile.hosts.clone(), "profile".to_owned()),
+    };
+    let mut paths = Vec::new();
+    for (list, mode) in [
+        (&profile.state_dirs, MountMode::Write),
+        (&profile.read_paths, MountMode::Read),
+    ] {
+        for w in list {
+            let path = home_path(w, home);
+            paths.push(ProfilePath {
+                written: w.clone(),
+                present: exists(&path),
+                path,
+                mode,
+            });
+        }
+    }
+    Expansion {
+        name: profile.name.clone(),
+        env_pass: profile.env_pass.clone(),
+        env_set: profile
+            .env_set
+            .iter()
+            .filter(|(k, _)| get(k).is_none())
+            .map(|(k, v)| (k.clone(), home_value(v, home)))
+            .collect(),
+        allow,
+        allow_from,
+        paths,
+    }
+}
+
+/// Add `x` to `policy`, crediting each grant to `profile:<name>`. The network becomes
+/// `allow` only when nobody chose a mode (its source is the default); a profile never gives
+/// `host`, and adds no destinations to `none`. Grants the policy already has are left to
+/// the layer that gave them.
+pub fn apply(policy: &mut Policy, x: &Expansion) {
+    let origin = format!("profile:{}", x.name);
+    let mut added: Vec<(&str, String)> = Vec::new();
+    for n in &x.env_pass {
+        if !policy.env_allow.contains(n) {
+            policy.env_allow.push(n.clone());
+            added.push(("env.allow", n.clone()));
+        }
+    }
+    for (k, v) in &x.env_set {
+        if !policy.env_set.iter().any(|(n, _)| n == k) {
+            policy.env_set.push((k.clone(), v.clone()));
+            // The name only: values never appear in records.
+            added.push(("env.set", k.clone()));
+        }
+    }
+    let net_default = policy
+        .grant_sources
+        .iter()
+        .any(|g| g.grant == "network.mode" && g.source == GrantSource::Default);
+    if net_default && policy.network.mode == NetworkMode::None {
+        policy.network.mode = NetworkMode::Allow;
+        for g in &mut policy.grant_sources {
+            if g.grant == "network.mode" {
+                g.value = NetworkMode::Allow.wire_name().to_owned();
+                g.source = GrantSource::Profile;
+                g.profile = Some(x.name.clone());
+            }
+        }
+    }
+    if policy.network.mode == NetworkMode::Allow {
+        for a in &x.allow {
+            if let Ok(entry) = a.parse::<AllowEntry>()
+                && !policy.network.allow.contains(&entry)
+            {
+                added.push(("network.allow", entry.to_string()));
+                policy.network.allow.push(entry);
+            }
+        }
+    }
+    for p in x.paths.iter().filter(|p| p.present) {
+        if policy.mounts.iter().any(|m| m.target == p.path) {
+            continue;
+        }
+        let m = Mount {
+            source: p.path.clone(),
+            target: p.path.clone(),
+            mode: p.mode,
+            origin: origin.clone(),
+            written: p.written.clone(),
+            // Present when looked at above; should it vanish before the run, it is skipped
+            // rather than refusing the agent.
+            optional: true,
+        };
+        added.push(("filesystem.mounts", crate::provenance::mount_value(&m)));
+        policy.mounts.push(m);
+    }
+    for (grant, value) in added {
+        policy.grant_sources.push(GrantSourceReport {
+            grant: grant.to_owned(),
+            value,
+            source: GrantSource::Profile,
+            profile: Some(x.name.clone()),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Places, RunFlags, resolve_policy};
+
+    fn table() -> Vec<Profile> {
+        builtins()
+    }
+
+    fn pick(choice: Choice, invoked: Option<&str>, resolved: Option<&str>) -> Option<String> {
+        let t = table();
+        select(&t, &choice, invoked.map(Path::new), resolved.map(Path::new))
+            .unwrap()
+            .map(|p| p.name.clone())
+    }
+
+    #[test]
+    fn chosen_by_basename_resolved_install_path_or_flag() {
+        assert_eq!(
+            pick(Choice::Auto, Some("/usr/bin/claude"), None).as_deref(),
+            Some("claude")
+        );
+        assert_eq!(
+            pick(
+                Choice::Auto,
+                Some("/home/u/.local/bin/cc"),
+                Some("/home/u/.nvm/lib/node_modules/@anthropic-ai/claude-code/cli.js")
+            )
+            .as_deref(),
+            Some("claude")
+        );
+        assert_eq!(
+            pick(Choice::Auto, Some("g"), Some("/opt/bin/gemini")).as_deref(),
+            Some("gemini")
+        );
+        assert_eq!(pick(Choice::Auto, Some("/bin/sh"), Some("/bin/dash")), None);
+        assert_eq!(
+            pick(Choice::Named("codex".into()), Some("/bin/sh"), None).as_deref(),
+            Some("codex")
+        );
+        assert_eq!(pick(Choice::Off, Some("claude"), None), None);
+        let t = table();
+        let e = select(&t, &Choice::Named("nope".into()), None, None).unwrap_err();
+        assert!(e.to_string().contains("claude, codex, gemini, aider"));
+    }
+
+    #[test]
+    fn base_url_replaces_the_vendor_host() {
+        assert_eq!(
+            url_host_port("http://127.0.0.1:8080/v1").as_deref(),
+            Some("127.0.0.1:8080")
+        );
+        assert_eq!(
+            url_host_port("https://user@proxy.corp/anthropic").as_deref(),
+            Some("proxy.corp:443")
+        );
+        assert_eq!(url_host_port("http://[::1]/x").as_deref(), Some("[::1]:80"));
+        assert_eq!(url_host_port("ftp://x"), None);
+        let claude = &table()[0];
+        let home = Path::new("/home/u");
+        let none = expand(claude, home, &[], &|_| false);
+        assert_eq!(none.allow, vec!["api.anthropic.com:443"]);
+        let env = vec![(
+            "ANTHROPIC_BASE_URL".to_owned(),
+            "http://127.0.0.1:9000".to_owned(),
+        )];
+        let x = expand(claude, home, &env, &|p| p == Path::new("/home/u/.claude"));
+        assert_eq!(x.allow, vec!["127.0.0.1:9000"]);
+        assert_eq!(x.allow_from, "ANTHROPIC_BASE_URL");
+        assert!(
+            x.env_set
+                .contains(&("CLAUDE_CONFIG_DIR".into(), "/home/u/.claude".into()))
+        );
+        let present: Vec<_> = x.paths.iter().filter(|p| p.present).collect();
+        assert_eq!(present.len(), 1);
+        assert_eq!(present[0].mode, MountMode::Write);
+        // The caller's own CLAUDE_CONFIG_DIR wins (it is passed, not set).
+        let own = vec![("CLAUDE_CONFIG_DIR".to_owned(), "/x".to_owned())];
+        let x = expand(claude, home, &own, &|_| false);
+        assert!(!x.env_set.iter().any(|(k, _)| k == "CLAUDE_CONFIG_DIR"));
+    }
+
+    #[test]
+    fn user_profiles_replace_builtins_of_their_name_and_add_new_ones() {
+        let m = crate::manifest::parse_manifest(
+            "config.toml",
+            "[profiles.claude]\nprograms = [\"claude\"]\nhosts = [\"llm.corp:8443\"]\n\
+             [profiles.mine]\nprograms = [\"my-agent\"]\nstate_dirs = [\"~/.mine\"]\n\
+             env_set = { MINE_QUIET = \"1\" }\n",
+        )
+        .unwrap();
+        let t = with_user(Some(&m));
+        assert_eq!(t.len(), 5);
+        let claude = t.iter().find(|p| p.name == "claude").unwrap();
+        assert_eq!(claude.hosts, vec!["llm.corp:8443"]);
+        assert!(claude.env_set.is_empty() && claude.state_dirs.is_empty());
+        let mine = select(&t, &Choice::Auto, Some(Path::new("/x/my-agent")), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(mine.env_set, vec![("MINE_QUIET".into(), "1".into())]);
+        let e = crate::manifest::parse_manifest("c", "[profiles.x]\nprogram = [\"a\"]\n");
+        assert!(e.unwrap_err().to_string().contains("program"));
+    }
+
+    fn resolved(flags: RunFlags) -> Policy {
+        let places = Places {
+            cwd: "/w".into(),
+            home: "/home/u".into(),
+        };
+        resolve_policy(None, &flags, &places).unwrap()
+    }
+
+    #[test]
+    fn applied_grants_are_credited_to_the_profile_and_network_defaults_to_allow() {
+        let claude = &table()[0];
+        let x = expand(claude, Path::new("/home/u"), &[], &|_| true);
+        let mut p = resolved(RunFlags::default());
+        apply(&mut p, &x);
+        assert_eq!(p.network.mode, NetworkMode::Allow);
+        assert!(p.env_allow.contains(&"ANTHROPIC_API_KEY".to_owned()));
+        assert!(p.mounts.iter().any(|m| m.mode == MountMode::Write
+            && m.source == Path::new("/home/u/.claude")
+            && m.origin == "profile:claude"));
+        let from_profile: Vec<_> = p
+            .grant_sources
+            .iter()
+            .filter(|g| g.source == GrantSource::Profile)
+            .collect();
+        assert!(
+            from_profile
+                .iter()
+                .all(|g| g.profile.as_deref() == Some("claude"))
+        );
+        for grant in [
+            "network.mode",
+            "network.allow",
+            "env.allow",
+            "env.set",
+            "filesystem.mounts",
+        ] {
+            assert!(from_profile.iter().any(|g| g.grant == grant), "{grant}");
+        }
+        // Values set are never recorded, only names.
+        assert!(!p.grant_sources.iter().any(|g| g.value == "1"));
+
+        // An explicit `none` stays none, with no destinations.
+        let mut p = resolved(RunFlags {
+            network: Some("none".into()),
+            ..RunFlags::default()
+        });
+        apply(&mut p, &x);
+        assert_eq!(p.network.mode, NetworkMode::None);
+        assert!(p.network.allow.is_empty());
+        // `host` is never given, and kept when asked.
+        let mut p = resolved(RunFlags {
+            network: Some("host".into()),
+            ..RunFlags::default()
+        });
+        apply(&mut p, &x);
+        assert_eq!(p.network.mode, NetworkMode::Host);
+    }
+}
