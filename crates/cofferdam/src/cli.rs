@@ -284,6 +284,10 @@ pub struct StatusArgs {
     /// warnings.
     #[arg(long)]
     pub review: bool,
+    /// List every entry of a directory added whole (the review rolls one up into a line
+    /// with its count and size; changes that run code are listed either way).
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// `cofferdam diff`.
@@ -299,6 +303,10 @@ pub struct DiffArgs {
     /// One line per path with the count of added and removed lines.
     #[arg(long)]
     pub stat: bool,
+    /// With `--stat`, list every entry of a directory added whole instead of one line with
+    /// its count and size (changes that run code or conflict are listed either way).
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// `cofferdam apply`.

@@ -16,7 +16,7 @@ use cofferdam_stage::apply;
 use cofferdam_stage::diff::{FileDiff, Sides, diff_change};
 use cofferdam_stage::fingerprint::HostRoot;
 use cofferdam_stage::job::StageState;
-use cofferdam_stage::review::Stage;
+use cofferdam_stage::review::{RollupItem, RollupRow, Stage, StagedChange, rollup};
 use cofferdam_stage::select::is_at_or_beneath;
 use serde_json::json;
 use std::fmt::Write as _;
@@ -118,7 +118,7 @@ pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
     }
     let mut o = String::new();
     if a.stat {
-        render_stat(&mut o, &diffs, s);
+        render_stat(&mut o, &diffs, &shown_changes(&stage, &shown), a.all, s);
     } else {
         for d in &diffs {
             render_diff(&mut o, d, s);
@@ -194,17 +194,55 @@ fn render_diff(o: &mut String, d: &FileDiff, s: Style) {
     }
 }
 
-fn render_stat(o: &mut String, diffs: &[FileDiff], s: Style) {
+/// The staged changes behind the shown diffs, in the same order.
+fn shown_changes<'a>(stage: &'a Stage, shown: &[usize]) -> Vec<&'a StagedChange> {
+    shown.iter().map(|&i| &stage.changes[i]).collect()
+}
+
+/// `changes[i]` is the staged change behind `diffs[i]`; unless `all`, directories added
+/// whole are rolled up into one line (changes that run code or conflict stay listed).
+fn render_stat(o: &mut String, diffs: &[FileDiff], changes: &[&StagedChange], all: bool, s: Style) {
+    let rows = if all {
+        (0..diffs.len()).map(RollupRow::One).collect()
+    } else {
+        let items: Vec<RollupItem<'_>> = changes
+            .iter()
+            .zip(diffs)
+            .map(|(c, d)| RollupItem {
+                path: &c.path,
+                kind: c.kind,
+                new_type: c.new_type,
+                size: c.size,
+                keep: d.conflict.is_some() || d.sensitive.is_some(),
+            })
+            .collect();
+        rollup(&items)
+    };
     let width = diffs
         .iter()
         .map(|d| d.path.chars().count())
         .max()
         .unwrap_or(0)
         .min(60);
-    let (mut ins, mut del) = (0, 0);
-    for d in diffs {
-        ins += d.insertions;
-        del += d.deletions;
+    let (ins, del) = diffs
+        .iter()
+        .fold((0, 0), |(i, d), f| (i + f.insertions, d + f.deletions));
+    for row in rows {
+        let d = match row {
+            RollupRow::One(i) => &diffs[i],
+            RollupRow::Dir {
+                index,
+                files,
+                dirs,
+                bytes,
+            } => {
+                let d = &diffs[index];
+                let note = crate::cmd::status::rollup_note(files, dirs, bytes, s);
+                let path = format!("{}/", escape(&d.path));
+                let _ = writeln!(o, " {path:<width$} | {}{note}", s.dim(kind_word(d.kind)));
+                continue;
+            }
+        };
         let what = if d.unified.is_some() {
             let n = d.insertions + d.deletions;
             let bar = n.min(40);

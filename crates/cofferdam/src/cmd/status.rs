@@ -10,7 +10,7 @@ use cofferdam_record::read_bundle;
 use cofferdam_record::shown::escape;
 use cofferdam_stage::apply;
 use cofferdam_stage::job::{Job, JobError, JobState, JobStore, JobSummary, StageState};
-use cofferdam_stage::review::Stage;
+use cofferdam_stage::review::{self, Stage};
 use serde_json::json;
 use std::fmt::Write as _;
 
@@ -144,7 +144,17 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
                 })
             );
         }
-        Some(b) => render_bundle(&mut o, b, args.review, stage_state, s),
+        Some(b) => {
+            // Entries a rollup keeps listed: those that run code or conflict.
+            let keep: Option<std::collections::HashSet<&str>> = (!args.all).then(|| {
+                stage_review
+                    .iter()
+                    .flat_map(|r| r.sensitive.iter().chain(&r.conflicts))
+                    .map(|(p, _)| p.as_str())
+                    .collect()
+            });
+            render_bundle(&mut o, b, args.review, stage_state, keep.as_ref(), s)
+        }
     }
     if let Some(r) = &stage_review {
         render_stage(&mut o, r, s);
@@ -261,7 +271,16 @@ pub(crate) fn ending_word(b: &RunBundle) -> String {
     }
 }
 
-fn render_bundle(o: &mut String, b: &RunBundle, review: bool, state: StageState, s: Style) {
+/// `rollup`: roll up directories added whole, keeping the entries it names listed; `None`
+/// lists every entry (`--all`).
+fn render_bundle(
+    o: &mut String,
+    b: &RunBundle,
+    review: bool,
+    state: StageState,
+    rollup: Option<&std::collections::HashSet<&str>>,
+    s: Style,
+) {
     let r = &b.run;
     let took = human_duration(r.duration_ms);
     match &r.failure {
@@ -349,7 +368,33 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, state: StageState,
             ChangeKind::TypeChanged,
             ChangeKind::Opaque,
         ] {
-            for c in fs.changes.iter().filter(|c| c.kind == kind) {
+            let group: Vec<&cofferdam_record::bundle::ChangeEntry> =
+                fs.changes.iter().filter(|c| c.kind == kind).collect();
+            let rows = match rollup {
+                Some(keep) => review::rollup(
+                    &group
+                        .iter()
+                        .map(|c| review::RollupItem {
+                            path: review::change_path_bytes(c),
+                            kind: c.kind,
+                            new_type: c.new_type,
+                            size: c.size_bytes,
+                            keep: keep.contains(c.path.as_str()),
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+                None => (0..group.len()).map(review::RollupRow::One).collect(),
+            };
+            for row in rows {
+                let (c, slash, note) = match row {
+                    review::RollupRow::One(i) => (group[i], "", String::new()),
+                    review::RollupRow::Dir {
+                        index,
+                        files,
+                        dirs,
+                        bytes,
+                    } => (group[index], "/", rollup_note(files, dirs, bytes, s)),
+                };
                 let word = match kind {
                     ChangeKind::Added => s.good("added       "),
                     ChangeKind::Modified => s.warn("modified    "),
@@ -360,7 +405,7 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, state: StageState,
                 let is_dir =
                     c.new_type == Some(cofferdam_record::bundle::ChangeEntryType::Directory);
                 let mode = crate::cmd::apply::painted_mode(c.kind, c.mode, is_dir, s);
-                let _ = writeln!(o, "  {word} {}{mode}", escape(&c.path));
+                let _ = writeln!(o, "  {word} {}{slash}{mode}{note}", escape(&c.path));
             }
         }
     }
@@ -547,6 +592,33 @@ pub(crate) fn disk_bytes(dir: &std::path::Path) -> u64 {
     total
 }
 
+/// The tail of a rolled-up directory's line: `  (1,712 file(s), 3 dir(s), 38.2 MiB; --all
+/// lists them)`.
+pub(crate) fn rollup_note(files: usize, dirs: usize, bytes: u64, s: Style) -> String {
+    let mut what = vec![format!("{} file(s)", thousands(files))];
+    if dirs > 0 {
+        what.push(format!("{} dir(s)", thousands(dirs)));
+    }
+    what.push(human_bytes(bytes));
+    format!(
+        "  {}",
+        s.dim(&format!("({}; --all lists them)", what.join(", ")))
+    )
+}
+
+/// A count with thousands separated by commas: `1,712`.
+pub(crate) fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
 /// Bytes for a person: B, KiB, MiB, GiB with one decimal.
 pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
@@ -694,7 +766,15 @@ fn render_sensitive(o: &mut String, r: &StageReview, s: Style) {
 
 #[cfg(test)]
 mod tests {
-    use super::human_duration;
+    use super::{human_duration, thousands};
+
+    #[test]
+    fn counts_with_thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_712), "1,712");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
 
     #[test]
     fn durations_from_under_a_millisecond_to_hours() {

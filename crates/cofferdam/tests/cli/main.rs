@@ -19,6 +19,7 @@ mod load;
 mod net;
 mod pty;
 mod review_output;
+mod review_scale;
 mod run;
 mod scope;
 mod store;
