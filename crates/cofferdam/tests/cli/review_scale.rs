@@ -12,11 +12,15 @@ fn venv_job(s: &Sandbox) -> String {
         for i in $(seq 1 29); do printf 'x%.0s' $(seq 1 100) > venv/lib/m$i.py; done && \
         echo 'source bin/activate' > venv/bin/.envrc && \
         echo two >> notes";
+    run_job(s, "scoped", script)
+}
+
+/// Run `sh -c SCRIPT` on `tier` (git without the system config); the job id.
+fn run_job(s: &Sandbox, tier: &str, script: &str) -> String {
     let out = s
         .cmd()
-        .args([
-            "run", "--json", "--tier", "scoped", "--", "sh", "-c", script,
-        ])
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(["run", "--json", "--tier", tier, "--", "sh", "-c", script])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -78,4 +82,97 @@ fn a_directory_added_whole_is_one_line_unless_all_and_never_hides_code() {
     let out = s.cmd().args(["--json", "status", &job]).output().unwrap();
     let v = json_of(&out);
     assert_eq!(v["filesystem"]["changes"].as_array().unwrap().len(), 34);
+}
+
+/// git on the host side of a test: no system or user config, a fixed identity.
+fn host_git(s: &Sandbox, args: &[&str]) -> std::process::Output {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=host", "-c", "user.email=host@test"])
+        .args(args)
+        .current_dir(s.work.path())
+        .env_clear()
+        .env("HOME", s.home.path())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    out
+}
+
+/// A repository with one commit (`first`, adding `a`), and a sealed run in it that commits
+/// a new file `b` like an agent would; `None` (skipped) without the sealed tier. (The
+/// scoped tier cannot run `git add`: Landlock denies `/dev/urandom`, which git reads for
+/// its temporary object files.)
+fn agent_commits() -> Option<(Sandbox, String)> {
+    if !crate::apply::sealed_host() {
+        return None;
+    }
+    let s = Sandbox::new();
+    s.write("a", "one\n");
+    host_git(&s, &["init", "-q"]);
+    host_git(&s, &["add", "a"]);
+    host_git(&s, &["commit", "-qm", "first"]);
+    let script = "echo b > b && git add b && \
+        git -c user.name=agent -c user.email=agent@test commit -qm 'agent adds b'";
+    let job = run_job(&s, "sealed", script);
+    Some((s, job))
+}
+
+#[test]
+fn a_git_status_on_the_host_during_review_does_not_block_applying_commits() {
+    let Some((s, job)) = agent_commits() else {
+        return;
+    };
+    // The user looks at the repository meanwhile: `a`'s stat data changed, so `git
+    // status` rewrites the index.
+    let index = s.work.path().join(".git/index");
+    let before = std::fs::read(&index).unwrap();
+    let a = std::fs::File::options()
+        .write(true)
+        .open(s.work.path().join("a"))
+        .unwrap();
+    a.set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000))
+        .unwrap();
+    drop(a);
+    host_git(&s, &["status", "--porcelain"]);
+    assert_ne!(
+        std::fs::read(&index).unwrap(),
+        before,
+        "git status did not rewrite the index"
+    );
+
+    let out = s.cmd().args(["apply", &job]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("git index .git/index:") && text.contains("was taken"),
+        "{text}"
+    );
+    // The repository is the agent's: its commit on HEAD, a clean status.
+    let log = host_git(&s, &["log", "--format=%s"]);
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout),
+        "agent adds b\nfirst\n"
+    );
+    let status = host_git(&s, &["status", "--porcelain"]);
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "", "{status:?}");
+}
+
+#[test]
+fn a_ref_moved_on_the_host_keeps_the_git_index_a_conflict() {
+    let Some((s, job)) = agent_commits() else {
+        return;
+    };
+    // The user commits on the same branch meanwhile.
+    s.write("c", "c\n");
+    host_git(&s, &["add", "c"]);
+    host_git(&s, &["commit", "-qm", "host adds c"]);
+
+    let out = s.cmd().args(["--json", "apply", &job]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(".git/index"), "{text}");
+    let log = host_git(&s, &["log", "--format=%s"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "host adds c\nfirst\n");
 }
