@@ -288,6 +288,10 @@ pub struct StatusArgs {
     /// with its count and size; changes that run code are listed either way).
     #[arg(long)]
     pub all: bool,
+    /// Print directly, never through `$PAGER` (by default output taller than the terminal
+    /// goes through `$PAGER`, or `less -FRX`; `PAGER=` or `PAGER=cat` turn that off too).
+    #[arg(long)]
+    pub no_pager: bool,
 }
 
 /// `cofferdam diff`.
@@ -307,6 +311,10 @@ pub struct DiffArgs {
     /// its count and size (changes that run code or conflict are listed either way).
     #[arg(long)]
     pub all: bool,
+    /// Print directly, never through `$PAGER` (by default output taller than the terminal
+    /// goes through `$PAGER`, or `less -FRX`; `PAGER=` or `PAGER=cat` turn that off too).
+    #[arg(long)]
+    pub no_pager: bool,
 }
 
 /// `cofferdam apply`.

@@ -11,6 +11,7 @@ mod context;
 mod egress;
 mod entry;
 mod exit;
+mod pager;
 mod signals;
 mod style;
 

@@ -142,7 +142,7 @@ pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
             s.dim(&format!("({applied} applied change(s) not shown)"))
         );
     }
-    crate::write_stdout(o.as_bytes())?;
+    crate::pager::show(o.as_bytes(), a.no_pager)?;
     Ok(OK)
 }
 

@@ -159,7 +159,7 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
     if let Some(r) = &stage_review {
         render_stage(&mut o, r, s);
     }
-    crate::write_stdout(o.as_bytes())?;
+    crate::pager::show(o.as_bytes(), args.no_pager)?;
     Ok(OK)
 }
 

@@ -16,7 +16,7 @@ fn venv_job(s: &Sandbox) -> String {
 }
 
 /// Run `sh -c SCRIPT` on `tier` (git without the system config); the job id.
-fn run_job(s: &Sandbox, tier: &str, script: &str) -> String {
+pub(crate) fn run_job(s: &Sandbox, tier: &str, script: &str) -> String {
     let out = s
         .cmd()
         .env("GIT_CONFIG_NOSYSTEM", "1")
