@@ -325,7 +325,7 @@ pub fn is_forced(path: &[u8], force: &[Vec<u8>]) -> bool {
 }
 
 /// The `.git` directory `path` is in: the path up to its first `.git` component.
-fn git_dir_of(path: &[u8]) -> Option<&[u8]> {
+pub fn git_dir_of(path: &[u8]) -> Option<&[u8]> {
     let mut at = 0;
     for part in path.split(|&b| b == b'/') {
         at += part.len();

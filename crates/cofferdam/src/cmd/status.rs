@@ -9,6 +9,7 @@ use cofferdam_record::bundle::{ChangeKind, ControlDimension, ControlStatus, RunB
 use cofferdam_record::read_bundle;
 use cofferdam_record::shown::escape;
 use cofferdam_stage::apply;
+use cofferdam_stage::gitsummary::GitSummary;
 use cofferdam_stage::job::{Job, JobError, JobState, JobStore, JobSummary, StageState};
 use cofferdam_stage::review::{self, Stage};
 use serde_json::json;
@@ -153,7 +154,12 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
                     .map(|(p, _)| p.as_str())
                     .collect()
             });
-            render_bundle(&mut o, b, args.review, stage_state, keep.as_ref(), s)
+            let git = if args.review && stage_state == StageState::Staged {
+                git_summaries(&job, &state.workdir)
+            } else {
+                Vec::new()
+            };
+            render_bundle(&mut o, b, args.review, stage_state, keep.as_ref(), &git, s)
         }
     }
     if let Some(r) = &stage_review {
@@ -271,14 +277,16 @@ pub(crate) fn ending_word(b: &RunBundle) -> String {
     }
 }
 
-/// `rollup`: roll up directories added whole, keeping the entries it names listed; `None`
-/// lists every entry (`--all`).
+/// `rollup`: roll up directories added whole and leave out the object files of each `git`
+/// directory summarised, keeping the entries it names listed; `None` lists every entry
+/// (`--all`).
 fn render_bundle(
     o: &mut String,
     b: &RunBundle,
     review: bool,
     state: StageState,
     rollup: Option<&std::collections::HashSet<&str>>,
+    git: &[GitSummary],
     s: Style,
 ) {
     let r = &b.run;
@@ -387,6 +395,12 @@ fn render_bundle(
             };
             for row in rows {
                 let (c, slash, note) = match row {
+                    review::RollupRow::One(i)
+                        if rollup.is_some_and(|keep| !keep.contains(group[i].path.as_str()))
+                            && is_git_object(git, review::change_path_bytes(group[i])) =>
+                    {
+                        continue;
+                    }
                     review::RollupRow::One(i) => (group[i], "", String::new()),
                     review::RollupRow::Dir {
                         index,
@@ -408,6 +422,9 @@ fn render_bundle(
                 let _ = writeln!(o, "  {word} {}{slash}{mode}{note}", escape(&c.path));
             }
         }
+    }
+    for g in git {
+        render_git(o, g, rollup.is_some(), s);
     }
     let mut warnings: Vec<&String> = b.safety.warnings.iter().chain(&b.run.warnings).collect();
     // The supervisor's warnings are in both lists: show each once.
@@ -590,6 +607,82 @@ pub(crate) fn disk_bytes(dir: &std::path::Path) -> u64 {
         }
     }
     total
+}
+
+/// The `.git` directories the remaining changes touch, in git's terms; empty when the
+/// stage cannot be read (the change list still shows every path).
+fn git_summaries(job: &Job, workdir: &std::path::Path) -> Vec<GitSummary> {
+    use std::os::fd::AsFd as _;
+    let (Ok(stage), Ok(target), Ok(upper)) = (
+        Stage::load(job),
+        std::fs::File::open(workdir),
+        std::fs::File::open(job.upper()),
+    ) else {
+        return Vec::new();
+    };
+    let remaining: Vec<_> = stage.remaining().cloned().collect();
+    cofferdam_stage::gitsummary::summarize_stage(target.as_fd(), upper.as_fd(), &remaining)
+}
+
+/// Whether `path` lies beneath the `objects/` of a summarised `.git`.
+fn is_git_object(git: &[GitSummary], path: &[u8]) -> bool {
+    git.iter().any(|g| {
+        path.strip_prefix(g.git_dir.as_slice())
+            .is_some_and(|rest| rest.starts_with(b"/objects/"))
+    })
+}
+
+/// An object id shortened as git shows it; anything else (`ref: …`) escaped whole.
+fn short_id(v: &str) -> String {
+    if v.len() >= 7 && v.bytes().all(|b| b.is_ascii_hexdigit()) {
+        v[..7].to_owned()
+    } else {
+        escape(v)
+    }
+}
+
+/// One `.git` directory's changes: HEAD, refs added, moved or deleted, objects counted.
+fn render_git(o: &mut String, g: &GitSummary, objects_hidden: bool, s: Style) {
+    let dir = escape(&String::from_utf8_lossy(&g.git_dir));
+    let _ = writeln!(o, "\n{}", s.heading(&format!("Git ({dir})")));
+    if let Some((old, new)) = &g.head {
+        let show = |v: &Option<String>| v.as_deref().map_or("(none)".to_owned(), short_id);
+        let _ = writeln!(o, "  HEAD      {} → {}", show(old), show(new));
+    }
+    for r in &g.refs {
+        let (what, name) = if let Some(b) = r.name.strip_prefix("refs/heads/") {
+            ("branch", b)
+        } else if let Some(t) = r.name.strip_prefix("refs/tags/") {
+            ("tag", t)
+        } else {
+            ("ref", r.name.as_str())
+        };
+        let change = match (&r.old, &r.new) {
+            (None, Some(new)) => s.good(&format!("added at {}", short_id(new))),
+            (Some(old), Some(new)) => {
+                s.warn(&format!("moved {}..{}", short_id(old), short_id(new)))
+            }
+            (Some(old), None) => s.bad(&format!("deleted (was {})", short_id(old))),
+            (None, None) => continue,
+        };
+        let _ = writeln!(o, "  {what:<9} {} {change}", escape(name));
+    }
+    if g.refs.is_empty() && g.head.is_none() {
+        let _ = writeln!(o, "  {}", s.dim("no branch, tag or HEAD changed"));
+    }
+    if g.loose_objects + g.packs > 0 {
+        let _ = writeln!(
+            o,
+            "  objects   {} loose object file(s), {} pack(s) added{}",
+            thousands(g.loose_objects),
+            thousands(g.packs),
+            if objects_hidden {
+                s.dim(" (not listed above; --all lists them)")
+            } else {
+                String::new()
+            }
+        );
+    }
 }
 
 /// The tail of a rolled-up directory's line: `  (1,712 file(s), 3 dir(s), 38.2 MiB; --all

@@ -176,3 +176,58 @@ fn a_ref_moved_on_the_host_keeps_the_git_index_a_conflict() {
     let log = host_git(&s, &["log", "--format=%s"]);
     assert_eq!(String::from_utf8_lossy(&log.stdout), "host adds c\nfirst\n");
 }
+
+#[test]
+fn a_git_change_is_summarised_as_refs_and_counted_objects() {
+    let Some((s, _)) = agent_commits() else {
+        return;
+    };
+    host_git(&s, &["tag", "old"]);
+    host_git(&s, &["branch", "gone"]);
+    host_git(&s, &["pack-refs", "--all"]);
+    let first = host_git(&s, &["rev-parse", "--short=7", "HEAD"]);
+    let first = String::from_utf8(first.stdout).unwrap().trim().to_owned();
+    let branch = host_git(&s, &["symbolic-ref", "--short", "HEAD"]);
+    let branch = String::from_utf8(branch.stdout).unwrap().trim().to_owned();
+    // The agent commits on the branch, tags it, starts a branch, deletes one (from packed-refs).
+    let script = "echo c > c && git add c && \
+        git -c user.name=agent -c user.email=agent@test commit -qm 'agent adds c' && \
+        git tag v1 && git branch feature && git branch -D gone -q";
+    let job = run_job(&s, "sealed", script);
+    let after = s.cmd().args(["status", "--review", &job]).output().unwrap();
+    let review = String::from_utf8_lossy(&after.stdout);
+    assert!(after.status.success(), "{after:?}");
+    let new = review
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(&format!("branch    {branch} moved {first}.."))
+        })
+        .unwrap_or_else(|| panic!("{branch} not moved from {first}:\n{review}"))
+        .to_owned();
+    assert_eq!(new.len(), 7, "{review}");
+    assert!(
+        review.contains(&format!("tag       v1 added at {new}")),
+        "{review}"
+    );
+    assert!(
+        review.contains(&format!("branch    feature added at {new}")),
+        "{review}"
+    );
+    assert!(
+        review.contains(&format!("branch    gone deleted (was {first})")),
+        "{review}"
+    );
+    assert!(!review.contains("tag       old"), "{review}");
+    assert!(
+        review.contains("objects   3 loose object file(s), 0 pack(s) added"),
+        "{review}"
+    );
+    assert!(!review.contains(".git/objects/"), "{review}");
+    let all = s
+        .cmd()
+        .args(["status", "--review", "--all", &job])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&all.stdout).contains(".git/objects/"));
+}
