@@ -8,9 +8,9 @@
 //! upper, never following a symlink, nothing over [`crate::diff::LARGE_BYTES`]). Refs are
 //! parsed here rather than by running git: the staged `.git` is the workload's and its
 //! config may name programs git would run (`core.fsmonitor`, hooks), and parsing loose
-//! refs and `packed-refs` needs nothing else. Objects are compressed, so commits are not
-//! read: the moved refs say what changed, the object files are only counted. It may not
-//! change anything.
+//! refs and `packed-refs` needs nothing else. New loose objects are inflated (at most
+//! [`OBJECT_HEAD_BYTES`] of each) only to find the commits among them and their subjects;
+//! packs are counted, not read. It may not change anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::BorrowedFd;
@@ -45,6 +45,37 @@ pub struct GitSummary {
     pub loose_objects: usize,
     /// Pack files added.
     pub packs: usize,
+    /// The subjects of the commits among the loose objects added (in path order: git's
+    /// graph is not walked).
+    pub commits: Vec<String>,
+}
+
+/// How much of a loose object is inflated to read a commit's header and subject.
+pub const OBJECT_HEAD_BYTES: usize = 64 * 1024;
+
+/// The subject of a loose object's inflated bytes when it is a commit: the first line
+/// of the message, `None` for other objects.
+pub fn commit_subject(object: &[u8]) -> Option<String> {
+    let body = object.strip_prefix(b"commit ")?;
+    let nul = body.iter().position(|&b| b == 0)?;
+    let body = body.get(nul + 1..)?;
+    let message = body
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .and_then(|at| body.get(at + 2..))
+        .unwrap_or_default();
+    let line = message.split(|&b| b == b'\n').next().unwrap_or_default();
+    Some(String::from_utf8_lossy(line).trim().to_owned())
+}
+
+/// Inflate the head of a loose object file (a zlib stream), up to [`OBJECT_HEAD_BYTES`].
+fn inflate_head(file: &[u8]) -> Option<Vec<u8>> {
+    match miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(file, OBJECT_HEAD_BYTES) {
+        Ok(v) => Some(v),
+        // Longer than the limit: what was inflated holds the header and subject.
+        Err(e) if e.status == miniz_oxide::inflate::TINFLStatus::HasMoreOutput => Some(e.output),
+        Err(_) => None,
+    }
 }
 
 /// The value of a loose ref (or HEAD) file: its first line, trimmed.
@@ -134,6 +165,12 @@ pub fn summarize(changes: &[StagedChange], read: ReadSide<'_>) -> Vec<GitSummary
             {
                 if is_loose_object(rest) {
                     s.loose_objects += 1;
+                    if let Some(subject) = read(Side::Staged, &c.path)
+                        .and_then(|f| inflate_head(&f))
+                        .and_then(|o| commit_subject(&o))
+                    {
+                        s.commits.push(subject);
+                    }
                 } else if rest.starts_with(b"pack/") && rest.ends_with(b".pack") {
                     s.packs += 1;
                 }
@@ -271,7 +308,34 @@ mod tests {
                 ("refs/heads/main", Some(a.as_str()), Some(b.as_str())),
             ]
         );
+        assert!(g.commits.is_empty());
         // Nothing beneath a .git: no summary.
         assert!(summarize(&[ch("src/a", ChangeKind::Added)], &read).is_empty());
+    }
+
+    #[test]
+    fn commit_subjects_of_inflated_objects() {
+        assert_eq!(
+            commit_subject(b"commit 50\0tree 1\nparent 2\nauthor a\n\nfix the thing\n\nbody\n"),
+            Some("fix the thing".to_owned())
+        );
+        assert_eq!(commit_subject(b"blob 3\0abc"), None);
+        assert_eq!(commit_subject(b"commit 9\0tree 1\n"), Some(String::new()));
+        let z = miniz_oxide::deflate::compress_to_vec_zlib(b"commit 20\0tree 1\n\nhello\n", 6);
+        assert_eq!(
+            inflate_head(&z).and_then(|o| commit_subject(&o)),
+            Some("hello".to_owned())
+        );
+        let big: Vec<u8> = b"commit 99\0tree 1\n\nbig\n"
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(b'x', 3 * OBJECT_HEAD_BYTES))
+            .collect();
+        let z = miniz_oxide::deflate::compress_to_vec_zlib(&big, 6);
+        assert_eq!(
+            inflate_head(&z).and_then(|o| commit_subject(&o)),
+            Some("big".to_owned())
+        );
+        assert_eq!(inflate_head(b"not zlib"), None);
     }
 }

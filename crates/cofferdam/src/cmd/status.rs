@@ -641,6 +641,9 @@ fn short_id(v: &str) -> String {
     }
 }
 
+/// How many commit subjects a review lists per `.git`.
+const GIT_SUBJECTS: usize = 10;
+
 /// One `.git` directory's changes: HEAD, refs added, moved or deleted, objects counted.
 fn render_git(o: &mut String, g: &GitSummary, objects_hidden: bool, s: Style) {
     let dir = escape(&String::from_utf8_lossy(&g.git_dir));
@@ -669,6 +672,22 @@ fn render_git(o: &mut String, g: &GitSummary, objects_hidden: bool, s: Style) {
     }
     if g.refs.is_empty() && g.head.is_none() {
         let _ = writeln!(o, "  {}", s.dim("no branch, tag or HEAD changed"));
+    }
+    if !g.commits.is_empty() {
+        let _ = writeln!(o, "  commits   {} new", thousands(g.commits.len()));
+        for subject in g.commits.iter().take(GIT_SUBJECTS) {
+            let _ = writeln!(o, "    {} {}", s.dim("-"), escape(subject));
+        }
+        if g.commits.len() > GIT_SUBJECTS {
+            let _ = writeln!(o, "    … and {} more", g.commits.len() - GIT_SUBJECTS);
+        }
+    }
+    if g.packs > 0 {
+        let _ = writeln!(
+            o,
+            "  {}",
+            s.dim("commits in pack files are not read: `git log` after applying shows them")
+        );
     }
     if g.loose_objects + g.packs > 0 {
         let _ = writeln!(

@@ -223,6 +223,10 @@ fn a_git_change_is_summarised_as_refs_and_counted_objects() {
         review.contains("objects   3 loose object file(s), 0 pack(s) added"),
         "{review}"
     );
+    assert!(
+        review.contains("commits   1 new\n    - agent adds c\n"),
+        "{review}"
+    );
     assert!(!review.contains(".git/objects/"), "{review}");
     let all = s
         .cmd()
