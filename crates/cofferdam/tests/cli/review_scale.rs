@@ -192,7 +192,8 @@ fn a_git_change_is_summarised_as_refs_and_counted_objects() {
     // The agent commits on the branch, tags it, starts a branch, deletes one (from packed-refs).
     let script = "echo c > c && git add c && \
         git -c user.name=agent -c user.email=agent@test commit -qm 'agent adds c' && \
-        git tag v1 && git branch feature && git branch -D gone -q";
+        git tag v1 && git branch feature && git branch -D gone -q && \
+        printf 'x\\033]0;t\\007\\n' > \".git/refs/tags/$(printf 'e\\033[2J')\"";
     let job = run_job(&s, "sealed", script);
     let after = s.cmd().args(["status", "--review", &job]).output().unwrap();
     let review = String::from_utf8_lossy(&after.stdout);
@@ -228,6 +229,13 @@ fn a_git_change_is_summarised_as_refs_and_counted_objects() {
         "{review}"
     );
     assert!(!review.contains(".git/objects/"), "{review}");
+    // A ref name and value the workload wrote by hand reach the terminal escaped.
+    assert!(
+        review.contains("tag       e\\u{1b}[2J added at x\\u{1b}]0;t\\u{7}"),
+        "{review}"
+    );
+    let raw = crate::common::raw_controls(&after.stdout);
+    assert!(raw.is_empty(), "{raw:?}");
     let all = s
         .cmd()
         .args(["status", "--review", "--all", &job])
