@@ -142,6 +142,18 @@ fn a_git_status_on_the_host_during_review_does_not_block_applying_commits() {
         "git status did not rewrite the index"
     );
 
+    // The review says so before the apply.
+    let stat = stdout_of(&s, &["diff", "--stat", &job]);
+    assert!(
+        stat.lines().any(|l| l.contains(".git/index")
+            && l.contains("host rewrote this git index: apply takes the staged one")),
+        "{stat}"
+    );
+    let diff = stdout_of(&s, &["diff", &job]);
+    assert!(
+        diff.contains("so apply takes the staged one and warns") && !diff.contains("refuse"),
+        "{diff}"
+    );
     let out = s.cmd().args(["apply", &job]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
@@ -169,6 +181,11 @@ fn a_ref_moved_on_the_host_keeps_the_git_index_a_conflict() {
     host_git(&s, &["add", "c"]);
     host_git(&s, &["commit", "-qm", "host adds c"]);
 
+    let diff = stdout_of(&s, &["diff", &job]);
+    assert!(
+        diff.contains("apply would refuse it") && !diff.contains("takes the staged"),
+        "{diff}"
+    );
     let out = s.cmd().args(["--json", "apply", &job]).output().unwrap();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
