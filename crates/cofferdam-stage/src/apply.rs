@@ -306,6 +306,9 @@ pub struct Checked {
     pub conflicts: Vec<Conflict>,
     /// Conflicts overridden by `--force`.
     pub forced: Vec<Conflict>,
+    /// Git indexes the host rewrote (a `git status` does) that are taken from the stage
+    /// instead of conflicting ([`crate::conflict::git_index_taken`]): tell the user.
+    pub git_index_taken: Vec<Conflict>,
     /// Staged special files refused (no `--allow-special`).
     pub refusals: Vec<Refusal>,
     /// Files whose setuid/setgid bits are dropped.
@@ -763,9 +766,31 @@ pub fn check(
             }
         }
     }
+    let mut left = Vec::new();
     for cf in conflicts {
         if cf.forceable && is_forced(&stage.changes[cf.index].path, &opts.force) {
             out.forced.push(cf);
+        } else {
+            left.push(cf);
+        }
+    }
+    let taken = crate::conflict::git_index_taken(
+        &left
+            .iter()
+            .map(|cf| {
+                let ch = &stage.changes[cf.index];
+                crate::conflict::Left {
+                    path: &ch.path,
+                    reason: &cf.reason,
+                    staged_file: ch.kind != ChangeKind::Deleted
+                        && ch.new_type == Some(ChangeEntryType::File),
+                }
+            })
+            .collect::<Vec<_>>(),
+    );
+    for (cf, taken) in left.into_iter().zip(taken) {
+        if taken {
+            out.git_index_taken.push(cf);
         } else {
             out.conflicts.push(cf);
         }

@@ -4,8 +4,8 @@
 //!
 //! Owns [`compare`] (a recorded fingerprint against the one taken now, and the ctime rule),
 //! [`ConflictReason`] with its wording, which reasons `--force` may override
-//! ([`ConflictReason::forceable`]) and which paths a `--force` names ([`is_forced`]). It
-//! may not open files.
+//! ([`ConflictReason::forceable`]), which paths a `--force` names ([`is_forced`]) and the
+//! git index rule ([`git_index_taken`]). It may not open files.
 //!
 //! The rule: the host path must be in the state recorded at seal (type, size, content
 //! hash, permission bits, link target, device number), and its ctime must not be later
@@ -13,6 +13,17 @@
 //! seal fingerprinted the edited file) and an edit reverted to the same bytes. A ctime that
 //! cofferdam caused itself (recorded in the ledger) is accepted up to the recorded value.
 //! When either side's hash is missing (unreadable file), size and mode decide.
+//!
+//! The git index rule: a repository's index (`.git/index`, a linked worktree's or a
+//! submodule's) is a cache git rewrites on a mere `git status`, so a host that ran one
+//! during the run would conflict with every staged commit. When the index is the only
+//! conflict left in its `.git` and the stage holds a new index file, the staged index is
+//! taken and the user warned: it is the one that matches the staged HEAD and refs (the
+//! host's describes the tree before the staged commits, so keeping it would show those
+//! commits as undone in `git status`), git refreshes its stat data on the next command,
+//! and the work tree is untouched, so the only loss is what `git add` staged on the host
+//! during the run, which the warning tells the user to redo. With any other conflict in
+//! the same `.git` (a ref moved on the host too) the index stays a conflict.
 
 use crate::fingerprint::{Ctime, Fingerprint, HostState};
 use crate::select::is_at_or_beneath;
@@ -313,6 +324,81 @@ pub fn is_forced(path: &[u8], force: &[Vec<u8>]) -> bool {
         .any(|f| f.is_empty() || is_at_or_beneath(path, f))
 }
 
+/// The `.git` directory `path` is in: the path up to its first `.git` component.
+pub fn git_dir_of(path: &[u8]) -> Option<&[u8]> {
+    let mut at = 0;
+    for part in path.split(|&b| b == b'/') {
+        at += part.len();
+        if part == b".git" {
+            return path.get(..at);
+        }
+        at += 1;
+    }
+    None
+}
+
+/// Whether `path` is a git index: `.git/index` at any depth, a linked worktree's
+/// (`.git/worktrees/NAME/index`) or a submodule's (`.git/modules/…/index`).
+pub fn is_git_index(path: &[u8]) -> bool {
+    let Some(dir) = git_dir_of(path) else {
+        return false;
+    };
+    let Some(rest) = path.get(dir.len() + 1..) else {
+        return false;
+    };
+    let parts: Vec<&[u8]> = rest.split(|&b| b == b'/').collect();
+    match parts.as_slice() {
+        [b"index"] => true,
+        [b"worktrees", name, b"index"] => !name.is_empty(),
+        [b"modules", middle @ .., b"index"] => {
+            !middle.is_empty()
+                && middle.iter().all(|p| {
+                    !p.is_empty()
+                        && !matches!(*p, b"objects" | b"refs" | b"logs" | b"hooks" | b"info")
+                })
+        }
+        _ => false,
+    }
+}
+
+/// One conflict left in a batch, as the git index rule sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Left<'a> {
+    /// The path.
+    pub path: &'a [u8],
+    /// Why it conflicts.
+    pub reason: &'a ConflictReason,
+    /// Whether the stage holds a regular file there (added or modified).
+    pub staged_file: bool,
+}
+
+/// For each conflict left in a batch (after `--force`), whether it is a git index that is
+/// taken from the stage instead (the module docs give the rule and why): the path is a git
+/// index, the stage holds a file there, the host holds a file or nothing there (its bytes,
+/// mode or ctime changed), and no other conflict is left in the same `.git`.
+pub fn git_index_taken(left: &[Left<'_>]) -> Vec<bool> {
+    let eligible = |c: &Left<'_>| {
+        c.staged_file
+            && is_git_index(c.path)
+            && matches!(
+                c.reason,
+                ConflictReason::Created { now: "file" }
+                    | ConflictReason::Removed
+                    | ConflictReason::ContentChanged { .. }
+                    | ConflictReason::ModeChanged { .. }
+                    | ConflictReason::ChangedAfterRunStart { .. }
+            )
+    };
+    let blocked: Vec<&[u8]> = left
+        .iter()
+        .filter(|c| !eligible(c))
+        .filter_map(|c| git_dir_of(c.path))
+        .collect();
+    left.iter()
+        .map(|c| eligible(c) && git_dir_of(c.path).is_some_and(|d| !blocked.contains(&d)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,6 +544,94 @@ mod tests {
             }
             .to_string()
             .contains("1 → 2 bytes")
+        );
+    }
+
+    #[test]
+    fn git_index_paths() {
+        for yes in [
+            &b".git/index"[..],
+            b"sub/.git/index",
+            b".git/worktrees/wt/index",
+            b".git/modules/lib/index",
+            b".git/modules/a/b/index",
+        ] {
+            assert!(is_git_index(yes), "{}", String::from_utf8_lossy(yes));
+        }
+        for no in [
+            &b"index"[..],
+            b".git",
+            b".git/index.lock",
+            b".git/refs/heads/index",
+            b".git/objects/info/index",
+            b".git/modules/index",
+            b".git/modules/a/refs/index",
+            b".git/worktrees/index",
+            b"src/index",
+            b".github/index",
+        ] {
+            assert!(!is_git_index(no), "{}", String::from_utf8_lossy(no));
+        }
+    }
+
+    #[test]
+    fn a_git_index_is_taken_only_when_it_is_the_last_conflict_of_its_git_dir() {
+        let changed = ConflictReason::ContentChanged {
+            was_size: 1,
+            now_size: 2,
+        };
+        let late = ConflictReason::ChangedAfterRunStart {
+            ctime: new(),
+            after_ms: 5,
+        };
+        fn left<'a>(path: &'a [u8], reason: &'a ConflictReason, staged_file: bool) -> Left<'a> {
+            Left {
+                path,
+                reason,
+                staged_file,
+            }
+        }
+        let (changed, late) = (&changed, &late);
+        // Alone (or beside a work-tree conflict, or another repository's): taken.
+        assert_eq!(
+            git_index_taken(&[left(b".git/index", changed, true)]),
+            [true]
+        );
+        assert_eq!(
+            git_index_taken(&[
+                left(b".git/index", late, true),
+                left(b"src/a.rs", changed, true),
+                left(b"vendor/x/.git/HEAD", changed, true),
+            ]),
+            [true, false, false]
+        );
+        // Another conflict in the same .git keeps it a conflict.
+        assert_eq!(
+            git_index_taken(&[
+                left(b".git/index", changed, true),
+                left(b".git/refs/heads/main", changed, true),
+            ]),
+            [false, false]
+        );
+        // The stage deletes the index, or the host made it something else: a conflict.
+        assert_eq!(
+            git_index_taken(&[left(b".git/index", changed, false)]),
+            [false]
+        );
+        let dir = ConflictReason::TypeChanged {
+            was: "file",
+            now: "directory",
+        };
+        assert_eq!(git_index_taken(&[left(b".git/index", &dir, true)]), [false]);
+        let symlink = ConflictReason::ThroughSymlink { at: ".git".into() };
+        assert_eq!(
+            git_index_taken(&[left(b".git/index", &symlink, true)]),
+            [false]
+        );
+        // Not an index: never.
+        assert_eq!(
+            git_index_taken(&[left(b".git/ORIG_HEAD", changed, true)]),
+            [false]
         );
     }
 }

@@ -166,7 +166,7 @@ pub struct Sides<'a> {
 }
 
 /// Content as read: its bytes when small enough, else only its size.
-enum Content {
+pub(crate) enum Content {
     Bytes(Vec<u8>),
     Large(u64),
 }
@@ -180,7 +180,7 @@ impl Content {
     }
 }
 
-fn read_file(root: BorrowedFd<'_>, path: &[u8]) -> io::Result<Content> {
+pub(crate) fn read_file(root: BorrowedFd<'_>, path: &[u8]) -> io::Result<Content> {
     let fd = fsops::open_beneath(
         root,
         path,

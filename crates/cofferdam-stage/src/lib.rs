@@ -9,6 +9,7 @@ pub mod conflict;
 pub mod copystage;
 pub mod diff;
 pub mod fingerprint;
+pub mod gitsummary;
 pub mod job;
 pub mod ledger;
 pub mod owned;

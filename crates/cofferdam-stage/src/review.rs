@@ -268,6 +268,99 @@ pub fn refresh_filesystem(
     }
 }
 
+/// A directory added whole rolls up in a review once it holds at least this many entries;
+/// a smaller one is listed entry by entry.
+pub const ROLLUP_MIN_ENTRIES: usize = 4;
+
+/// One change as the review's rollup sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct RollupItem<'a> {
+    /// The path relative to the target, as bytes.
+    pub path: &'a [u8],
+    /// How it changed.
+    pub kind: ChangeKind,
+    /// The staged type.
+    pub new_type: Option<ChangeEntryType>,
+    /// The staged size.
+    pub size: Option<u64>,
+    /// Never hidden inside a rollup (it runs code, changes policy, or conflicts).
+    pub keep: bool,
+}
+
+/// One line of a rolled-up review.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RollupRow {
+    /// Item `i`, listed on its own.
+    One(usize),
+    /// Item `i` is a directory added whole, shown as one line for everything beneath it.
+    Dir {
+        /// The directory's item.
+        index: usize,
+        /// Entries beneath it that are not directories.
+        files: usize,
+        /// Directories beneath it.
+        dirs: usize,
+        /// The staged size of everything beneath it.
+        bytes: u64,
+    },
+}
+
+/// Roll up directories added whole: each topmost added directory with at least
+/// [`ROLLUP_MIN_ENTRIES`] added entries beneath becomes one [`RollupRow::Dir`] in its
+/// place, and the entries beneath it are left out, except those marked `keep`, which stay
+/// listed (a rollup never hides a change that runs code). A directory that is itself
+/// `keep`, or holds anything but added entries, is not rolled up. Rows keep the items'
+/// order.
+pub fn rollup(items: &[RollupItem<'_>]) -> Vec<RollupRow> {
+    let roots: HashMap<&[u8], usize> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            c.kind == ChangeKind::Added && c.new_type == Some(ChangeEntryType::Directory) && !c.keep
+        })
+        .map(|(i, c)| (c.path, i))
+        .collect();
+    // The topmost rollup candidate above each item, if any.
+    let root_of = |path: &[u8]| {
+        path.iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .find_map(|(at, _)| roots.get(&path[..at]).copied())
+    };
+    let mut under: HashMap<usize, (usize, usize, u64, bool)> = HashMap::new();
+    let owner: Vec<Option<usize>> = items.iter().map(|c| root_of(c.path)).collect();
+    for (c, root) in items.iter().zip(&owner) {
+        let Some(root) = root else { continue };
+        let e = under.entry(*root).or_insert((0, 0, 0, true));
+        if c.new_type == Some(ChangeEntryType::Directory) {
+            e.1 += 1;
+        } else {
+            e.0 += 1;
+            e.2 += c.size.unwrap_or(0);
+        }
+        e.3 &= c.kind == ChangeKind::Added;
+    }
+    let rolled = |root: usize| {
+        under
+            .get(&root)
+            .filter(|(files, dirs, _, all_added)| *all_added && files + dirs >= ROLLUP_MIN_ENTRIES)
+    };
+    let mut rows = Vec::with_capacity(items.len());
+    for (i, c) in items.iter().enumerate() {
+        if let Some(&(files, dirs, bytes, _)) = rolled(i) {
+            rows.push(RollupRow::Dir {
+                index: i,
+                files,
+                dirs,
+                bytes,
+            });
+        } else if c.keep || owner[i].and_then(rolled).is_none() {
+            rows.push(RollupRow::One(i));
+        }
+    }
+    rows
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,5 +501,70 @@ mod tests {
         };
         let fs = refresh_filesystem(&empty, &Ledger::default(), StageState::Staged);
         assert_eq!(fs.state, OverlayState::Staged);
+    }
+
+    fn item(path: &[u8], kind: ChangeKind, dir: bool, keep: bool) -> RollupItem<'_> {
+        RollupItem {
+            path,
+            kind,
+            new_type: Some(if dir {
+                ChangeEntryType::Directory
+            } else {
+                ChangeEntryType::File
+            }),
+            size: (!dir).then_some(10),
+            keep,
+        }
+    }
+
+    #[test]
+    fn rollup_folds_added_trees_but_never_a_kept_entry() {
+        use ChangeKind::{Added, Modified};
+        let items = [
+            item(b"README", Modified, false, false),
+            item(b"venv", Added, true, false),
+            item(b"venv-notes", Added, false, false),
+            item(b"venv/bin", Added, true, false),
+            item(b"venv/bin/activate", Added, false, true),
+            item(b"venv/lib", Added, true, false),
+            item(b"venv/lib/a.py", Added, false, false),
+            item(b"venv/lib/b.py", Added, false, false),
+            item(b"small", Added, true, false),
+            item(b"small/x", Added, false, false),
+        ];
+        let rows = rollup(&items);
+        assert_eq!(
+            rows,
+            vec![
+                RollupRow::One(0),
+                RollupRow::Dir {
+                    index: 1,
+                    files: 3,
+                    dirs: 2,
+                    bytes: 30
+                },
+                RollupRow::One(2),
+                RollupRow::One(4),
+                RollupRow::One(8),
+                RollupRow::One(9),
+            ]
+        );
+        // A kept directory is not rolled up: its entries are listed (the nested added
+        // directories may roll up on their own).
+        let mut kept = items;
+        kept[1].keep = true;
+        let rows = rollup(&kept);
+        assert!(rows.contains(&RollupRow::One(1)));
+        assert!(rows.contains(&RollupRow::One(6)));
+        assert!(!rows.iter().any(|r| matches!(r, RollupRow::Dir { .. })));
+        // A tree holding anything but additions is listed whole.
+        let mixed = [
+            item(b"d", Added, true, false),
+            item(b"d/a", Added, false, false),
+            item(b"d/b", Added, false, false),
+            item(b"d/c", Added, false, false),
+            item(b"d/e", Modified, false, false),
+        ];
+        assert_eq!(rollup(&mixed).len(), 5);
     }
 }

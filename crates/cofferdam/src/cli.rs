@@ -304,6 +304,14 @@ pub struct StatusArgs {
     /// warnings.
     #[arg(long)]
     pub review: bool,
+    /// List every entry of a directory added whole (the review rolls one up into a line
+    /// with its count and size; changes that run code are listed either way).
+    #[arg(long)]
+    pub all: bool,
+    /// Print directly, never through `$PAGER` (by default output taller than the terminal
+    /// goes through `$PAGER`, or `less -FRX`; `PAGER=` or `PAGER=cat` turn that off too).
+    #[arg(long)]
+    pub no_pager: bool,
 }
 
 /// `cofferdam diff`.
@@ -319,6 +327,14 @@ pub struct DiffArgs {
     /// One line per path with the count of added and removed lines.
     #[arg(long)]
     pub stat: bool,
+    /// With `--stat`, list every entry of a directory added whole instead of one line with
+    /// its count and size (changes that run code or conflict are listed either way).
+    #[arg(long)]
+    pub all: bool,
+    /// Print directly, never through `$PAGER` (by default output taller than the terminal
+    /// goes through `$PAGER`, or `less -FRX`; `PAGER=` or `PAGER=cat` turn that off too).
+    #[arg(long)]
+    pub no_pager: bool,
 }
 
 /// `cofferdam apply`.

@@ -12,6 +12,7 @@ mod egress;
 mod entry;
 mod exit;
 mod manual;
+mod pager;
 mod signals;
 mod style;
 

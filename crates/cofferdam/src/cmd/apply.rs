@@ -808,6 +808,9 @@ fn print_result(
             "job": id, "dry_run": dry_run,
             (if dry_run { "would_apply" } else { "applied" }): list(applied),
             "dependencies": added, "setuid_stripped": stripped, "forced": forced,
+            "git_index_taken": checked.git_index_taken.iter()
+                .map(|c| json!({"path": c.display, "reason": c.reason.code(), "message": c.reason.to_string()}))
+                .collect::<Vec<_>>(),
             "held_sensitive": held_json(stage, sel, reasons),
             "remaining": list(remaining),
             "state": if remaining.is_empty() && !dry_run { "applied" } else { "staged" },
@@ -881,6 +884,22 @@ fn print_result(
             s.warn("forced  "),
             escape(&c.display),
             escape(&c.reason.to_string())
+        );
+    }
+    for c in &checked.git_index_taken {
+        let _ = writeln!(
+            o,
+            "{} {}: {}; it is a cache git rewrites (a `git status` does), so the staged one, \
+             which matches the staged commits, {}; anything `git add` staged on the host \
+             during the run must be added again",
+            s.warn("git index"),
+            escape(&c.display),
+            escape(&c.reason.to_string()),
+            if dry_run {
+                "would be taken"
+            } else {
+                "was taken"
+            }
         );
     }
     render_held(&mut o, id, stage, sel, reasons, s);

@@ -13,10 +13,11 @@ use crate::exit::{Failure, OK};
 use crate::style::Style;
 use cofferdam_record::shown::{Keep, escape, escape_with};
 use cofferdam_stage::apply;
+use cofferdam_stage::conflict::is_git_index;
 use cofferdam_stage::diff::{FileDiff, Sides, diff_change};
 use cofferdam_stage::fingerprint::HostRoot;
 use cofferdam_stage::job::StageState;
-use cofferdam_stage::review::Stage;
+use cofferdam_stage::review::{RollupItem, RollupRow, Stage, StagedChange, rollup};
 use cofferdam_stage::select::is_at_or_beneath;
 use serde_json::json;
 use std::fmt::Write as _;
@@ -116,12 +117,33 @@ pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
         }))?;
         return Ok(OK);
     }
+    // A git index the host rewrote is taken by apply, not refused
+    // (`conflict::git_index_taken`): ask the apply check, only when one is in view.
+    let index_in_view = diffs
+        .iter()
+        .zip(&shown)
+        .any(|(d, &i)| d.conflict.is_some() && is_git_index(&stage.changes[i].path));
+    let taken_set: std::collections::HashSet<usize> = if index_in_view {
+        apply::check(
+            &workdir,
+            &job.upper(),
+            &stage,
+            &shown,
+            &apply::Options::default(),
+        )
+        .map(|c| c.git_index_taken.iter().map(|cf| cf.index).collect())
+        .unwrap_or_default()
+    } else {
+        std::collections::HashSet::new()
+    };
+    let taken: Vec<bool> = shown.iter().map(|i| taken_set.contains(i)).collect();
     let mut o = String::new();
     if a.stat {
-        render_stat(&mut o, &diffs, s);
+        let changes = shown_changes(&stage, &shown);
+        render_stat(&mut o, &diffs, &changes, &taken, a.all, s);
     } else {
-        for d in &diffs {
-            render_diff(&mut o, d, s);
+        for (d, taken) in diffs.iter().zip(&taken) {
+            render_diff(&mut o, d, *taken, s);
         }
     }
     if diffs.is_empty() {
@@ -142,17 +164,28 @@ pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
             s.dim(&format!("({applied} applied change(s) not shown)"))
         );
     }
-    crate::write_stdout(o.as_bytes())?;
+    crate::pager::show(o.as_bytes(), a.no_pager)?;
     Ok(OK)
 }
 
-fn render_diff(o: &mut String, d: &FileDiff, s: Style) {
+/// `index_taken`: the change is a git index apply takes despite its conflict.
+fn render_diff(o: &mut String, d: &FileDiff, index_taken: bool, s: Style) {
     let _ = writeln!(
         o,
         "{}",
         s.heading(&format!("diff {} ({})", escape(&d.path), kind_word(d.kind)))
     );
-    if let Some(c) = &d.conflict {
+    if let Some(c) = d.conflict.as_ref().filter(|_| index_taken) {
+        let _ = writeln!(
+            o,
+            "{}",
+            s.warn(&format!(
+                "! {}: a git index is a cache git rewrites (a `git status` does), so apply \
+                 takes the staged one and warns",
+                escape(c)
+            ))
+        );
+    } else if let Some(c) = &d.conflict {
         let _ = writeln!(
             o,
             "{}",
@@ -194,17 +227,62 @@ fn render_diff(o: &mut String, d: &FileDiff, s: Style) {
     }
 }
 
-fn render_stat(o: &mut String, diffs: &[FileDiff], s: Style) {
+/// The staged changes behind the shown diffs, in the same order.
+fn shown_changes<'a>(stage: &'a Stage, shown: &[usize]) -> Vec<&'a StagedChange> {
+    shown.iter().map(|&i| &stage.changes[i]).collect()
+}
+
+/// `changes[i]` is the staged change behind `diffs[i]`; unless `all`, directories added
+/// whole are rolled up into one line (changes that run code or conflict stay listed).
+fn render_stat(
+    o: &mut String,
+    diffs: &[FileDiff],
+    changes: &[&StagedChange],
+    index_taken: &[bool],
+    all: bool,
+    s: Style,
+) {
+    let rows = if all {
+        (0..diffs.len()).map(RollupRow::One).collect()
+    } else {
+        let items: Vec<RollupItem<'_>> = changes
+            .iter()
+            .zip(diffs)
+            .map(|(c, d)| RollupItem {
+                path: &c.path,
+                kind: c.kind,
+                new_type: c.new_type,
+                size: c.size,
+                keep: d.conflict.is_some() || d.sensitive.is_some(),
+            })
+            .collect();
+        rollup(&items)
+    };
     let width = diffs
         .iter()
         .map(|d| d.path.chars().count())
         .max()
         .unwrap_or(0)
         .min(60);
-    let (mut ins, mut del) = (0, 0);
-    for d in diffs {
-        ins += d.insertions;
-        del += d.deletions;
+    let (ins, del) = diffs
+        .iter()
+        .fold((0, 0), |(i, d), f| (i + f.insertions, d + f.deletions));
+    for row in rows {
+        let (d, taken) = match row {
+            RollupRow::One(i) => (&diffs[i], index_taken[i]),
+            RollupRow::Dir {
+                index,
+                files,
+                dirs,
+                bytes,
+            } => {
+                let d = &diffs[index];
+                let note = crate::cmd::status::rollup_note(files, dirs, bytes, s);
+                let path = format!("{}/", escape(&d.path));
+                let _ = writeln!(o, " {path:<width$} | {}{note}", s.dim(kind_word(d.kind)));
+                continue;
+            }
+        };
         let what = if d.unified.is_some() {
             let n = d.insertions + d.deletions;
             let bar = n.min(40);
@@ -218,7 +296,9 @@ fn render_stat(o: &mut String, diffs: &[FileDiff], s: Style) {
         } else {
             s.dim(&escape(d.summary.as_deref().unwrap_or(kind_word(d.kind))))
         };
-        let mut mark = if d.conflict.is_some() {
+        let mut mark = if taken {
+            s.warn("  (host rewrote this git index: apply takes the staged one)")
+        } else if d.conflict.is_some() {
             s.bad(" !")
         } else {
             String::new()

@@ -9,9 +9,10 @@ use cofferdam_record::bundle::{ChangeKind, ControlDimension, ControlStatus, RunB
 use cofferdam_record::read_bundle;
 use cofferdam_record::shown::escape;
 use cofferdam_stage::apply;
+use cofferdam_stage::gitsummary::GitSummary;
 use cofferdam_stage::job::{Job, JobError, JobState, JobStore, JobSummary, StageState};
 use cofferdam_stage::ledger::Ledger;
-use cofferdam_stage::review::{Stage, refresh_filesystem};
+use cofferdam_stage::review::{self, Stage, refresh_filesystem};
 use serde_json::json;
 use std::fmt::Write as _;
 
@@ -204,12 +205,27 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
                 })
             );
         }
-        Some(b) => render_bundle(&mut o, b, args.review, stage_state, s),
+        Some(b) => {
+            // Entries a rollup keeps listed: those that run code or conflict.
+            let keep: Option<std::collections::HashSet<&str>> = (!args.all).then(|| {
+                stage_review
+                    .iter()
+                    .flat_map(|r| r.sensitive.iter().chain(&r.conflicts))
+                    .map(|(p, _)| p.as_str())
+                    .collect()
+            });
+            let git = if args.review && stage_state == StageState::Staged {
+                git_summaries(&job, &state.workdir)
+            } else {
+                Vec::new()
+            };
+            render_bundle(&mut o, b, args.review, stage_state, keep.as_ref(), &git, s)
+        }
     }
     if let Some(r) = &stage_review {
         render_stage(&mut o, r, s);
     }
-    crate::write_stdout(o.as_bytes())?;
+    crate::pager::show(o.as_bytes(), args.no_pager)?;
     Ok(OK)
 }
 
@@ -321,7 +337,18 @@ pub(crate) fn ending_word(b: &RunBundle) -> String {
     }
 }
 
-fn render_bundle(o: &mut String, b: &RunBundle, review: bool, state: StageState, s: Style) {
+/// `rollup`: roll up directories added whole and leave out the object files of each `git`
+/// directory summarised, keeping the entries it names listed; `None` lists every entry
+/// (`--all`).
+fn render_bundle(
+    o: &mut String,
+    b: &RunBundle,
+    review: bool,
+    state: StageState,
+    rollup: Option<&std::collections::HashSet<&str>>,
+    git: &[GitSummary],
+    s: Style,
+) {
     let r = &b.run;
     let took = human_duration(r.duration_ms);
     match &r.failure {
@@ -409,7 +436,39 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, state: StageState,
             ChangeKind::TypeChanged,
             ChangeKind::Opaque,
         ] {
-            for c in fs.changes.iter().filter(|c| c.kind == kind) {
+            let group: Vec<&cofferdam_record::bundle::ChangeEntry> =
+                fs.changes.iter().filter(|c| c.kind == kind).collect();
+            let rows = match rollup {
+                Some(keep) => review::rollup(
+                    &group
+                        .iter()
+                        .map(|c| review::RollupItem {
+                            path: review::change_path_bytes(c),
+                            kind: c.kind,
+                            new_type: c.new_type,
+                            size: c.size_bytes,
+                            keep: keep.contains(c.path.as_str()),
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+                None => (0..group.len()).map(review::RollupRow::One).collect(),
+            };
+            for row in rows {
+                let (c, slash, note) = match row {
+                    review::RollupRow::One(i)
+                        if rollup.is_some_and(|keep| !keep.contains(group[i].path.as_str()))
+                            && is_git_object(git, review::change_path_bytes(group[i])) =>
+                    {
+                        continue;
+                    }
+                    review::RollupRow::One(i) => (group[i], "", String::new()),
+                    review::RollupRow::Dir {
+                        index,
+                        files,
+                        dirs,
+                        bytes,
+                    } => (group[index], "/", rollup_note(files, dirs, bytes, s)),
+                };
                 let word = match kind {
                     ChangeKind::Added => s.good("added       "),
                     ChangeKind::Modified => s.warn("modified    "),
@@ -420,9 +479,12 @@ fn render_bundle(o: &mut String, b: &RunBundle, review: bool, state: StageState,
                 let is_dir =
                     c.new_type == Some(cofferdam_record::bundle::ChangeEntryType::Directory);
                 let mode = crate::cmd::apply::painted_mode(c.kind, c.mode, is_dir, s);
-                let _ = writeln!(o, "  {word} {}{mode}", escape(&c.path));
+                let _ = writeln!(o, "  {word} {}{slash}{mode}{note}", escape(&c.path));
             }
         }
+    }
+    for g in git {
+        render_git(o, g, rollup.is_some(), s);
     }
     let mut warnings: Vec<&String> = b.safety.warnings.iter().chain(&b.run.warnings).collect();
     // The supervisor's warnings are in both lists: show each once.
@@ -607,6 +669,128 @@ pub(crate) fn disk_bytes(dir: &std::path::Path) -> u64 {
     total
 }
 
+/// The `.git` directories the remaining changes touch, in git's terms; empty when the
+/// stage cannot be read (the change list still shows every path).
+fn git_summaries(job: &Job, workdir: &std::path::Path) -> Vec<GitSummary> {
+    use std::os::fd::AsFd as _;
+    let (Ok(stage), Ok(target), Ok(upper)) = (
+        Stage::load(job),
+        std::fs::File::open(workdir),
+        std::fs::File::open(job.upper()),
+    ) else {
+        return Vec::new();
+    };
+    let remaining: Vec<_> = stage.remaining().cloned().collect();
+    cofferdam_stage::gitsummary::summarize_stage(target.as_fd(), upper.as_fd(), &remaining)
+}
+
+/// Whether `path` lies beneath the `objects/` of a summarised `.git`.
+fn is_git_object(git: &[GitSummary], path: &[u8]) -> bool {
+    git.iter().any(|g| {
+        path.strip_prefix(g.git_dir.as_slice())
+            .is_some_and(|rest| rest.starts_with(b"/objects/"))
+    })
+}
+
+/// An object id shortened as git shows it; anything else (`ref: …`) escaped whole.
+fn short_id(v: &str) -> String {
+    if v.len() >= 7 && v.bytes().all(|b| b.is_ascii_hexdigit()) {
+        v[..7].to_owned()
+    } else {
+        escape(v)
+    }
+}
+
+/// How many commit subjects a review lists per `.git`.
+const GIT_SUBJECTS: usize = 10;
+
+/// One `.git` directory's changes: HEAD, refs added, moved or deleted, objects counted.
+fn render_git(o: &mut String, g: &GitSummary, objects_hidden: bool, s: Style) {
+    let dir = escape(&String::from_utf8_lossy(&g.git_dir));
+    let _ = writeln!(o, "\n{}", s.heading(&format!("Git ({dir})")));
+    if let Some((old, new)) = &g.head {
+        let show = |v: &Option<String>| v.as_deref().map_or("(none)".to_owned(), short_id);
+        let _ = writeln!(o, "  HEAD      {} → {}", show(old), show(new));
+    }
+    for r in &g.refs {
+        let (what, name) = if let Some(b) = r.name.strip_prefix("refs/heads/") {
+            ("branch", b)
+        } else if let Some(t) = r.name.strip_prefix("refs/tags/") {
+            ("tag", t)
+        } else {
+            ("ref", r.name.as_str())
+        };
+        let change = match (&r.old, &r.new) {
+            (None, Some(new)) => s.good(&format!("added at {}", short_id(new))),
+            (Some(old), Some(new)) => {
+                s.warn(&format!("moved {}..{}", short_id(old), short_id(new)))
+            }
+            (Some(old), None) => s.bad(&format!("deleted (was {})", short_id(old))),
+            (None, None) => continue,
+        };
+        let _ = writeln!(o, "  {what:<9} {} {change}", escape(name));
+    }
+    if g.refs.is_empty() && g.head.is_none() {
+        let _ = writeln!(o, "  {}", s.dim("no branch, tag or HEAD changed"));
+    }
+    if !g.commits.is_empty() {
+        let _ = writeln!(o, "  commits   {} new", thousands(g.commits.len()));
+        for subject in g.commits.iter().take(GIT_SUBJECTS) {
+            let _ = writeln!(o, "    {} {}", s.dim("-"), escape(subject));
+        }
+        if g.commits.len() > GIT_SUBJECTS {
+            let _ = writeln!(o, "    … and {} more", g.commits.len() - GIT_SUBJECTS);
+        }
+    }
+    if g.packs > 0 {
+        let _ = writeln!(
+            o,
+            "  {}",
+            s.dim("commits in pack files are not read: `git log` after applying shows them")
+        );
+    }
+    if g.loose_objects + g.packs > 0 {
+        let _ = writeln!(
+            o,
+            "  objects   {} loose object file(s), {} pack(s) added{}",
+            thousands(g.loose_objects),
+            thousands(g.packs),
+            if objects_hidden {
+                s.dim(" (not listed above; --all lists them)")
+            } else {
+                String::new()
+            }
+        );
+    }
+}
+
+/// The tail of a rolled-up directory's line: `  (1,712 file(s), 3 dir(s), 38.2 MiB; --all
+/// lists them)`.
+pub(crate) fn rollup_note(files: usize, dirs: usize, bytes: u64, s: Style) -> String {
+    let mut what = vec![format!("{} file(s)", thousands(files))];
+    if dirs > 0 {
+        what.push(format!("{} dir(s)", thousands(dirs)));
+    }
+    what.push(human_bytes(bytes));
+    format!(
+        "  {}",
+        s.dim(&format!("({}; --all lists them)", what.join(", ")))
+    )
+}
+
+/// A count with thousands separated by commas: `1,712`.
+pub(crate) fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
 /// Bytes for a person: B, KiB, MiB, GiB with one decimal.
 pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
@@ -754,7 +938,15 @@ fn render_sensitive(o: &mut String, r: &StageReview, s: Style) {
 
 #[cfg(test)]
 mod tests {
-    use super::human_duration;
+    use super::{human_duration, thousands};
+
+    #[test]
+    fn counts_with_thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_712), "1,712");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
 
     #[test]
     fn durations_from_under_a_millisecond_to_hours() {

@@ -24,6 +24,7 @@ mod pty;
 mod readme;
 mod review_json;
 mod review_output;
+mod review_scale;
 mod run;
 mod scope;
 mod store;

@@ -100,9 +100,21 @@ impl Term {
     /// As [`Term::spawn`], with stdout redirected to `stdout` (stdin and stderr stay the
     /// terminal), as `cofferdam run … > file` typed at the shell.
     fn spawn_with(&self, s: &Sandbox, args: &[&str], stdout: File) -> Session<'_> {
+        self.spawn_env(s, args, stdout, &[])
+    }
+
+    /// As [`Term::spawn_with`], with `env` added to the environment.
+    fn spawn_env(
+        &self,
+        s: &Sandbox,
+        args: &[&str],
+        stdout: File,
+        env: &[(&str, &str)],
+    ) -> Session<'_> {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cofferdam"));
         cmd.args(args)
             .env_clear()
+            .envs(env.iter().copied())
             .env("HOME", s.home.path())
             .env("COFFERDAM_HOME", s.store.path())
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -942,4 +954,74 @@ fn a_background_run_does_not_take_what_is_typed_at_the_terminal() {
         6,
         "the typed line is still the terminal's"
     );
+}
+
+/// `status --review` and `diff` taller than the terminal go through `$PAGER`; short output,
+/// `--no-pager`, `PAGER=` / `PAGER=cat`, `--json` and a pipe print directly.
+#[test]
+fn long_review_output_goes_through_the_pager_on_a_terminal_only() {
+    let s = Sandbox::new();
+    let job =
+        crate::review_scale::run_job(&s, "scoped", "for i in $(seq 1 60); do echo $i > f$i; done");
+    // The pager records what it was given and says it ran.
+    let pager = s.home.path().join("pager.sh");
+    std::fs::write(&pager, "#!/bin/sh\ncat > \"$0.out\"\necho PAGER-RAN\n").unwrap();
+    std::fs::set_permissions(&pager, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let record = s.home.path().join("pager.sh.out");
+    let pager = pager.to_str().unwrap();
+    let term = Term::new(24, 80);
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let _ = std::fs::remove_file(&record);
+        let (st, shown) = term
+            .spawn_env(&s, args, term.slave.try_clone().unwrap(), env)
+            .finish();
+        assert!(st.success(), "{args:?}: {shown}");
+        (shown, std::fs::read_to_string(&record).ok())
+    };
+
+    for args in [
+        &["status", "--review", job.as_str()][..],
+        &["diff", job.as_str()],
+        &["diff", "--stat", job.as_str()],
+    ] {
+        let (shown, paged) = run(args, &[("PAGER", pager)]);
+        assert!(shown.contains("PAGER-RAN"), "{args:?}: {shown}");
+        let paged = paged.unwrap_or_else(|| panic!("{args:?}: the pager got nothing"));
+        assert!(paged.contains("f17"), "{args:?}: {paged}");
+        assert!(!shown.contains("f17"), "{args:?}: printed too: {shown}");
+    }
+    // Short output is printed directly.
+    let (shown, paged) = run(&["status", job.as_str()], &[("PAGER", pager)]);
+    assert!(paged.is_none() && shown.contains("changes   60"), "{shown}");
+    // Turned off.
+    for (args, env) in [
+        (
+            &["status", "--review", "--no-pager", job.as_str()][..],
+            pager,
+        ),
+        (&["diff", "--no-pager", job.as_str()], pager),
+        (&["status", "--review", job.as_str()], ""),
+        (&["diff", job.as_str()], "cat"),
+        (&["--json", "diff", job.as_str()], pager),
+    ] {
+        let (shown, paged) = run(args, &[("PAGER", env)]);
+        assert!(paged.is_none(), "{args:?} PAGER={env}: paged");
+        assert!(
+            shown.contains("f17") && !shown.contains("PAGER-RAN"),
+            "{shown}"
+        );
+    }
+    // Piped: printed directly.
+    let _ = std::fs::remove_file(&record);
+    let out = s
+        .cmd()
+        .env("PAGER", pager)
+        .args(["status", "--review", &job])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("f17"),
+        "{out:?}"
+    );
+    assert!(!record.exists());
 }
