@@ -116,7 +116,9 @@ fn setup(plan: &SandboxPlan) -> Result<Option<OwnedFd>, i32> {
     }
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| step_err("make the init non-dumpable", e))?;
-    report(caps::drop_all());
+    // Required here as on the sealed tier: a capability left (root's, or a file
+    // capability's) would bypass Landlock's and seccomp's assumptions.
+    require(caps::drop_all(), "drop capabilities")?;
     require(caps::no_new_privs(), "set no_new_privs")?;
     let mut write_enforced = false;
     let mut landlock_abi = 0;

@@ -11,6 +11,7 @@ mod equivalence;
 mod lifecycle;
 mod limits;
 mod load;
+mod mutants;
 mod net;
 mod pty;
 mod review_output;
