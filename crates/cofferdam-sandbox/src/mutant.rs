@@ -47,6 +47,9 @@ pub const CAP_DROP: &str = "cap_drop";
 /// `prctl(PR_SET_NO_NEW_PRIVS)`.
 pub const NO_NEW_PRIVS: &str = "no_new_privs";
 
+/// The init's join of the run's cgroups (the write of its pid to `cgroup.procs`).
+pub const CGROUP_JOIN: &str = "cgroup_join";
+
 /// Every mutant.
 pub const MUTANTS: &[Mutant] = &[
     Mutant {
@@ -113,6 +116,14 @@ pub const MUTANTS: &[Mutant] = &[
         scoped: true,
         skips: "prctl(PR_SET_NO_NEW_PRIVS)",
     },
+    Mutant {
+        name: CGROUP_JOIN,
+        mechanism: ControlMechanism::Cgroup,
+        dimension: ControlDimension::Resources,
+        sealed: true,
+        scoped: true,
+        skips: "the write of the init's pid to each cgroup.procs",
+    },
 ];
 
 /// Mechanisms of the observation vocabulary without a mutant, each with the reason.
@@ -153,10 +164,6 @@ pub const EXEMPT: &[(ControlMechanism, &str)] = &[
     (
         ControlMechanism::Rlimit,
         "its observation is getrlimit after setrlimit",
-    ),
-    (
-        ControlMechanism::Cgroup,
-        "the limit files are read back; the join is not yet (issue 17, open)",
     ),
     (
         ControlMechanism::Tmpfs,
