@@ -217,7 +217,8 @@ pub fn drop_all() -> ControlObservation {
     let last = last_cap();
     let mut first_error: Option<CapsError> = None;
     let mut bounding_eperm = false;
-    for n in 0..=last {
+    let skip = crate::mutant::active(crate::mutant::CAP_DROP);
+    for n in (0..=last).filter(|_| !skip) {
         match rustix::thread::remove_capability_from_bounding_set(cap(n)) {
             Ok(()) => {}
             Err(Errno::INVAL) => break,
@@ -227,7 +228,11 @@ pub fn drop_all() -> ControlObservation {
             }
         }
     }
-    if let Err(e) = rustix::thread::clear_ambient_capability_set() {
+    if let Err(e) = if skip {
+        Ok(())
+    } else {
+        rustix::thread::clear_ambient_capability_set()
+    } {
         // EINVAL: no ambient set before Linux 4.3; the read-back decides.
         if e != Errno::INVAL {
             first_error.get_or_insert(CapsError::AmbientClear(e));
@@ -238,7 +243,11 @@ pub fn drop_all() -> ControlObservation {
         permitted: CapabilitySet::empty(),
         inheritable: CapabilitySet::empty(),
     };
-    if let Err(e) = rustix::thread::set_capabilities(None, empty) {
+    if let Err(e) = if skip {
+        Ok(())
+    } else {
+        rustix::thread::set_capabilities(None, empty)
+    } {
         first_error.get_or_insert(CapsError::Capset(e));
     }
     let state = match read_caps(last) {
@@ -304,7 +313,11 @@ pub fn drop_all() -> ControlObservation {
 /// Observation (mechanism `no_new_privs`, dimension `process`, details `{"no_new_privs":
 /// 1}`): `enforced` when it reads back set, else `failed` with the reason.
 pub fn no_new_privs() -> ControlObservation {
-    let set = rustix::thread::set_no_new_privs(true);
+    let set = if crate::mutant::active(crate::mutant::NO_NEW_PRIVS) {
+        Ok(())
+    } else {
+        rustix::thread::set_no_new_privs(true)
+    };
     let read = rustix::thread::no_new_privs();
     let mut details = BTreeMap::new();
     let (status, reason) = match (set, read) {

@@ -493,10 +493,16 @@ fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
     if !plan.fs.workdir_exec {
         report(memfd::seal_exec(true));
     }
-    mounts::compose_and_pivot(&plan.fs)
-        .map_err(|e| fail(&e))?
-        .into_iter()
-        .for_each(report);
+    // A mount that reads back weaker than planned (`failed`: a read-only bind found
+    // writable) refuses the run; `partial` ones are recorded as read.
+    for o in mounts::compose_and_pivot(&plan.fs).map_err(|e| fail(&e))? {
+        if o.status == ControlStatus::Failed {
+            let step = format!("compose the root ({})", o.mechanism);
+            require(o, &step)?;
+        } else {
+            report(o);
+        }
+    }
     rustix::system::sethostname(plan.hostname.as_bytes()).map_err(|e| {
         fail(&SetupError {
             step: "sethostname".into(),

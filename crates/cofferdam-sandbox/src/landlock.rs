@@ -44,14 +44,19 @@
 //! `unavailable` when it handles none (or Landlock is not enforced at all), `failed` when
 //! building or restricting failed. An overall "partially enforced" that no dimension explains
 //! downgrades every dimension to `partial`.
+//!
+//! The crate's status is what `landlock_restrict_self` returned, not a reading: after it,
+//! the domain is read back by probe accesses that must be refused with `EACCES` (see
+//! [`probe_write`], [`probe_read`]; recorded as `write_probe` / `read_probe`). A probe that
+//! succeeds makes the rows `failed`, one that cannot be made leaves none `enforced`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use ::landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, LandlockStatus, NetPort, PathBeneath, PathFd,
-    PathFdError, RestrictionStatus, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetError,
-    RulesetStatus, Scope, make_bitflags,
+    PathFdError, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
+    make_bitflags,
 };
 use cofferdam_policy::plan::LandlockPlan;
 use cofferdam_record::bundle::{
@@ -332,7 +337,11 @@ pub fn install(plan: &LandlockPlan) -> Vec<ControlObservation> {
     let handled = Handled::for_plan(plan, abi);
     let mut skipped = Skipped::default();
     match restrict(plan, &handled, &mut skipped) {
-        Ok(status) => observe(plan, &handled, &status, &skipped),
+        Ok(status) => {
+            let mut out = observe(plan, &handled, &status, &skipped);
+            read_back(plan, &mut out);
+            out
+        }
         Err(e) => {
             insert_skipped(&mut base, &skipped);
             uniform(plan, ControlStatus::Failed, e.to_string(), &base)
@@ -407,7 +416,7 @@ fn restrict(
     plan: &LandlockPlan,
     handled: &Handled,
     skipped: &mut Skipped,
-) -> Result<RestrictionStatus, LandlockError> {
+) -> Result<Restriction, LandlockError> {
     let mut ruleset = Ruleset::default().handle_access(handled.fs())?;
     if !handled.net.is_empty() {
         ruleset = ruleset.handle_access(handled.net)?;
@@ -446,7 +455,32 @@ fn restrict(
             }
         }
     }
-    Ok(created.restrict_self()?)
+    if crate::mutant::active(crate::mutant::LANDLOCK_RESTRICT) {
+        // The mutant: the ruleset is built and never enforced; the status is what
+        // `restrict_self` says on success, so only the probe can tell.
+        drop(created);
+        return Ok(Restriction {
+            ruleset: RulesetStatus::FullyEnforced,
+            landlock: LandlockStatus::Available {
+                effective_abi: handled.abi,
+                kernel_abi: None,
+            },
+            no_new_privs: true,
+        });
+    }
+    let status = created.restrict_self()?;
+    Ok(Restriction {
+        ruleset: status.ruleset,
+        landlock: status.landlock,
+        no_new_privs: status.no_new_privs,
+    })
+}
+
+/// What `landlock_restrict_self` reported.
+struct Restriction {
+    ruleset: RulesetStatus,
+    landlock: LandlockStatus,
+    no_new_privs: bool,
 }
 
 /// The kernel's effective ABI as the crate saw it, and its raw number when newer.
@@ -468,7 +502,7 @@ fn kernel_abi(status: &LandlockStatus) -> (ABI, Value) {
 fn observe(
     plan: &LandlockPlan,
     handled: &Handled,
-    status: &RestrictionStatus,
+    status: &Restriction,
     skipped: &Skipped,
 ) -> Vec<ControlObservation> {
     let (kabi, kabi_value) = kernel_abi(&status.landlock);
@@ -623,6 +657,179 @@ fn observe(
     out
 }
 
+/// What one probe access read back after `restrict_self`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// The access was refused with `EACCES` at `path`: the ruleset is in force there.
+    Denied(PathBuf),
+    /// The access succeeded at `path` (and was undone): the ruleset is not in force.
+    Allowed(PathBuf),
+    /// No path outside the grants could be tried, or every try failed for another reason.
+    Inconclusive(String),
+}
+
+impl Probe {
+    fn details(&self) -> Value {
+        match self {
+            Probe::Denied(p) => json!({"result": "denied", "path": p.to_string_lossy()}),
+            Probe::Allowed(p) => json!({"result": "allowed", "path": p.to_string_lossy()}),
+            Probe::Inconclusive(why) => json!({"result": "inconclusive", "why": why}),
+        }
+    }
+}
+
+/// The write probe's first path (see [`probe_write`]).
+const COMM_PROBE: &str = "/proc/thread-self/comm";
+
+fn beneath(path: &Path, trees: &[PathBuf]) -> bool {
+    trees.iter().any(|t| path.starts_with(t))
+}
+
+/// Directories to probe from, in order: the parents of the `read_write` trees (the job
+/// directory on the scoped tier), then `/dev/shm` (a device grant: files only, no new
+/// entries). Pure.
+pub fn probe_dirs(plan: &LandlockPlan) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let parents = plan.read_write.iter().filter_map(|p| p.parent());
+    for d in parents.chain([Path::new("/dev/shm")]) {
+        if !dirs.iter().any(|x| x == d) {
+            dirs.push(d.to_owned());
+        }
+    }
+    dirs
+}
+
+/// The write probe: `mkdir` of a fresh name in a directory outside the `read_write` grants
+/// that the process could write to without Landlock (`access(2)`, which Landlock does not
+/// restrict, says so; `EROFS` and other errors move on to the next). Landlock checks
+/// `make_dir` before the permission bits, so `EACCES` here is Landlock's.
+///
+/// First of all, an open for writing (no write follows) of this thread's `comm` in
+/// `/proc`: procfs is mounted read-write on both tiers and the file is the caller's own, so
+/// only Landlock's `write_file` (checked after the mount and the permission bits) refuses.
+pub fn probe_write(plan: &LandlockPlan) -> Probe {
+    let mut tried = Vec::new();
+    let comm = Path::new(COMM_PROBE);
+    if !beneath(comm, &plan.read_write) && !beneath(comm, &plan.devices) {
+        let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC;
+        match rustix::fs::open(comm, flags, rustix::fs::Mode::empty()) {
+            Err(rustix::io::Errno::ACCESS) => return Probe::Denied(comm.to_owned()),
+            Ok(fd) => {
+                drop(fd);
+                return Probe::Allowed(comm.to_owned());
+            }
+            Err(e) => tried.push(format!("{COMM_PROBE}: {e}")),
+        }
+    }
+    for dir in probe_dirs(plan) {
+        if beneath(&dir, &plan.read_write) {
+            continue;
+        }
+        let ok = rustix::fs::access(
+            &dir,
+            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+        );
+        if let Err(e) = ok {
+            tried.push(format!("{}: {e}", dir.display()));
+            continue;
+        }
+        let name = dir.join(format!(".cofferdam-landlock-probe-{}", std::process::id()));
+        match rustix::fs::mkdir(&name, rustix::fs::Mode::from_raw_mode(0o700)) {
+            Err(rustix::io::Errno::ACCESS) => return Probe::Denied(name),
+            Ok(()) => {
+                let _ =
+                    rustix::fs::unlinkat(rustix::fs::CWD, &name, rustix::fs::AtFlags::REMOVEDIR);
+                return Probe::Allowed(name);
+            }
+            Err(e) => tried.push(format!("{}: {e}", name.display())),
+        }
+    }
+    Probe::Inconclusive(if tried.is_empty() {
+        "no directory outside the write grants to try".to_owned()
+    } else {
+        tried.join("; ")
+    })
+}
+
+/// The read probe: open for reading a directory granted neither read nor write (only the
+/// device grant, which has no `read_dir`), readable by its permission bits. `None` when
+/// every candidate is granted read (the sealed tier grants `/`).
+pub fn probe_read(plan: &LandlockPlan) -> Option<Probe> {
+    let mut tried = Vec::new();
+    let mut any = false;
+    for dir in probe_dirs(plan) {
+        if beneath(&dir, &plan.read_write) || beneath(&dir, &plan.read_exec) {
+            continue;
+        }
+        any = true;
+        if let Err(e) = rustix::fs::access(&dir, rustix::fs::Access::READ_OK) {
+            tried.push(format!("{}: {e}", dir.display()));
+            continue;
+        }
+        let flags = rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::CLOEXEC;
+        match rustix::fs::open(&dir, flags, rustix::fs::Mode::empty()) {
+            Err(rustix::io::Errno::ACCESS) => return Some(Probe::Denied(dir)),
+            Ok(fd) => {
+                drop(fd);
+                return Some(Probe::Allowed(dir));
+            }
+            Err(e) => tried.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    any.then(|| Probe::Inconclusive(tried.join("; ")))
+}
+
+/// Read the ruleset back with the probes and weaken the observations to what was read: a
+/// write probe that succeeded fails every dimension (no domain is in force), one that could
+/// not be made leaves none `enforced`; a read probe that succeeded fails `filesystem_read`.
+fn read_back(plan: &LandlockPlan, out: &mut [ControlObservation]) {
+    if out.iter().all(|o| o.status == ControlStatus::Unavailable) {
+        return;
+    }
+    let write = probe_write(plan);
+    let read = probe_read(plan);
+    let read_value = read.as_ref().map_or_else(
+        || json!({"result": "not_probed", "why": "every candidate is granted read"}),
+        Probe::details,
+    );
+    for o in out.iter_mut() {
+        o.details.insert("write_probe".to_owned(), write.details());
+        o.details
+            .insert("read_probe".to_owned(), read_value.clone());
+        let weaker = match (&write, &read, o.dimension) {
+            (Probe::Allowed(p), _, _) => Some((
+                ControlStatus::Failed,
+                format!(
+                    "the write probe {} succeeded after restrict_self: no Landlock domain is \
+                     in force",
+                    p.display()
+                ),
+            )),
+            (_, Some(Probe::Allowed(p)), ControlDimension::FilesystemRead) => Some((
+                ControlStatus::Failed,
+                format!(
+                    "the read probe {} succeeded after restrict_self: reads are not confined",
+                    p.display()
+                ),
+            )),
+            (Probe::Inconclusive(why), _, _) => Some((
+                ControlStatus::Partial,
+                format!("the ruleset could not be read back with a probe: {why}"),
+            )),
+            _ => None,
+        };
+        if let Some((status, reason)) = weaker
+            && (o.status == ControlStatus::Enforced
+                || (status == ControlStatus::Failed && o.status != ControlStatus::Unavailable))
+        {
+            o.status = status;
+            o.reason = Some(reason);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,6 +976,19 @@ mod tests {
         p.read_exec = vec!["/".into()];
         p.exec_in_read_write = true;
         assert!(exec_reaches_read_write(&p).is_empty());
+    }
+
+    #[test]
+    fn the_probes_succeed_without_a_ruleset_and_skip_granted_paths() {
+        // This test process is not restricted: the write probe opens its own comm.
+        let p = plan(1);
+        assert_eq!(probe_write(&p), Probe::Allowed(PathBuf::from(COMM_PROBE)));
+        let mut granted = plan(1);
+        granted.read_write = vec![PathBuf::from("/")];
+        assert!(matches!(probe_write(&granted), Probe::Inconclusive(_)));
+        let mut everything = plan(1);
+        everything.read_exec = vec![PathBuf::from("/")];
+        assert_eq!(probe_read(&everything), None);
     }
 
     #[test]

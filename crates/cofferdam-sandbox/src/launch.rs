@@ -383,7 +383,24 @@ impl PendingInit {
         let pid = self.pid().to_string();
         let place = move || {
             for path in procs {
-                if let Err(source) = std::fs::write(&path, &pid) {
+                let written = if crate::mutant::active(crate::mutant::CGROUP_JOIN) {
+                    Ok(())
+                } else {
+                    std::fs::write(&path, &pid)
+                };
+                // The join read back: the init must be listed in the file it was written to.
+                let listed = written
+                    .and_then(|()| std::fs::read_to_string(&path))
+                    .and_then(|l| {
+                        if l.lines().any(|p| p.trim() == pid) {
+                            Ok(())
+                        } else {
+                            Err(std::io::Error::other(format!(
+                                "the init (pid {pid}) is not listed in it after the write"
+                            )))
+                        }
+                    });
+                if let Err(source) = listed {
                     return Err(LaunchError::Cgroup { path, source });
                 }
             }

@@ -16,6 +16,7 @@ pub mod launch;
 pub mod memfd;
 pub mod metafilter;
 pub mod mounts;
+pub mod mutant;
 pub mod netif;
 pub mod probe;
 pub mod pty;

@@ -786,11 +786,12 @@ impl Masker {
             }
         };
         match FileType::from_raw_mode(st.st_mode) {
+            FileType::Symlink => Ok(false),
+            _ if crate::mutant::active(crate::mutant::SECRET_MASKS) => Ok(true),
             FileType::Directory => {
                 tmpfs(at, shown, "mode=000,size=4k", MASK)?;
                 Ok(true)
             }
-            FileType::Symlink => Ok(false),
             _ => {
                 let what = || format!("bind /dev/null on {}", shown.display());
                 let clone = self
@@ -885,7 +886,12 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
             }
             FileType::Directory => {
                 let place = mkdir_p(&root, target, Purpose::System)?;
-                bind(dir, place.at(), &root.shown(target), RO)?;
+                let attrs = if crate::mutant::active(crate::mutant::SYSTEM_READ_ONLY) {
+                    RO.difference(MountAttrFlags::MOUNT_ATTR_RDONLY)
+                } else {
+                    RO
+                };
+                bind(dir, place.at(), &root.shown(target), attrs)?;
             }
             _ => continue,
         }
@@ -936,7 +942,9 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     for p in &plan.read_only {
         let target = rel(p);
         if let Some(fd) = read_only_target(&root, target)? {
-            make_read_only((fd.as_fd(), Path::new("")), &root.shown(target))?;
+            if !crate::mutant::active(crate::mutant::READ_ONLY_SUBTREE) {
+                make_read_only((fd.as_fd(), Path::new("")), &root.shown(target))?;
+            }
             read_only.push(p.display().to_string());
         }
     }
@@ -1067,6 +1075,8 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct MountLine {
     point: PathBuf,
+    /// The per-mount options (`ro`/`rw`, `nosuid`, …).
+    options: String,
     fstype: String,
     super_options: String,
 }
@@ -1077,12 +1087,15 @@ fn parse_mountinfo(text: &str) -> Vec<MountLine> {
     text.lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
-            let point = left.split(' ').nth(4)?;
+            let mut l = left.split(' ').skip(4);
+            let point = l.next()?;
+            let options = l.next().unwrap_or("").to_owned();
             let mut r = right.split(' ');
             let fstype = r.next()?.to_owned();
             let super_options = r.nth(1).unwrap_or("").to_owned();
             Some(MountLine {
                 point: PathBuf::from(crate::probe::cgroup::unescape_mount_field(point)),
+                options,
                 fstype,
                 super_options,
             })
@@ -1116,8 +1129,9 @@ fn tmpfs_size(mounts: &[MountLine], point: &Path) -> Option<u64> {
 
 /// The composed root as the kernel shows it, read back after the pivot: the tmpfs sizes
 /// go into the `tmpfs` and `minimal_dev` observations as read (null when unreadable, and
-/// the observation is then partial), and every mask must be a mount point, or
-/// `secrets_hidden` is partial and names the ones missing.
+/// the observation is then partial), every mask must be a mount point, or
+/// `secrets_hidden` is failed and names the ones missing, and every read-only bind must
+/// read back read-only ([`read_only_back`]).
 fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]) {
     let home_covered = plan.workdir == plan.home;
     for o in obs.iter_mut() {
@@ -1144,6 +1158,7 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                     o.reason = Some("the private /dev/shm's size could not be read back".into());
                 }
             }
+            ControlMechanism::PivotRoot => read_only_back(mounts, o),
             ControlMechanism::SecretsHidden => {
                 let masked: Vec<String> = o
                     .details
@@ -1157,7 +1172,8 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                 o.details
                     .insert("read_back".into(), json!(missing.is_empty()));
                 if !missing.is_empty() {
-                    o.status = ControlStatus::Partial;
+                    // A secret left visible: the control is not in place (the init refuses).
+                    o.status = ControlStatus::Failed;
                     let why = format!(
                         "masks not found in mountinfo after the pivot: {}",
                         missing.join(", ")
@@ -1170,6 +1186,59 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
             }
             _ => {}
         }
+    }
+}
+
+/// Whether `path` (inside the new root) lies on a read-only mount, read two ways: the
+/// per-mount options of the last mountinfo line whose mount point contains it (its real
+/// path: a system symlink such as `/bin` is read where it leads), and `statvfs`'s
+/// `ST_RDONLY`. `Err` names what read back writable or could not be read.
+fn reads_read_only(mounts: &[MountLine], path: &Path) -> Result<(), String> {
+    let real = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let line = mounts
+        .iter()
+        .rev()
+        .find(|m| real.starts_with(&m.point))
+        .ok_or_else(|| format!("{}: no mount in mountinfo", path.display()))?;
+    if !line.options.split(',').any(|o| o == "ro") {
+        return Err(format!(
+            "{} is mounted {} at {} in mountinfo",
+            path.display(),
+            line.options,
+            line.point.display()
+        ));
+    }
+    let vfs = rustix::fs::statvfs(&real).map_err(|e| format!("statvfs {}: {e}", path.display()))?;
+    if !vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) {
+        return Err(format!("statvfs {} lacks ST_RDONLY", path.display()));
+    }
+    Ok(())
+}
+
+/// The composed root's read-only binds read back: every `system_read_only` and `read_only`
+/// path of the `pivot_root` observation must read back read-only, or it is `failed`.
+fn read_only_back(mounts: &[MountLine], o: &mut ControlObservation) {
+    let mut wrong = Vec::new();
+    for key in ["system_read_only", "read_only"] {
+        let paths: Vec<String> = o
+            .details
+            .get(key)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default();
+        wrong.extend(
+            paths
+                .iter()
+                .filter_map(|p| reads_read_only(mounts, Path::new(p)).err()),
+        );
+    }
+    o.details
+        .insert("read_only_read_back".into(), json!(wrong.is_empty()));
+    if !wrong.is_empty() {
+        o.status = ControlStatus::Failed;
+        o.reason = Some(format!(
+            "read-only binds read back writable: {}",
+            wrong.join("; ")
+        ));
     }
 }
 
@@ -1840,6 +1909,8 @@ garbage line
 ";
         let m = parse_mountinfo(text);
         assert_eq!(m.len(), 5);
+        assert_eq!(m[0].options, "ro,nosuid,nodev");
+        assert_eq!(m[1].options, "rw,nosuid,nodev");
         assert_eq!(tmpfs_size(&m, Path::new("/tmp")), Some(1 << 20));
         assert_eq!(tmpfs_size(&m, Path::new("/home/u x")), Some(1 << 30));
         assert_eq!(tmpfs_size(&m, Path::new("/dev/shm")), Some(2 << 30));
@@ -1870,7 +1941,7 @@ garbage line
         };
         let mut obs = vec![o];
         read_back(&m, &plan, &mut obs);
-        assert_eq!(obs[0].status, ControlStatus::Partial);
+        assert_eq!(obs[0].status, ControlStatus::Failed);
         let reason = obs[0].reason.clone().unwrap_or_default();
         assert!(reason.contains("/home/u x/.vault-token"), "{reason}");
         assert!(!reason.contains(".npmrc"), "{reason}");

@@ -116,7 +116,15 @@ fn setup(plan: &SandboxPlan) -> Result<Option<OwnedFd>, i32> {
     }
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| step_err("make the init non-dumpable", e))?;
-    report(caps::drop_all());
+    // A capability left (root's, or an ambient one) refuses the run as on the sealed
+    // tier. `partial` is an unprivileged process's bounding set, which it cannot empty
+    // without CAP_SETPCAP; no_new_privs, required next, keeps an exec from using it.
+    let dropped = caps::drop_all();
+    if dropped.status == ControlStatus::Failed {
+        require(dropped, "drop capabilities")?;
+    } else {
+        report(dropped);
+    }
     require(caps::no_new_privs(), "set no_new_privs")?;
     let mut write_enforced = false;
     let mut landlock_abi = 0;

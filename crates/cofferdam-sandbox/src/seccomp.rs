@@ -620,13 +620,72 @@ fn observation(
     }
 }
 
-/// Install the filter on the calling thread and read back the thread's seccomp mode.
+/// The number of seccomp filters attached to the calling thread, as `/proc/thread-self/status`
+/// shows it (`Seccomp_filters`, Linux 5.9); `None` when it cannot be read.
+pub(crate) fn filters_in_force() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+    parse_filters(&status)
+}
+
+fn parse_filters(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Compare the filter count read after an install with the one before: `Err` with the
+/// reason when it did not grow by `added`. An unreadable count (a kernel before 5.9) is
+/// `Ok(None)`: the probe call decides alone.
+pub(crate) fn check_count(
+    before: Option<u64>,
+    after: Option<u64>,
+    added: u64,
+) -> Result<Option<u64>, String> {
+    match (before, after) {
+        (Some(b), Some(a)) if a == b + added => Ok(Some(a)),
+        (Some(b), Some(a)) => Err(format!(
+            "Seccomp_filters reads {a} after installing {added} filter(s) on {b}"
+        )),
+        (None, None) => Ok(None),
+        (b, a) => Err(format!(
+            "Seccomp_filters was readable only on one side of the install ({b:?}, {a:?})"
+        )),
+    }
+}
+
+/// The probe call: `clone3(NULL, 0)`, which the filter answers `ENOSYS` and the kernel,
+/// unfiltered, rejects with `EINVAL` (a size below the first version of the arguments)
+/// before doing anything.
+fn probe_clone3() -> Result<(), String> {
+    // SAFETY: with a NULL argument pointer and size 0 the kernel fails the call while
+    // checking the size, before reading memory or creating anything; nothing is returned.
+    let r = unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    if r == -1 && errno == Some(libc::ENOSYS) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the probe clone3(NULL, 0) returned {r} with errno {errno:?}, not the filter's ENOSYS"
+        ))
+    }
+}
+
+/// Install the filter on the calling thread and read it back: the thread's seccomp mode,
+/// the `Seccomp_filters` count against the count before plus one, and a probe call the
+/// filter must answer.
 ///
-/// `enforced` when it was accepted and the mode reads back as "filter"; `failed` when it
-/// was refused (nothing is installed) or the mode does not read back.
+/// `enforced` when all three read back; `failed` when it was refused (nothing is installed)
+/// or any reading disagrees.
 pub fn install(filter: &SeccompFilter) -> ControlObservation {
     let mut details = filter.details();
-    if let Err(e) = seccompiler::apply_filter(&filter.program) {
+    let before = filters_in_force();
+    let applied = if crate::mutant::active(crate::mutant::SECCOMP_FILTER) {
+        Ok(())
+    } else {
+        seccompiler::apply_filter(&filter.program)
+    };
+    if let Err(e) = applied {
         details.insert("filters".to_owned(), json!(0));
         return observation(
             ControlStatus::Failed,
@@ -634,17 +693,22 @@ pub fn install(filter: &SeccompFilter) -> ControlObservation {
             details,
         );
     }
-    match rustix::thread::secure_computing_mode() {
-        Ok(rustix::thread::SecureComputingMode::Filter) => {
-            observation(ControlStatus::Enforced, None, details)
-        }
-        other => observation(
-            ControlStatus::Failed,
-            Some(format!(
-                "the seccomp mode reads back as {other:?}, not filter"
-            )),
-            details,
-        ),
+    let count = check_count(before, filters_in_force(), 1);
+    details.insert(
+        "seccomp_filters_read".to_owned(),
+        json!(count.as_ref().ok().copied().flatten()),
+    );
+    let mode = match rustix::thread::secure_computing_mode() {
+        Ok(rustix::thread::SecureComputingMode::Filter) => Ok(()),
+        other => Err(format!(
+            "the seccomp mode reads back as {other:?}, not filter"
+        )),
+    };
+    let probe = probe_clone3();
+    details.insert("probe".to_owned(), json!("clone3(NULL, 0) = ENOSYS"));
+    match mode.and(count.map(|_| ())).and(probe) {
+        Ok(()) => observation(ControlStatus::Enforced, None, details),
+        Err(why) => observation(ControlStatus::Failed, Some(why), details),
     }
 }
 
@@ -1092,6 +1156,27 @@ mod tests {
             f.program().len(),
             head + DENIED.len() + 5 + 1 + 3 + 4 + socket + 4
         );
+    }
+
+    #[test]
+    fn the_filter_count_is_read_and_must_grow_by_what_was_installed() {
+        let status = "Name:\tx\nSeccomp:\t2\nSeccomp_filters:\t3\nSpeculation_Store_Bypass:\tx\n";
+        assert_eq!(parse_filters(status), Some(3));
+        assert_eq!(parse_filters("Seccomp:\t0\n"), None);
+        assert_eq!(check_count(Some(3), Some(4), 1), Ok(Some(4)));
+        assert_eq!(check_count(None, None, 1), Ok(None));
+        assert!(check_count(Some(3), Some(3), 1).is_err());
+        assert!(check_count(Some(1), Some(2), 2).is_err());
+        assert!(check_count(None, Some(2), 1).is_err());
+    }
+
+    #[test]
+    fn the_probe_call_tells_the_filter_from_the_kernel() {
+        // Unfiltered, clone3(NULL, 0) is the kernel's EINVAL: the probe reports it.
+        assert!(probe_clone3().is_err());
+        let filter = build_filter().unwrap();
+        let code = in_filtered_child(&[&filter.program], || i32::from(probe_clone3().is_ok()));
+        assert_eq!(code, 1);
     }
 
     #[test]

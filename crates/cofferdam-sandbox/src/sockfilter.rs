@@ -175,8 +175,10 @@ pub fn install(tcp: &TcpRules) -> ControlObservation {
         refused.push("listen");
     }
     o.details.insert("refused".into(), json!(refused));
+    let before = crate::seccomp::filters_in_force();
     let failure = match build(tcp) {
         Err(e) => Some(e.to_string()),
+        Ok(_) if crate::mutant::active(crate::mutant::SOCKET_FILTER) => None,
         Ok(f) => seccompiler::apply_filter(&f.families)
             .and_then(|()| seccompiler::apply_filter(&f.tcp_ops))
             .err()
@@ -185,8 +187,44 @@ pub fn install(tcp: &TcpRules) -> ControlObservation {
     if let Some(e) = failure {
         o.status = ControlStatus::Failed;
         o.reason = Some(format!("install the socket filter: {e}"));
+        return o;
+    }
+    let count = crate::seccomp::check_count(before, crate::seccomp::filters_in_force(), 2);
+    o.details.insert(
+        "seccomp_filters_read".into(),
+        json!(count.as_ref().ok().copied().flatten()),
+    );
+    o.details.insert(
+        "probe".into(),
+        json!("socket(AF_INET, SOCK_DGRAM) = EAFNOSUPPORT"),
+    );
+    if let Err(why) = count.and_then(|_| probe_udp()) {
+        o.status = ControlStatus::Failed;
+        o.reason = Some(why);
     }
     o
+}
+
+/// The probe call: a UDP socket, which no plan grants; the families filter must refuse it
+/// with `EAFNOSUPPORT`. A socket that is made anyway is closed at once, unused.
+fn probe_udp() -> Result<(), String> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    match rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    ) {
+        Err(rustix::io::Errno::AFNOSUPPORT) => Ok(()),
+        Ok(fd) => {
+            drop(fd);
+            Err("the probe socket(AF_INET, SOCK_DGRAM) succeeded after the socket filter".into())
+        }
+        Err(e) => Err(format!(
+            "the probe socket(AF_INET, SOCK_DGRAM) failed with {e}, not the filter's \
+             EAFNOSUPPORT"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -334,6 +372,14 @@ mod tests {
             0
         });
         assert_eq!(code, 0);
+    }
+
+    #[test]
+    fn the_probe_socket_tells_the_filter_from_no_filter() {
+        assert!(probe_udp().is_err(), "unfiltered, a UDP socket is made");
+        for tcp in [none(), granted()] {
+            assert_eq!(in_child(&tcp, || i32::from(probe_udp().is_ok())), 1);
+        }
     }
 
     #[test]

@@ -143,7 +143,15 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     let mut argv: Vec<*mut libc::c_char> =
         spec.argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
     argv.push(std::ptr::null_mut());
-    let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
+    // Empty, but for a debug build's mutant switch, which the init reads (never the
+    // command: it gets the plan's environment).
+    let mutant = crate::mutant::handed_on();
+    let envp: [*mut libc::c_char; 2] = [
+        mutant
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |m| m.as_ptr().cast_mut()),
+        std::ptr::null_mut(),
+    ];
     let mut pid: libc::pid_t = 0;
     // SAFETY: every pointer is valid for the call: the path and the arguments are
     // NUL-terminated strings that outlive it, both arrays end with a null pointer, and the

@@ -19,6 +19,7 @@ mod lifecycle;
 mod limits;
 mod load;
 mod mounts;
+mod mutants;
 mod net;
 mod pty;
 mod readme;
