@@ -373,15 +373,37 @@ pub(crate) fn lend_dirs(root: &Path, need: u32) -> io::Result<HashMap<PathBuf, u
                 continue;
             }
             let mode = meta.mode() & 0o7777;
-            if mode & need != need
-                && fs::set_permissions(&path, fs::Permissions::from_mode(mode | need)).is_ok()
-            {
+            if mode & need != need && chmod_nofollow(&path, mode | need, true).is_ok() {
                 locked.insert(path.clone(), mode);
             }
             todo.push(path);
         }
     }
     Ok(locked)
+}
+
+/// `chmod` of the entry at `path` itself, never through a symlink: the entry is opened
+/// `O_PATH|O_NOFOLLOW`, its type checked on that descriptor (a directory when `dir`, else a
+/// regular file), and the mode set through the descriptor's `/proc/self/fd` link, so a
+/// workload still running cannot swap the entry for a symlink to a host path in between.
+pub(crate) fn chmod_nofollow(path: &Path, mode: u32, dir: bool) -> io::Result<()> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
+    let want = if dir {
+        FileType::Directory
+    } else {
+        FileType::RegularFile
+    };
+    if kind != want {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+    fs::set_permissions(link, fs::Permissions::from_mode(mode))
 }
 
 /// [`list`] of the copy after the run: a directory the command left without owner read,

@@ -37,7 +37,7 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use cofferdam_record::bundle::{ChangeEntry, ChangeEntryType, ChangeKind};
@@ -430,7 +430,7 @@ fn lend_file(path: &Path, up: &Upper) -> io::Result<()> {
     if mode & 0o400 != 0 {
         return Ok(());
     }
-    match fs::set_permissions(path, fs::Permissions::from_mode(mode | 0o400)) {
+    match crate::copystage::chmod_nofollow(path, mode | 0o400, false) {
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(()),
         other => other,
     }

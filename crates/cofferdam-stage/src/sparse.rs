@@ -121,7 +121,7 @@ pub fn hash_file(file: &File) -> io::Result<String> {
     // No hole: one range over everything (or nothing at all).
     let hasher = if len == 0 || first == Some((0, len)) {
         let mut h = blake3::Hasher::new();
-        hash_range(file, 0, u64::MAX, &mut buf, &mut h)?;
+        hash_range(file, 0, len, &mut buf, &mut h)?;
         h
     } else {
         let mut h = blake3::Hasher::new_derive_key(SPARSE_CONTEXT);
