@@ -528,7 +528,12 @@ pub fn close_fds(keep: &[RawFd]) -> ControlObservation {
 
 /// What standard descriptor `fd` is (see [`close_fds`]).
 fn stdio_kind(fd: RawFd) -> &'static str {
-    // SAFETY: only fstat'd; a closed descriptor is EBADF, not undefined behaviour.
+    // SAFETY: F_GETFD on a raw number only reads its flags; -1 (EBADF) means closed.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return "closed";
+    }
+    // SAFETY: `fd` was just seen open, and the single-threaded sandbox process closes
+    // nothing in between; it is only fstat'd.
     let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
     match rustix::fs::fstat(fd) {
         Err(_) => "closed",
