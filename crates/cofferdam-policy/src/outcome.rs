@@ -248,7 +248,7 @@ pub fn assemble_bundle(
     }
     let mut injected: Vec<String> = INJECTED_ENV.iter().map(|s| s.to_string()).collect();
     injected.extend(policy.env_set.iter().map(|(k, _)| k.clone()));
-    if policy.network.mode == cofferdam_net::NetworkMode::Allow {
+    if policy.network.mode == crate::allow::NetworkMode::Allow {
         injected.extend(crate::policy::PROXY_ENV.iter().map(|s| s.to_string()));
     }
     let projected: Vec<String> = plan
