@@ -22,8 +22,6 @@ KNOWN = {
     ("cofferdam-sandbox", "scoped", "init"),
     ("cofferdam", "egress", "cmd"),
     ("cofferdam", "context", "cmd"),
-    ("cofferdam", "exit", "cli"),
-    ("cofferdam", "manual", "cli"),
     ("cofferdam-policy", "scope", "plan"),
     ("cofferdam-policy", "provenance", "policy"),
     ("cofferdam-record", "bundle::requirements", "bundle::executor"),
