@@ -6,9 +6,11 @@
 //! make syscalls, read files or look at the environment (callers pass text, paths and
 //! `HostFacts` in), so every decision is unit-tested without privileges.
 
+pub mod allow;
 pub mod manifest;
 pub mod units;
 
+pub use allow::{AllowEntry, AllowError, HostPattern, NetworkMode};
 pub use manifest::{Manifest, ManifestError, MountMode, parse_manifest};
 pub mod tier;
 

@@ -5,8 +5,8 @@
 //! It reads no file itself (the caller passes the text) and resolves no path: combining the
 //! manifest with flags is `crate::policy`'s job.
 
+use crate::allow::{AllowEntry, NetworkMode};
 use crate::units::{ByteSize, Span};
-use cofferdam_net::{AllowEntry, NetworkMode};
 use cofferdam_record::ContainmentClass;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};

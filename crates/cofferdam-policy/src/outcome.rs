@@ -18,50 +18,8 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// How the sandbox said the run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
-    /// A setup step failed before the ready marker: the command never ran.
-    SetupFailed {
-        /// The step.
-        step: String,
-        /// The error.
-        error: String,
-    },
-    /// The command could not be executed (126) or found (127).
-    ExecFailed {
-        /// Why.
-        error: String,
-        /// 126 or 127.
-        code: i32,
-    },
-    /// The command ran and ended.
-    Exited {
-        /// Its exit code.
-        code: Option<i32>,
-        /// The signal that killed it.
-        signal: Option<i32>,
-    },
-    /// The command started, then the sandbox's init ended without reporting the command's
-    /// status (on the copy tiers the workload can kill its init, a process of the same
-    /// user; a memory limit charged by tmpfs pages can OOM-kill it): `signal` or `code` is
-    /// the init's own. Not a setup failure: setup was over when the command started.
-    InitLost {
-        /// The init's exit code, when it exited.
-        code: Option<i32>,
-        /// The signal that ended the init, when one did.
-        signal: Option<i32>,
-    },
-    /// The run was stopped or ended by a limit: `crate::verdict::judge` found the cause.
-    Stopped {
-        /// Why.
-        cause: crate::verdict::Cause,
-        /// The command's exit code, when it exited.
-        code: Option<i32>,
-        /// The signal that ended it, when one did.
-        signal: Option<i32>,
-    },
-}
+/// How the sandbox said the run ended (defined with its causes in `crate::verdict`).
+pub use crate::verdict::Ending;
 
 /// The typed failure of an ending, if it is one.
 pub fn failure_of(ending: &Ending) -> Option<RunFailure> {
@@ -248,7 +206,7 @@ pub fn assemble_bundle(
     }
     let mut injected: Vec<String> = INJECTED_ENV.iter().map(|s| s.to_string()).collect();
     injected.extend(policy.env_set.iter().map(|(k, _)| k.clone()));
-    if policy.network.mode == cofferdam_net::NetworkMode::Allow {
+    if policy.network.mode == crate::allow::NetworkMode::Allow {
         injected.extend(crate::policy::PROXY_ENV.iter().map(|s| s.to_string()));
     }
     let projected: Vec<String> = plan

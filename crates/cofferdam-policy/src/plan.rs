@@ -4,12 +4,12 @@
 //! the job's paths; serialized to the init over an inherited pipe (it carries environment
 //! values, so it is never written to disk).
 
+use crate::allow::NetworkMode;
 use crate::manifest::MountMode;
 use crate::policy::{DEFAULT_PROJECTED_ENV, PROXY_ENV, Policy};
 use crate::scope::LANDLOCK_TARGET_ABI;
 use crate::secrets::secret_paths;
 use crate::tier::decide_containment;
-use cofferdam_net::NetworkMode;
 use cofferdam_record::{EnforcementTier, HostFacts};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

@@ -7,9 +7,9 @@
 //! folder or the current directory, `.` and `..` folded) without touching the filesystem;
 //! the caller canonicalizes the workdir before handing it in.
 
+use crate::allow::{AllowEntry, NetworkMode};
 use crate::manifest::{Ceiling, Manifest, MountMode, is_env_name, is_relative_subpath, valid_cpus};
 use crate::units::{ByteSize, Span, parse_duration, parse_size};
-use cofferdam_net::{AllowEntry, NetworkMode};
 use cofferdam_record::ContainmentClass;
 use cofferdam_record::bundle::ResourceDimension;
 use cofferdam_record::scope::{GrantSource, GrantSourceReport};
@@ -474,7 +474,7 @@ fn resolve_network(m: &Manifest, flags: &RunFlags) -> Result<NetworkPolicy, Flag
     for w in &flags.allow_net {
         let entry: AllowEntry = w
             .parse()
-            .map_err(|e: cofferdam_net::AllowError| flag_err("--allow-net", w, e.to_string()))?;
+            .map_err(|e: crate::allow::AllowError| flag_err("--allow-net", w, e.to_string()))?;
         if !allow.contains(&entry) {
             allow.push(entry);
         }

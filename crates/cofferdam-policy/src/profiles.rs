@@ -6,9 +6,9 @@
 //! [`Policy`] with every grant credited to `profile:<name>`. Pure: the caller resolves
 //! symlinks and says which paths exist; this reads nothing itself.
 
+use crate::allow::{AllowEntry, NetworkMode};
 use crate::manifest::MountMode;
 use crate::policy::{Mount, Policy};
-use cofferdam_net::{AllowEntry, NetworkMode};
 use cofferdam_record::scope::{GrantSource, GrantSourceReport};
 use std::path::{Path, PathBuf};
 

@@ -5,9 +5,9 @@
 //! it decides nothing. A grant several layers name is credited to the user's own first (flag,
 //! then user config), since the manifest did not widen it.
 
+use crate::allow::AllowEntry;
 use crate::manifest::Manifest;
 use crate::policy::{Policy, RunFlags, USER_CONFIG_ORIGIN};
-use cofferdam_net::AllowEntry;
 use cofferdam_record::scope::{GrantSource, GrantSourceReport};
 
 /// A mount as its grant is shown: `SRC -> TGT (MODE)`.

@@ -5,12 +5,12 @@
 //! Per-tier statements live in small functions here, one per report block, so the human
 //! rendering, `--json` and the `session_start` trace event all carry the same words.
 
+use crate::allow::NetworkMode;
 use crate::cgroup_plan::DEFAULT_PIDS_SKIPPED;
 use crate::manifest::MountMode;
 use crate::policy::{DEFAULT_PROJECTED_ENV, INJECTED_ENV, PROXY_ENV, Policy};
 use crate::secrets::secret_paths;
 use crate::tier::decide_containment_capped;
-use cofferdam_net::NetworkMode;
 use cofferdam_record::bundle::ResourceDimension;
 use cofferdam_record::scope::{
     CgroupScopeReport, FilesystemBoundaryReport, HostPathReport, IoMaxReport, ManifestFileReport,

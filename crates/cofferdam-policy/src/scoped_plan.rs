@@ -11,10 +11,10 @@
 //! workdir's own path, so the command's working directory is the copy's path (`fs.workdir`
 //! of the returned plan): the sandbox init `chdir`s there and never composes a root.
 
+use crate::allow::NetworkMode;
 use crate::plan::{Invoker, JobPaths, SYSTEM_DIRS, SandboxPlan, TcpRules, build_plan};
 use crate::policy::Policy;
 use crate::tier::ContainmentDecision;
-use cofferdam_net::NetworkMode;
 use cofferdam_record::HostFacts;
 use std::path::{Path, PathBuf};
 

@@ -1,14 +1,60 @@
 //! Why a run ended, decided from evidence: what the supervisor did (a timeout, a
 //! cancellation, a stage-size kill), what the kernel's counters say (cgroup OOM kills,
 //! denied forks) and the signal that ended the workload (SIGXFSZ, SIGXCPU under the matching
-//! rlimit). Pure: the supervisor gathers the [`Evidence`], this module only judges it.
+//! rlimit). Pure: the supervisor gathers the [`Evidence`], this module only judges it. It
+//! owns [`Ending`], how the sandbox said the run ended, which `crate::outcome` turns into
+//! the bundle.
 //!
 //! Nothing is guessed: an OOM is claimed only when a cgroup counted an OOM kill, a pids limit
 //! only when the cgroup counted a denied fork, a file-size limit only when the workload died
 //! of SIGXFSZ with `RLIMIT_FSIZE` installed.
 
-use crate::outcome::Ending;
 use cofferdam_record::bundle::{FailureKind, ResourceDimension, RunFailure};
+
+/// How the sandbox said the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// A setup step failed before the ready marker: the command never ran.
+    SetupFailed {
+        /// The step.
+        step: String,
+        /// The error.
+        error: String,
+    },
+    /// The command could not be executed (126) or found (127).
+    ExecFailed {
+        /// Why.
+        error: String,
+        /// 126 or 127.
+        code: i32,
+    },
+    /// The command ran and ended.
+    Exited {
+        /// Its exit code.
+        code: Option<i32>,
+        /// The signal that killed it.
+        signal: Option<i32>,
+    },
+    /// The command started, then the sandbox's init ended without reporting the command's
+    /// status (on the copy tiers the workload can kill its init, a process of the same
+    /// user; a memory limit charged by tmpfs pages can OOM-kill it): `signal` or `code` is
+    /// the init's own. Not a setup failure: setup was over when the command started.
+    InitLost {
+        /// The init's exit code, when it exited.
+        code: Option<i32>,
+        /// The signal that ended the init, when one did.
+        signal: Option<i32>,
+    },
+    /// The run was stopped or ended by a limit: [`judge`] found the cause.
+    Stopped {
+        /// Why.
+        cause: Cause,
+        /// The command's exit code, when it exited.
+        code: Option<i32>,
+        /// The signal that ended it, when one did.
+        signal: Option<i32>,
+    },
+}
 
 /// The cause the supervisor or the counters blame for the end of a run.
 #[derive(Debug, Clone, PartialEq, Eq)]

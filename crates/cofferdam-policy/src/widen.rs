@@ -6,10 +6,10 @@
 //! widens runs only when the user trusted that exact file (`crate::trust`). Pure: it reads
 //! nothing and does not decide what happens to the run.
 
+use crate::allow::HostPattern;
+use crate::allow::{AllowEntry, NetworkMode};
 use crate::manifest::{Manifest, MountMode};
 use crate::policy::{Mount, Policy, USER_CONFIG_ORIGIN};
-use cofferdam_net::allow::HostPattern;
-use cofferdam_net::{AllowEntry, NetworkMode};
 
 /// One widening key.
 #[derive(Debug, Clone, PartialEq, Eq)]

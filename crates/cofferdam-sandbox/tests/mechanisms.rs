@@ -24,15 +24,7 @@ use cofferdam_sandbox::{caps, landlock, rlimit, seccomp};
 
 // ---------------------------------------------------------------- harness
 
-fn require_sealed() -> bool {
-    std::env::var("COFFERDAM_TEST_REQUIRE").is_ok_and(|v| v == "sealed")
-}
-
-/// Report a missing host feature: a skip, or a failure under `COFFERDAM_TEST_REQUIRE=sealed`.
-fn skip_host(why: &str) {
-    assert!(!require_sealed(), "required host feature absent: {why}");
-    println!("SKIP-HOST {why}");
-}
+use cofferdam_testkit::{require_sealed, skip_host};
 
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()

@@ -279,15 +279,7 @@ fn facts() -> &'static HostFacts {
     FACTS.get_or_init(probe_host)
 }
 
-fn require_sealed() -> bool {
-    std::env::var("COFFERDAM_TEST_REQUIRE").is_ok_and(|v| v == "sealed")
-}
-
-/// Report a missing host feature: a skip, or a failure under `COFFERDAM_TEST_REQUIRE=sealed`.
-fn skip_host(why: &str) {
-    assert!(!require_sealed(), "required host feature absent: {why}");
-    println!("SKIP-HOST {why}");
-}
+use cofferdam_testkit::skip_host;
 
 /// Run util-linux `unshare` with `args`; `None` when it cannot be run at all.
 fn unshare_ok(args: &[&str]) -> Option<bool> {

@@ -63,7 +63,7 @@
 //! the content is copied into a new file, by data range so holes stay holes
 //! ([`crate::sparse::copy_file`]).
 
-pub(crate) mod fsops;
+use crate::fsops;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;

@@ -796,7 +796,7 @@ mod tests {
         };
         fs::write(dst.join("keep"), "").unwrap();
         if !forged(&dst.join("keep"), WHITEOUT_XATTR) {
-            eprintln!("SKIP-HOST: no user xattrs on the temp filesystem");
+            cofferdam_testkit::skip_host("no user xattrs on the temp filesystem");
             return;
         }
         fs::set_permissions(dst.join("keep"), fs::Permissions::from_mode(0o444)).unwrap();

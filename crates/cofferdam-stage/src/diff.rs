@@ -21,9 +21,9 @@ use rustix::fs::OFlags;
 use serde::Serialize;
 use similar::{ChangeTag, TextDiff};
 
-use crate::apply::fsops;
 use crate::conflict::{ConflictReason, compare};
 use crate::fingerprint::{FingerprintError, HostRoot};
+use crate::fsops;
 use crate::review::StagedChange;
 
 /// Files larger than this (either side) are summarized, not diffed: 1 MiB.

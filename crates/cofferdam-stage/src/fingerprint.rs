@@ -143,23 +143,7 @@ impl HostState {
     }
 }
 
-/// An inode change time (`st_ctime`, `st_ctime_nsec`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Ctime {
-    /// Seconds since the Unix epoch.
-    pub sec: i64,
-    /// Nanoseconds within the second.
-    pub nsec: u32,
-}
-
-impl Ctime {
-    /// Whether this ctime is strictly later than `unix_ms` (e.g. the run's start): the
-    /// host path changed after that instant.
-    pub fn is_after_unix_ms(&self, unix_ms: u64) -> bool {
-        let this = i128::from(self.sec) * 1_000_000_000 + i128::from(self.nsec);
-        this > i128::from(unix_ms) * 1_000_000
-    }
-}
+pub use crate::ident::Ctime;
 
 /// One host path's fingerprint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -465,15 +449,15 @@ impl HostRoot {
 
     /// `openat2(root, rel, flags | O_NOFOLLOW | O_CLOEXEC, RESOLVE_BENEATH |
     /// RESOLVE_NO_SYMLINKS)`, or the same component by component where `openat2` is
-    /// missing: the apply engine's resolution (`apply::fsops`), so the conflict check and
+    /// missing: the apply engine's resolution (`fsops`), so the conflict check and
     /// the writes can never resolve a path differently.
     fn open_beneath(&self, rel: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
-        crate::apply::fsops::open_beneath(self.fd.as_fd(), &rel_bytes(rel)?, flags)
+        crate::fsops::open_beneath(self.fd.as_fd(), &rel_bytes(rel)?, flags)
     }
 
     #[cfg(test)]
     fn open_by_components(&self, rel: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
-        crate::apply::fsops::open_by_components(self.fd.as_fd(), &rel_bytes(rel)?, flags)
+        crate::fsops::open_by_components(self.fd.as_fd(), &rel_bytes(rel)?, flags)
     }
 }
 

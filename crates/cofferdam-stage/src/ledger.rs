@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::fingerprint::Ctime;
+use crate::ident::Ctime;
 
 /// The `version` written to and accepted from `apply-ledger.json`.
 pub const LEDGER_VERSION: u32 = 1;
@@ -134,14 +134,7 @@ impl<'de> Deserialize<'de> for RelPath {
     }
 }
 
-/// A filesystem object's identity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct FileId {
-    /// `st_dev`.
-    pub dev: u64,
-    /// `st_ino`.
-    pub ino: u64,
-}
+pub use crate::ident::FileId;
 
 /// How far a batch got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -40,7 +40,9 @@ pub fn parse() -> Cli {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     match parse_run_only(&args) {
         Some(cli) => cli,
-        None => Cli::try_parse_from(&args).unwrap_or_else(|e| crate::exit::clap_exit(&e, &args)),
+        None => Cli::try_parse_from(&args).unwrap_or_else(|e| {
+            crate::exit::clap_exit(&e, &args, &<Cli as clap::CommandFactory>::command())
+        }),
     }
 }
 

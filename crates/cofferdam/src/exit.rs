@@ -85,8 +85,9 @@ pub fn describe(code: u8, command: &str) -> (&'static str, String) {
 
 /// End the process for a command line clap refused (or `--help`/`--version`, which are
 /// not errors): with `--json` before any `--`, a refusal is the JSON error document on
-/// stdout (and clap's text on stderr), exit 2.
-pub fn clap_exit(e: &clap::Error, args: &[std::ffi::OsString]) -> ! {
+/// stdout (and clap's text on stderr), exit 2. `names` is the whole command line's
+/// definition (it names the subcommand the document is about).
+pub fn clap_exit(e: &clap::Error, args: &[std::ffi::OsString], names: &clap::Command) -> ! {
     let json = args
         .iter()
         .skip(1)
@@ -96,7 +97,6 @@ pub fn clap_exit(e: &clap::Error, args: &[std::ffi::OsString]) -> ! {
         e.exit()
     }
     let _ = e.print();
-    let names = <crate::cli::Cli as clap::CommandFactory>::command();
     let command = args
         .iter()
         .skip(1)

@@ -3,7 +3,6 @@
 //! exit status, environment, files. It owns text only; the codes are `exit`'s and the
 //! variables are read where they take effect (`context`, `config_files`, `style`).
 
-use clap::CommandFactory;
 use std::fmt::Write as _;
 
 /// The exit status of every command, in the README's order; text is Markdown (`code`).
@@ -110,9 +109,10 @@ pub fn environment_help() -> String {
     s
 }
 
-/// Every page: (file name such as `cofferdam-run.1`, roff), the top command first.
-pub fn pages() -> std::io::Result<Vec<(String, Vec<u8>)>> {
-    let mut top = Cli::command().disable_help_subcommand(true);
+/// Every page of the command line `top` defines (`crate::cli::Cli`'s): (file name such as
+/// `cofferdam-run.1`, roff), the top command first.
+pub fn pages(top: clap::Command) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    let mut top = top.disable_help_subcommand(true);
     top.build();
     let mut out = Vec::new();
     collect(&top, &mut out)?;
@@ -121,19 +121,17 @@ pub fn pages() -> std::io::Result<Vec<(String, Vec<u8>)>> {
 
 /// The page of `name` (`run`, `bundle-verify`, or `cofferdam` itself); `None` when no
 /// command has that name.
-pub fn page(name: &str) -> std::io::Result<Option<Vec<u8>>> {
+pub fn page(top: clap::Command, name: &str) -> std::io::Result<Option<Vec<u8>>> {
     let file = if name == "cofferdam" {
         "cofferdam.1".to_owned()
     } else {
         format!("cofferdam-{name}.1")
     };
-    Ok(pages()?
+    Ok(pages(top)?
         .into_iter()
         .find(|(f, _)| *f == file)
         .map(|(_, p)| p))
 }
-
-use crate::cli::Cli;
 
 fn collect(cmd: &clap::Command, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
     let man = clap_mangen::Man::new(cmd.clone())
@@ -239,7 +237,7 @@ mod tests {
 
     #[test]
     fn every_command_has_a_page_with_the_shared_sections() {
-        let pages = pages().unwrap();
+        let pages = pages(<crate::cli::Cli as clap::CommandFactory>::command()).unwrap();
         for name in [
             "cofferdam.1",
             "cofferdam-run.1",

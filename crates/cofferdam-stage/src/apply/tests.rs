@@ -69,13 +69,7 @@ fn require_userns() -> bool {
         .args(["-Urm", "true"])
         .status()
         .is_ok_and(|s| s.success());
-    if !ok {
-        if std::env::var("COFFERDAM_TEST_REQUIRE").as_deref() == Ok("sealed") {
-            panic!("COFFERDAM_TEST_REQUIRE=sealed but unshare -Urm fails here");
-        }
-        println!("SKIP-HOST unprivileged user namespaces are not available on this host");
-    }
-    ok
+    cofferdam_testkit::require("unprivileged user namespaces (unshare -Urm)", ok)
 }
 
 /// Build the lower with `setup`, run `script` in an overlay over it, take the merged view,
@@ -294,7 +288,7 @@ fn applying_everything_makes_the_lower_equal_the_merged_view() {
 #[test]
 fn across_filesystems_staged_files_are_copied() {
     if !Path::new("/dev/shm").is_dir() {
-        println!("SKIP-HOST no /dev/shm to put the workdir on another filesystem");
+        cofferdam_testkit::skip_host("no /dev/shm to put the workdir on another filesystem");
         return;
     }
     let opts = Options {

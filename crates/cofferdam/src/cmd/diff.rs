@@ -6,8 +6,9 @@
 //! no lock.
 
 use crate::cli::DiffArgs;
-use crate::cmd::apply::{
-    BUSY, job_failure, kind_word, normalize_paths, require_sealed, resolve, stage_failure,
+use crate::cmd::jobref;
+use crate::cmd::jobrules::{
+    BUSY, job_failure, kind_word, normalize_paths, require_sealed, stage_failure,
 };
 use crate::exit::{Failure, OK};
 use crate::style::Style;
@@ -25,7 +26,7 @@ use std::os::fd::AsFd;
 
 /// `cofferdam diff`.
 pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
-    let (env, job) = resolve(&a.job)?;
+    let (env, job) = jobref::open(&a.job)?;
     let mut state = job.state().map_err(job_failure)?;
     if state.state == StageState::Active {
         if job.is_locked().map_err(job_failure)? {
@@ -43,7 +44,7 @@ pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
         && let Ok(lock) = job.try_lock()
     {
         // Sealed on demand (`crate::cmd::recover`).
-        state = crate::cmd::apply::settled_state(&job, &lock)?;
+        state = crate::cmd::recover::settled_state(&job, &lock)?;
     }
     let gone = match state.state {
         StageState::Discarded => Some(("discarded", "was dropped, its stage is discarded")),

@@ -4,9 +4,9 @@
 //! `dropped` event) stay, so `jobs` and `status` still describe it.
 
 use crate::cli::DropArgs;
-use crate::cmd::apply::{
-    finish_interrupted, job_failure, kinds_of, lock, now_ms, resolve, settled_state,
-};
+use crate::cmd::jobref;
+use crate::cmd::jobrules::{finish_interrupted, job_failure, kinds_of, lock, now_ms};
+use crate::cmd::recover::settled_state;
 use crate::exit::{Failure, OK};
 use crate::style::Style;
 use cofferdam_record::bundle::ChangeKind;
@@ -19,7 +19,7 @@ use serde_json::json;
 
 /// `cofferdam drop`.
 pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
-    let (_env, job) = resolve(&a.job)?;
+    let (_env, job) = jobref::open(&a.job)?;
     let lock = lock(&job, "drop")?;
     // Room for the state write that comes before the stage's removal, on a full disk too.
     job.release_drop_reserve();

@@ -5,7 +5,7 @@
 //! directory the user named is left, and said so). Says what it freed.
 
 use crate::cli::GcArgs;
-use crate::cmd::apply::job_failure;
+use crate::cmd::jobrules::job_failure;
 use crate::cmd::status::{disk_bytes, human_bytes};
 use crate::context;
 use crate::exit::{Failure, OK};
@@ -61,7 +61,7 @@ pub fn gc(a: &GcArgs, json: bool, s: Style) -> Result<u8, Failure> {
         ),
     };
     let store = JobStore::open(&env.storage_root).map_err(job_failure)?;
-    let now = u128::from(crate::cmd::apply::now_ms());
+    let now = u128::from(crate::cmd::jobrules::now_ms());
     let (mut removed, mut skipped, mut notes) = (Vec::new(), Vec::new(), Vec::new());
     let mut freed = 0u64;
     for entry in store.list().map_err(job_failure)? {

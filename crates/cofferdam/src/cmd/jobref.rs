@@ -4,10 +4,19 @@
 //! matches nothing, the message names the folder looked for and the newest job there is.
 //! Reads the store only.
 
-use crate::cmd::apply::{NOT_FOUND, job_failure as failure};
+use crate::cmd::jobrules::{NOT_FOUND, job_failure as failure};
+use crate::context;
 use crate::exit::Failure;
 use cofferdam_stage::job::{Job, JobState, JobStore, JobSummary};
 use std::path::{Path, PathBuf};
+
+/// Open the store and resolve the job address a command was given.
+pub(crate) fn open(address: &str) -> Result<(context::Env, Job), Failure> {
+    let env = context::env()?;
+    let store = JobStore::open(&env.storage_root).map_err(failure)?;
+    let job = resolve(&store, address, &env.places.cwd)?;
+    Ok((env, job))
+}
 
 /// Resolve `address` from `cwd`.
 pub fn resolve(store: &JobStore, address: &str, cwd: &Path) -> Result<Job, Failure> {

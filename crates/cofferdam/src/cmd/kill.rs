@@ -12,7 +12,8 @@
 //! between the checks and the signal.
 
 use crate::cli::KillArgs;
-use crate::cmd::apply::{job_failure, resolve};
+use crate::cmd::jobref;
+use crate::cmd::jobrules::job_failure;
 use crate::exit::{Failure, INVALID, OK};
 use cofferdam_stage::job::{Job, StageState};
 
@@ -29,7 +30,7 @@ fn not_live(job: &Job, why: &str) -> Failure {
 
 /// `cofferdam kill`.
 pub fn kill(a: &KillArgs, json: bool) -> Result<u8, Failure> {
-    let (_env, job) = resolve(&a.job)?;
+    let (_env, job) = jobref::open(&a.job)?;
     let state = job.state().map_err(job_failure)?;
     if state.state != StageState::Active {
         return Err(not_live(&job, "its run has ended"));
@@ -124,5 +125,5 @@ fn process_start_unix_ms(pid: u32) -> Option<u64> {
     let boot_ms = u64::try_from(since_boot.tv_sec).ok()?.saturating_mul(1000)
         + u64::try_from(since_boot.tv_nsec).ok()? / 1_000_000;
     let age_ms = boot_ms.saturating_sub(ticks.saturating_mul(1000) / hz.max(1));
-    Some(crate::cmd::apply::now_ms().saturating_sub(age_ms))
+    Some(crate::cmd::jobrules::now_ms().saturating_sub(age_ms))
 }

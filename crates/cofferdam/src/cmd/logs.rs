@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub fn logs(address: &str, json: bool) -> Result<u8, Failure> {
     let env = context::env()?;
     let store = cofferdam_stage::job::JobStore::open(&env.storage_root)
-        .map_err(crate::cmd::apply::job_failure)?;
+        .map_err(crate::cmd::jobrules::job_failure)?;
     let job = crate::cmd::jobref::resolve(&store, address, &env.places.cwd)?;
     let id = job.id().to_owned();
     let bytes = std::fs::read(job.bundle_path()).map_err(|e| {

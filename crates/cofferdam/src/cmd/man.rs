@@ -4,6 +4,11 @@
 use crate::exit::{Failure, OK};
 use std::path::Path;
 
+/// The whole command line's definition, whose pages the manual renders.
+fn top() -> clap::Command {
+    <crate::cli::Cli as clap::CommandFactory>::command()
+}
+
 /// Print `command`'s page (the top one when `None`), or with `out` write every page there.
 pub fn man(command: Option<&str>, out: Option<&Path>) -> Result<u8, Failure> {
     let render = |e: std::io::Error| Failure::setup(format!("cannot render the man page: {e}"));
@@ -15,7 +20,7 @@ pub fn man(command: Option<&str>, out: Option<&Path>) -> Result<u8, Failure> {
             ))
         })?;
         let mut listed = String::new();
-        for (file, page) in crate::manual::pages().map_err(render)? {
+        for (file, page) in crate::manual::pages(top()).map_err(render)? {
             let path = dir.join(&file);
             std::fs::write(&path, page)
                 .map_err(|e| Failure::setup(format!("cannot write {}: {e}", path.display())))?;
@@ -25,7 +30,7 @@ pub fn man(command: Option<&str>, out: Option<&Path>) -> Result<u8, Failure> {
         return Ok(OK);
     }
     let name = command.unwrap_or("cofferdam").replace(' ', "-");
-    match crate::manual::page(&name).map_err(render)? {
+    match crate::manual::page(top(), &name).map_err(render)? {
         Some(page) => {
             crate::write_stdout(&page)?;
             Ok(OK)

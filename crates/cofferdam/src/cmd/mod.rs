@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod drop;
 pub mod gc;
 pub mod jobref;
+pub mod jobrules;
 pub mod kill;
 pub mod limits;
 pub mod logs;

@@ -15,6 +15,7 @@
 //! command ended. The sandbox's own observations never reached the supervisor, so none are
 //! claimed: the safety booleans derived from them are false.
 
+use crate::cmd::jobrules::{job_failure, now_ms};
 use crate::exit::Failure;
 use cofferdam_policy::outcome::{Ending, RunReport, assemble_bundle};
 use cofferdam_record::bundle::{
@@ -25,6 +26,22 @@ use cofferdam_record::{read_bundle, write_bundle_json};
 use cofferdam_stage::job::{Job, JobLock, JobState, StageState};
 use cofferdam_stage::trace_log::TraceLog;
 use std::path::PathBuf;
+
+/// Read `job.json`; with the lock held, an `active` job has lost its supervisor: mark it
+/// `interrupted`, and seal an interrupted job on demand ([`seal_interrupted`]).
+pub(crate) fn settled_state(job: &Job, lock: &JobLock) -> Result<JobState, Failure> {
+    let mut state = job.state().map_err(job_failure)?;
+    if state.state == StageState::Active {
+        state = job
+            .update(|s| {
+                s.state = StageState::Interrupted;
+                s.pid = None;
+            })
+            .map_err(job_failure)?;
+    }
+    // Sealed on demand from the provisional bundle, when the run left one.
+    seal_interrupted(job, lock, state)
+}
 
 /// Where the provisional bundle lives while the run is live.
 fn provisional_path(job: &Job) -> PathBuf {
@@ -125,7 +142,7 @@ pub(crate) fn seal_interrupted(
         .or(Some(bundle.run.started_at_unix_ms));
     cofferdam_stage::fingerprint::write_fingerprints(&job.fingerprints_path(), &fingerprints)
         .map_err(Failure::setup)?;
-    let now = crate::cmd::apply::now_ms();
+    let now = now_ms();
     let failure = RunFailure {
         kind: FailureKind::Signal,
         message: "the supervisor ended abruptly (killed or crashed) before recording how the \
@@ -191,5 +208,5 @@ pub(crate) fn seal_interrupted(
         s.finished_at_unix_ms = Some(now);
         s.changed_files = bundle.filesystem.as_ref().map(|f| f.changed_files);
     })
-    .map_err(crate::cmd::apply::job_failure)
+    .map_err(job_failure)
 }

@@ -121,7 +121,7 @@ fn print_review_json(
                     bundle.derived_safety().filesystem_changes_staged;
                 json!({
                     "filesystem": "refreshed",
-                    "refreshed_at_unix_ms": crate::cmd::apply::now_ms(),
+                    "refreshed_at_unix_ms": crate::cmd::jobrules::now_ms(),
                     "sources": [job.state_path(), job.ledger_path()],
                     "refreshed_fields": REFRESHED_FIELDS,
                     "saved_bundle": saved_view,
@@ -166,7 +166,7 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
         && let Ok(lock) = job.try_lock()
     {
         // `--review` seals an interrupted job on demand (`crate::cmd::recover`).
-        state = crate::cmd::apply::settled_state(&job, &lock)?;
+        state = crate::cmd::recover::settled_state(&job, &lock)?;
     }
     let stage_state = effective_state(&job, &state);
     let bundle = load_bundle(&job)?;
@@ -478,7 +478,7 @@ fn render_bundle(
                 };
                 let is_dir =
                     c.new_type == Some(cofferdam_record::bundle::ChangeEntryType::Directory);
-                let mode = crate::cmd::apply::painted_mode(c.kind, c.mode, is_dir, s);
+                let mode = crate::cmd::jobrules::painted_mode(c.kind, c.mode, is_dir, s);
                 let _ = writeln!(o, "  {word} {}{slash}{mode}{note}", escape(&c.path));
             }
         }
@@ -861,7 +861,7 @@ fn review_stage(job: &Job, workdir: &std::path::Path) -> Option<StageReview> {
             Err(e) => vec![(String::from("(stage)"), e.to_string())],
         }
     };
-    let sensitive = match crate::cmd::apply::sensitivities(&stage, workdir, &job.upper()) {
+    let sensitive = match crate::cmd::jobrules::sensitivities(&stage, workdir, &job.upper()) {
         Ok(v) => v
             .iter()
             .enumerate()

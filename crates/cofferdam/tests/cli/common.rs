@@ -48,16 +48,7 @@ pub fn json_of(out: &std::process::Output) -> Value {
 }
 
 /// Skip (or, in CI, fail) when the host lacks what a test needs.
-pub fn require(feature: &str, present: bool) -> bool {
-    if present {
-        return true;
-    }
-    if std::env::var("COFFERDAM_TEST_REQUIRE").as_deref() == Ok("sealed") {
-        panic!("COFFERDAM_TEST_REQUIRE=sealed but this host lacks {feature}");
-    }
-    println!("SKIP-HOST {feature} is not available on this host");
-    false
-}
+pub use cofferdam_testkit::require;
 
 /// The kernel's Landlock ABI, asked directly (not through cofferdam).
 pub fn landlock_abi_independently() -> u32 {

@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use crate::ledger::FileId;
+use crate::ident::FileId;
 
 /// `bytes` as an `OsStr` (for rustix's path arguments).
 pub(crate) fn os(bytes: &[u8]) -> &OsStr {
@@ -282,7 +282,7 @@ pub(crate) fn changed_beneath(
                 rel.push(b'/');
             }
             rel.extend_from_slice(name);
-            let ctime = crate::fingerprint::Ctime {
+            let ctime = crate::ident::Ctime {
                 sec: st.st_ctime,
                 nsec: u32::try_from(st.st_ctime_nsec).unwrap_or(0),
             };

@@ -1,5 +1,6 @@
 //! Allowlist entries: `HOST`, `HOST:PORT`, `*.DOMAIN[:PORT]`, `127.0.0.1:PORT`,
-//! `[::1]:PORT`. Pure parsing and matching.
+//! `[::1]:PORT`, and the network mode. Pure parsing and matching: the egress relay
+//! (`cofferdam_net::proxy`) enforces them; this module may not touch a socket.
 //!
 //! A bare host means ports 443 and 80 (HTTPS and HTTP: what agents' model APIs and package
 //! registries use). `*.example.com` matches every name below `example.com`, not
