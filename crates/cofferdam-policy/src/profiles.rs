@@ -69,9 +69,12 @@ const BUILTINS: &[Builtin] = &[
         ],
         // `~/.claude.json` is saved by rename-over, which no single-file mount survives:
         // pointing the config dir at the lent `~/.claude` keeps that file inside it.
+        // `IS_SANDBOX=1`: as uid 0, `--dangerously-skip-permissions` refuses to start
+        // without it ("cannot be used with root/sudo privileges"); the run is a sandbox.
         env_set: &[
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
             ("CLAUDE_CONFIG_DIR", "~/.claude"),
+            ("IS_SANDBOX", "1"),
         ],
         hosts: &["api.anthropic.com:443"],
         base_url_vars: &["ANTHROPIC_BASE_URL"],
