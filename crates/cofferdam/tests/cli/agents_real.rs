@@ -166,3 +166,37 @@ fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         .collect();
     assert!(!state.is_empty(), "nothing saved in ~/.claude");
 }
+
+#[test]
+fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
+    let Some(s) = ready("codex") else { return };
+    let srv = ModelServer::start();
+    // `codex exec` ignores OPENAI_BASE_URL; a custom endpoint is a provider in its config.
+    let codex = s.home.path().join(".codex");
+    std::fs::create_dir(&codex).unwrap();
+    std::fs::write(
+        codex.join("config.toml"),
+        format!(
+            "model_provider = \"mock\"\nmodel = \"mock-model\"\n\
+             [model_providers.mock]\nname = \"mock\"\n\
+             base_url = \"http://127.0.0.1:{}/v1\"\nenv_key = \"MOCK_API_KEY\"\n\
+             wire_api = \"responses\"\n",
+            srv.port
+        ),
+    )
+    .unwrap();
+    let (_, p) = prompt(&s);
+    // Codex's own sandbox cannot nest inside ours (bubblewrap is refused a namespace) and
+    // then its tool calls fail while the turn exits 0: it runs with its sandbox off.
+    let out = s
+        .cmd()
+        .env("MOCK_API_KEY", "dummy-key")
+        .args(["run", "--", "codex", "exec", "--skip-git-repo-check"])
+        .args(["--dangerously-bypass-approvals-and-sandbox", &p])
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .unwrap();
+    assert_staged_and_allowed(&s, &out, &srv);
+    // Its session state persisted on the host, outside review.
+    assert!(codex.join("sessions").exists(), "no ~/.codex/sessions");
+}
