@@ -71,6 +71,10 @@ class Handler(BaseHTTPRequestHandler):
             self.anthropic(text, req)
         elif path.endswith("/responses"):
             self.openai_responses(text, req)
+        elif path.endswith(":countTokens"):
+            self.send(200, "application/json", b'{"totalTokens": 10}')
+        elif ":generateContent" in path or ":streamGenerateContent" in path:
+            self.gemini(path, text, req)
         else:
             self.send(404, "application/json", b'{"error": "not scripted"}')
 
@@ -118,6 +122,14 @@ class Handler(BaseHTTPRequestHandler):
             ("message_stop", {"type": "message_stop"}),
         ])
 
+    # Gemini API (Gemini CLI): streamGenerateContent?alt=sse or generateContent.
+    def gemini(self, path, text, req):
+        reply = gemini_reply(text, req)
+        if ":streamGenerateContent" in path:
+            self.sse([(None, reply)])
+        else:
+            self.send(200, "application/json", json.dumps(reply).encode())
+
     # OpenAI Responses API (Codex CLI).
     def openai_responses(self, text, req):
         tools = {t.get("name") or t.get("type"): t for t in req.get("tools") or []}
@@ -152,6 +164,46 @@ class Handler(BaseHTTPRequestHandler):
             ("response.completed", {"type": "response.completed", "response": dict(
                 resp, status="completed", output=[item], usage=usage)}),
         ])
+
+
+def from_schema(schema):
+    """A small value a JSON schema accepts (Gemini CLI's routers ask for JSON)."""
+    kind = str(schema.get("type", "object")).lower()
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {k: from_schema(props.get(k, {})) for k in schema.get("required") or props}
+    if kind == "array":
+        return []
+    if kind in ("integer", "number"):
+        return 10
+    if kind == "boolean":
+        return False
+    enum = schema.get("enum")
+    return enum[0] if enum else "scripted"
+
+
+def gemini_reply(text, req):
+    """One Gemini candidate: a write_file call first, then a final answer."""
+    config = req.get("generationConfig") or {}
+    schema = config.get("responseJsonSchema") or config.get("responseSchema")
+    if config.get("responseMimeType") == "application/json":
+        part = {"text": json.dumps(from_schema(schema or {}))}
+        return {"candidates": [{"content": {"role": "model", "parts": [part]},
+                                "finishReason": "STOP", "index": 0}]}
+    names = [f.get("name") for t in req.get("tools") or []
+             for f in t.get("functionDeclarations") or []]
+    if "write_file" in names and '"functionResponse"' not in text:
+        path, word = target(text)
+        part = {"functionCall": {"name": "write_file",
+                                 "args": {"file_path": path, "content": word + "\n"}}}
+    elif '"functionResponse"' in text:
+        part = {"text": "Done."}
+    else:
+        part = {"text": "Agent test"}
+    return {"candidates": [{"content": {"role": "model", "parts": [part]},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5,
+                              "totalTokenCount": 15}}
 
 
 def main():

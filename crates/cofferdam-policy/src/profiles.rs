@@ -109,7 +109,9 @@ const BUILTINS: &[Builtin] = &[
             "GOOGLE_GENAI_USE_VERTEXAI",
             "GOOGLE_CLOUD_PROJECT",
         ],
-        env_set: &[],
+        // Gemini CLI in an untrusted folder turns `--yolo` into prompts and, headless, exits
+        // 55; the workdir it runs in is inside the sandbox, which is the boundary here.
+        env_set: &[("GEMINI_CLI_TRUST_WORKSPACE", "true")],
         hosts: &["generativelanguage.googleapis.com:443"],
         base_url_vars: &["GOOGLE_GEMINI_BASE_URL"],
         state_dirs: &["~/.gemini"],
@@ -384,6 +386,12 @@ pub fn expand(
         None => (profile.hosts.clone(), "profile".to_owned()),
     };
     let mut env_pass = profile.env_pass.clone();
+    // A variable the caller set itself is passed rather than set.
+    for (k, _) in &profile.env_set {
+        if get(k).is_some() && !env_pass.contains(k) {
+            env_pass.push(k.clone());
+        }
+    }
     if let Some(k) = provider.and_then(|p| p.env_key)
         && !env_pass.contains(&k)
     {
@@ -576,6 +584,11 @@ mod tests {
         let own = vec![("CLAUDE_CONFIG_DIR".to_owned(), "/x".to_owned())];
         let x = expand(claude, home, &own, &|_| false, None);
         assert!(!x.env_set.iter().any(|(k, _)| k == "CLAUDE_CONFIG_DIR"));
+        // So does any value it sets: passed, never silently dropped.
+        let own = vec![("IS_SANDBOX".to_owned(), "0".to_owned())];
+        let x = expand(claude, home, &own, &|_| false, None);
+        assert!(!x.env_set.iter().any(|(k, _)| k == "IS_SANDBOX"));
+        assert!(x.env_pass.contains(&"IS_SANDBOX".to_owned()));
     }
 
     #[test]

@@ -200,3 +200,31 @@ fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
     // Its session state persisted on the host, outside review.
     assert!(codex.join("sessions").exists(), "no ~/.codex/sessions");
 }
+
+#[test]
+fn gemini_cli_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
+    let Some(s) = ready("gemini") else { return };
+    let srv = ModelServer::start();
+    // A user who logged in with an API key has this in its settings; with a base URL and no
+    // auth type the CLI exits 41.
+    let gemini = s.home.path().join(".gemini");
+    std::fs::create_dir(&gemini).unwrap();
+    std::fs::write(
+        gemini.join("settings.json"),
+        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
+    )
+    .unwrap();
+    let (_, p) = prompt(&s);
+    let out = s
+        .cmd()
+        .env(
+            "GOOGLE_GEMINI_BASE_URL",
+            format!("http://127.0.0.1:{}", srv.port),
+        )
+        .env("GEMINI_API_KEY", "dummy-key")
+        .args(["run", "--", "gemini", "--yolo", "-p", &p])
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .unwrap();
+    assert_staged_and_allowed(&s, &out, &srv);
+}
