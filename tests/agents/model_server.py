@@ -71,6 +71,8 @@ class Handler(BaseHTTPRequestHandler):
             self.anthropic(text, req)
         elif path.endswith("/responses"):
             self.openai_responses(text, req)
+        elif path.endswith("/chat/completions"):
+            self.chat_completions(text, req)
         elif path.endswith(":countTokens"):
             self.send(200, "application/json", b'{"totalTokens": 10}')
         elif ":generateContent" in path or ":streamGenerateContent" in path:
@@ -129,6 +131,29 @@ class Handler(BaseHTTPRequestHandler):
             self.sse([(None, reply)])
         else:
             self.send(200, "application/json", json.dumps(reply).encode())
+
+    # OpenAI chat completions (aider): a plain-text edit in aider's `whole` format, the
+    # file named relative to the repository it runs in.
+    def chat_completions(self, text, req):
+        path, word = target(text)
+        name = path.rsplit("/", 1)[-1]
+        content = f"{name}\n```\n{word}\n```\n"
+        cid = "chatcmpl-" + uuid.uuid4().hex[:12]
+        base = {"id": cid, "created": 0, "model": req.get("model", "mock")}
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        if not req.get("stream"):
+            self.send(200, "application/json", json.dumps(dict(
+                base, object="chat.completion", usage=usage, choices=[{
+                    "index": 0, "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": content}}])).encode())
+            return
+        chunk = dict(base, object="chat.completion.chunk")
+        data = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in [
+            dict(chunk, choices=[{"index": 0, "delta": {"role": "assistant", "content": content},
+                                  "finish_reason": None}]),
+            dict(chunk, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}], usage=usage),
+        ]) + b"data: [DONE]\n\n"
+        self.send(200, "text/event-stream", data)
 
     # OpenAI Responses API (Codex CLI).
     def openai_responses(self, text, req):

@@ -134,6 +134,21 @@ fn assert_staged_and_allowed(s: &Sandbox, out: &std::process::Output, srv: &Mode
     );
 }
 
+/// `cofferdam run -- ARGV` with only the agent's `env` added; the turn's edit staged.
+fn agent_turn(s: &Sandbox, srv: &ModelServer, env: &[(&str, String)], argv: &[&str]) {
+    let mut c = s.cmd();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c
+        .args(["run", "--"])
+        .args(argv)
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .unwrap();
+    assert_staged_and_allowed(s, &out, srv);
+}
+
 #[test]
 fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
     let Some(s) = ready("claude") else { return };
@@ -141,25 +156,19 @@ fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
     std::fs::create_dir(s.home.path().join(".claude")).unwrap();
     let srv = ModelServer::start();
     let (_, p) = prompt(&s);
-    let out = s
-        .cmd()
-        .env(
+    let env = [
+        (
             "ANTHROPIC_BASE_URL",
             format!("http://127.0.0.1:{}", srv.port),
-        )
-        .env("ANTHROPIC_API_KEY", "dummy-key")
-        .args([
-            "run",
-            "--",
-            "claude",
-            "-p",
-            &p,
-            "--dangerously-skip-permissions",
-        ])
-        .timeout(std::time::Duration::from_secs(300))
-        .output()
-        .unwrap();
-    assert_staged_and_allowed(&s, &out, &srv);
+        ),
+        ("ANTHROPIC_API_KEY", "dummy-key".to_owned()),
+    ];
+    agent_turn(
+        &s,
+        &srv,
+        &env,
+        &["claude", "-p", &p, "--dangerously-skip-permissions"],
+    );
     // Its state persisted on the host, outside review.
     let state: Vec<_> = std::fs::read_dir(s.home.path().join(".claude"))
         .unwrap()
@@ -188,15 +197,14 @@ fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
     let (_, p) = prompt(&s);
     // Codex's own sandbox cannot nest inside ours (bubblewrap is refused a namespace) and
     // then its tool calls fail while the turn exits 0: it runs with its sandbox off.
-    let out = s
-        .cmd()
-        .env("MOCK_API_KEY", "dummy-key")
-        .args(["run", "--", "codex", "exec", "--skip-git-repo-check"])
-        .args(["--dangerously-bypass-approvals-and-sandbox", &p])
-        .timeout(std::time::Duration::from_secs(300))
-        .output()
-        .unwrap();
-    assert_staged_and_allowed(&s, &out, &srv);
+    let argv = [
+        "codex",
+        "exec",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        &p,
+    ];
+    agent_turn(&s, &srv, &[("MOCK_API_KEY", "dummy-key".to_owned())], &argv);
     // Its session state persisted on the host, outside review.
     assert!(codex.join("sessions").exists(), "no ~/.codex/sessions");
 }
@@ -215,16 +223,46 @@ fn gemini_cli_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
     )
     .unwrap();
     let (_, p) = prompt(&s);
-    let out = s
-        .cmd()
-        .env(
+    let env = [
+        (
             "GOOGLE_GEMINI_BASE_URL",
             format!("http://127.0.0.1:{}", srv.port),
-        )
-        .env("GEMINI_API_KEY", "dummy-key")
-        .args(["run", "--", "gemini", "--yolo", "-p", &p])
-        .timeout(std::time::Duration::from_secs(300))
-        .output()
+        ),
+        ("GEMINI_API_KEY", "dummy-key".to_owned()),
+    ];
+    agent_turn(&s, &srv, &env, &["gemini", "--yolo", "-p", &p]);
+}
+
+#[test]
+fn aider_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
+    let Some(s) = ready("aider") else { return };
+    let srv = ModelServer::start();
+    // aider works in a git repository (it commits each edit; the commit is staged too).
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(s.work.path())
+        .status()
         .unwrap();
-    assert_staged_and_allowed(&s, &out, &srv);
+    assert!(git.success());
+    let (_, p) = prompt(&s);
+    let env = [
+        (
+            "OPENAI_API_BASE",
+            format!("http://127.0.0.1:{}/v1", srv.port),
+        ),
+        ("OPENAI_API_KEY", "dummy-key".to_owned()),
+    ];
+    let argv = [
+        "aider",
+        "--model",
+        "openai/mock",
+        "--edit-format",
+        "whole",
+        "--yes-always",
+        "--no-check-update",
+        "--no-show-model-warnings",
+        "--message",
+        &p,
+    ];
+    agent_turn(&s, &srv, &env, &argv);
 }
