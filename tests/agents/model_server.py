@@ -19,6 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LOG = sys.argv[1] if len(sys.argv) > 1 else "/dev/null"
 
 
+def ran_file(body_text):
+    """`RUN=<absolute path>`: after the write, a shell command creates that file."""
+    r = re.search(r"RUN=(\S+)", body_text)
+    return r.group(1) if r else None
+
+
 def target(body_text):
     f = re.search(r"FILE=(\S+)", body_text)
     t = re.search(r"TEXT=(\w+)", body_text)
@@ -83,18 +89,24 @@ class Handler(BaseHTTPRequestHandler):
     # Anthropic Messages API (Claude Code).
     def anthropic(self, text, req):
         tools = [t.get("name") for t in req.get("tools") or []]
-        done = '"tool_result"' in text
+        results = text.count('"tool_result"')
+        ran = ran_file(text)
+        done = results >= (2 if ran and "Bash" in tools else 1)
         model = req.get("model", "claude")
         msg_id = "msg_" + uuid.uuid4().hex[:12]
         start = ("message_start", {"type": "message_start", "message": {
             "id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": 10, "output_tokens": 1}}})
-        if "Write" in tools and not done:
+        if tools and not done and (results == 1 or "Write" in tools):
             path, word = target(text)
-            args = json.dumps({"file_path": path, "content": word + "\n"})
+            if results == 0:
+                name, args = "Write", json.dumps({"file_path": path, "content": word + "\n"})
+            else:
+                name, args = "Bash", json.dumps({"command": f"echo ran > {ran}",
+                                                 "description": "Run a shell command"})
             block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:12],
-                     "name": "Write", "input": {}}
+                     "name": name, "input": {}}
             delta = {"type": "input_json_delta", "partial_json": args}
             stop = "tool_use"
         else:

@@ -156,6 +156,9 @@ fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
     std::fs::create_dir(s.home.path().join(".claude")).unwrap();
     let srv = ModelServer::start();
     let (_, p) = prompt(&s);
+    // Then a shell command through its Bash tool, which fails when its state is read-only.
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={}", ran.display());
     let env = [
         (
             "ANTHROPIC_BASE_URL",
@@ -168,6 +171,14 @@ fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         &srv,
         &env,
         &["claude", "-p", &p, "--dangerously-skip-permissions"],
+    );
+    assert!(!ran.exists(), "the shell command's file landed in the tree");
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let changes = b["filesystem"]["changes"].to_string();
+    assert!(
+        changes.contains("agent-ran.txt"),
+        "{changes}\n{}",
+        srv.requests()
     );
     // Its state persisted on the host, outside review.
     let state: Vec<_> = std::fs::read_dir(s.home.path().join(".claude"))
