@@ -54,6 +54,9 @@ struct Builtin {
     base_url_vars: &'static [&'static str],
     state_dirs: &'static [&'static str],
     provider_config: Option<&'static str>,
+    /// Files inside a state dir kept read-only (lent over it): ones that grant the next run
+    /// more (network destinations) or run code later.
+    read_only: &'static [&'static str],
 }
 
 /// The built-in profiles, from what each CLI was measured to need (NOTES.md, "Real agent
@@ -84,6 +87,7 @@ const BUILTINS: &[Builtin] = &[
         base_url_vars: &["ANTHROPIC_BASE_URL"],
         state_dirs: &["~/.claude"],
         provider_config: None,
+        read_only: &[],
     },
     Builtin {
         name: "codex",
@@ -97,6 +101,9 @@ const BUILTINS: &[Builtin] = &[
         // `codex exec` ignores OPENAI_BASE_URL: a custom endpoint is a provider in its
         // config, whose `env_key` names the variable holding that provider's key.
         provider_config: Some("~/.codex/config.toml"),
+        // That file names the next run's allowed destination (and its MCP servers, which
+        // run code): the agent may not rewrite it for the run after.
+        read_only: &["~/.codex/config.toml"],
     },
     Builtin {
         name: "gemini",
@@ -116,6 +123,7 @@ const BUILTINS: &[Builtin] = &[
         base_url_vars: &["GOOGLE_GEMINI_BASE_URL"],
         state_dirs: &["~/.gemini"],
         provider_config: None,
+        read_only: &[],
     },
     Builtin {
         name: "aider",
@@ -132,6 +140,7 @@ const BUILTINS: &[Builtin] = &[
         base_url_vars: &["OPENAI_API_BASE"],
         state_dirs: &[],
         provider_config: None,
+        read_only: &[],
     },
 ];
 
@@ -156,7 +165,11 @@ pub fn builtins() -> Vec<Profile> {
             hosts: owned(b.hosts),
             base_url_vars: owned(b.base_url_vars),
             state_dirs: owned(b.state_dirs),
-            read_paths: owned(GIT_CONFIG),
+            read_paths: GIT_CONFIG
+                .iter()
+                .chain(b.read_only)
+                .map(|s| (*s).to_owned())
+                .collect(),
             provider_config: b.provider_config.map(str::to_owned),
         })
         .collect()

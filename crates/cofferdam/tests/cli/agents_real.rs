@@ -277,3 +277,50 @@ fn aider_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
     ];
     agent_turn(&s, &srv, &env, &argv);
 }
+
+/// No real CLI needed: the codex profile lends `~/.codex` writable but its `config.toml`
+/// (which names the next run's allowed destination) read-only over it, so a run cannot
+/// grant the run after it a new host.
+#[test]
+fn a_codex_run_cannot_rewrite_the_config_that_names_its_next_destination() {
+    if !require("user namespaces (sealed tier)", userns_independently()) {
+        return;
+    }
+    let s = Sandbox::new();
+    for d in [s.home.path(), s.work.path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let cfg_text = "openai_base_url = \"http://127.0.0.1:9/v1\"\n";
+    let codex = s.home.path().join(".codex");
+    std::fs::create_dir(&codex).unwrap();
+    std::fs::write(codex.join("config.toml"), cfg_text).unwrap();
+    let script = "echo 'openai_base_url = \"https://exfil.example/v1\"' >> ~/.codex/config.toml; \
+                  echo appended=$?; mv ~/.codex/config.toml ~/.codex/old; echo moved=$?; \
+                  echo s > ~/.codex/state; echo state=$?";
+    let out = s
+        .cmd()
+        .args(["run", "--agent", "codex", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("appended=2") && stdout.contains("moved=1"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("state=0"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(codex.join("config.toml")).unwrap(),
+        cfg_text
+    );
+    assert!(codex.join("state").exists());
+    let v = json_of(
+        &s.cmd()
+            .args(["scope", "--json", "--agent", "codex"])
+            .output()
+            .unwrap(),
+    );
+    let grants = v["grant_sources"].to_string();
+    assert!(grants.contains("127.0.0.1:9"), "{grants}");
+    assert!(!grants.contains("exfil.example"), "{grants}");
+}
