@@ -35,6 +35,9 @@ pub struct Profile {
     pub state_dirs: Vec<String>,
     /// Paths lent read-only.
     pub read_paths: Vec<String>,
+    /// A Codex-style `config.toml` (`~/…`) whose selected provider's `base_url` replaces
+    /// `hosts` and whose `env_key` is passed; `None` for profiles without one.
+    pub provider_config: Option<String>,
 }
 
 /// Read-only paths every built-in lends: the user's git identity.
@@ -50,6 +53,10 @@ struct Builtin {
     hosts: &'static [&'static str],
     base_url_vars: &'static [&'static str],
     state_dirs: &'static [&'static str],
+    provider_config: Option<&'static str>,
+    /// Files inside a state dir kept read-only (lent over it): ones that grant the next run
+    /// more (network destinations) or run code later.
+    read_only: &'static [&'static str],
 }
 
 /// The built-in profiles, from what each CLI was measured to need (NOTES.md, "Real agent
@@ -69,13 +76,18 @@ const BUILTINS: &[Builtin] = &[
         ],
         // `~/.claude.json` is saved by rename-over, which no single-file mount survives:
         // pointing the config dir at the lent `~/.claude` keeps that file inside it.
+        // `IS_SANDBOX=1`: as uid 0, `--dangerously-skip-permissions` refuses to start
+        // without it ("cannot be used with root/sudo privileges"); the run is a sandbox.
         env_set: &[
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
             ("CLAUDE_CONFIG_DIR", "~/.claude"),
+            ("IS_SANDBOX", "1"),
         ],
         hosts: &["api.anthropic.com:443"],
         base_url_vars: &["ANTHROPIC_BASE_URL"],
         state_dirs: &["~/.claude"],
+        provider_config: None,
+        read_only: &[],
     },
     Builtin {
         name: "codex",
@@ -86,6 +98,12 @@ const BUILTINS: &[Builtin] = &[
         hosts: &["api.openai.com:443"],
         base_url_vars: &["OPENAI_BASE_URL"],
         state_dirs: &["~/.codex"],
+        // `codex exec` ignores OPENAI_BASE_URL: a custom endpoint is a provider in its
+        // config, whose `env_key` names the variable holding that provider's key.
+        provider_config: Some("~/.codex/config.toml"),
+        // That file names the next run's allowed destination (and its MCP servers, which
+        // run code): the agent may not rewrite it for the run after.
+        read_only: &["~/.codex/config.toml"],
     },
     Builtin {
         name: "gemini",
@@ -98,10 +116,14 @@ const BUILTINS: &[Builtin] = &[
             "GOOGLE_GENAI_USE_VERTEXAI",
             "GOOGLE_CLOUD_PROJECT",
         ],
-        env_set: &[],
+        // Gemini CLI in an untrusted folder turns `--yolo` into prompts and, headless, exits
+        // 55; the workdir it runs in is inside the sandbox, which is the boundary here.
+        env_set: &[("GEMINI_CLI_TRUST_WORKSPACE", "true")],
         hosts: &["generativelanguage.googleapis.com:443"],
         base_url_vars: &["GOOGLE_GEMINI_BASE_URL"],
         state_dirs: &["~/.gemini"],
+        provider_config: None,
+        read_only: &[],
     },
     Builtin {
         name: "aider",
@@ -117,6 +139,8 @@ const BUILTINS: &[Builtin] = &[
         hosts: &["api.openai.com:443"],
         base_url_vars: &["OPENAI_API_BASE"],
         state_dirs: &[],
+        provider_config: None,
+        read_only: &[],
     },
 ];
 
@@ -141,7 +165,12 @@ pub fn builtins() -> Vec<Profile> {
             hosts: owned(b.hosts),
             base_url_vars: owned(b.base_url_vars),
             state_dirs: owned(b.state_dirs),
-            read_paths: owned(GIT_CONFIG),
+            read_paths: GIT_CONFIG
+                .iter()
+                .chain(b.read_only)
+                .map(|s| (*s).to_owned())
+                .collect(),
+            provider_config: b.provider_config.map(str::to_owned),
         })
         .collect()
 }
@@ -165,6 +194,7 @@ pub fn with_user(user: Option<&crate::manifest::Manifest>) -> Vec<Profile> {
             base_url_vars: s.base_url_vars.clone(),
             state_dirs: s.state_dirs.clone(),
             read_paths: s.read_paths.clone(),
+            provider_config: None,
         };
         match table.iter_mut().find(|b| &b.name == name) {
             Some(b) => *b = p,
@@ -306,23 +336,80 @@ pub fn url_host_port(url: &str) -> Option<String> {
     })
 }
 
+/// What a Codex-style `config.toml` says about the endpoint it talks to.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProviderConfig {
+    /// The selected provider's `base_url` (or the top-level `openai_base_url`).
+    pub base_url: Option<String>,
+    /// Where that came from, e.g. `model_providers.local.base_url`.
+    pub key: String,
+    /// The provider's `env_key`: the variable holding its API key.
+    pub env_key: Option<String>,
+}
+
+/// Read the provider a Codex `config.toml` selects (`model_provider = "X"` and
+/// `[model_providers.X]`), else its `openai_base_url`; `None` when it names neither or is
+/// not TOML (the agent will say why itself).
+pub fn provider_config(text: &str) -> Option<ProviderConfig> {
+    let doc: toml::Table = text.parse().ok()?;
+    let s = |v: Option<&toml::Value>| v.and_then(toml::Value::as_str).map(str::to_owned);
+    if let Some(name) = s(doc.get("model_provider"))
+        && let Some(p) = doc
+            .get("model_providers")
+            .and_then(|t| t.get(&name))
+            .and_then(toml::Value::as_table)
+    {
+        return Some(ProviderConfig {
+            base_url: s(p.get("base_url")),
+            key: format!("model_providers.{name}.base_url"),
+            env_key: s(p.get("env_key")),
+        });
+    }
+    let base_url = s(doc.get("openai_base_url"))?;
+    Some(ProviderConfig {
+        base_url: Some(base_url),
+        key: "openai_base_url".to_owned(),
+        env_key: None,
+    })
+}
+
 /// `profile` on this host: `env` is the caller's environment, `exists` says whether a path
-/// is there.
+/// is there, `config` is the text of the profile's `provider_config` when it has one and
+/// it could be read.
 pub fn expand(
     profile: &Profile,
     home: &Path,
     env: &[(String, String)],
     exists: &dyn Fn(&Path) -> bool,
+    config: Option<&str>,
 ) -> Expansion {
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     let from_url = profile
         .base_url_vars
         .iter()
         .find_map(|v| get(v).and_then(url_host_port).map(|hp| (v.clone(), hp)));
-    let (allow, allow_from) = match from_url {
+    let provider = config.and_then(provider_config);
+    let from_config = provider.as_ref().and_then(|p| {
+        let hp = url_host_port(p.base_url.as_deref()?)?;
+        let file = profile.provider_config.as_deref().unwrap_or("config");
+        Some((format!("{file} {}", p.key), hp))
+    });
+    let (allow, allow_from) = match from_url.or(from_config) {
         Some((var, hp)) => (vec![hp], var),
         None => (profile.hosts.clone(), "profile".to_owned()),
     };
+    let mut env_pass = profile.env_pass.clone();
+    // A variable the caller set itself is passed rather than set.
+    for (k, _) in &profile.env_set {
+        if get(k).is_some() && !env_pass.contains(k) {
+            env_pass.push(k.clone());
+        }
+    }
+    if let Some(k) = provider.and_then(|p| p.env_key)
+        && !env_pass.contains(&k)
+    {
+        env_pass.push(k);
+    }
     let mut paths = Vec::new();
     for (list, mode) in [
         (&profile.state_dirs, MountMode::Write),
@@ -340,7 +427,7 @@ pub fn expand(
     }
     Expansion {
         name: profile.name.clone(),
-        env_pass: profile.env_pass.clone(),
+        env_pass,
         env_set: profile
             .env_set
             .iter()
@@ -484,13 +571,19 @@ mod tests {
         assert_eq!(url_host_port("ftp://x"), None);
         let claude = &table()[0];
         let home = Path::new("/home/u");
-        let none = expand(claude, home, &[], &|_| false);
+        let none = expand(claude, home, &[], &|_| false, None);
         assert_eq!(none.allow, vec!["api.anthropic.com:443"]);
         let env = vec![(
             "ANTHROPIC_BASE_URL".to_owned(),
             "http://127.0.0.1:9000".to_owned(),
         )];
-        let x = expand(claude, home, &env, &|p| p == Path::new("/home/u/.claude"));
+        let x = expand(
+            claude,
+            home,
+            &env,
+            &|p| p == Path::new("/home/u/.claude"),
+            None,
+        );
         assert_eq!(x.allow, vec!["127.0.0.1:9000"]);
         assert_eq!(x.allow_from, "ANTHROPIC_BASE_URL");
         assert!(
@@ -502,8 +595,41 @@ mod tests {
         assert_eq!(present[0].mode, MountMode::Write);
         // The caller's own CLAUDE_CONFIG_DIR wins (it is passed, not set).
         let own = vec![("CLAUDE_CONFIG_DIR".to_owned(), "/x".to_owned())];
-        let x = expand(claude, home, &own, &|_| false);
+        let x = expand(claude, home, &own, &|_| false, None);
         assert!(!x.env_set.iter().any(|(k, _)| k == "CLAUDE_CONFIG_DIR"));
+        // So does any value it sets: passed, never silently dropped.
+        let own = vec![("IS_SANDBOX".to_owned(), "0".to_owned())];
+        let x = expand(claude, home, &own, &|_| false, None);
+        assert!(!x.env_set.iter().any(|(k, _)| k == "IS_SANDBOX"));
+        assert!(x.env_pass.contains(&"IS_SANDBOX".to_owned()));
+    }
+
+    #[test]
+    fn a_codex_provider_in_its_config_gives_the_destination_and_the_key_variable() {
+        let codex = &table()[1];
+        let home = Path::new("/home/u");
+        let cfg = "model_provider = \"local\"\n[model_providers.local]\n\
+                   base_url = \"http://127.0.0.1:7000/v1\"\nenv_key = \"LOCAL_KEY\"\n";
+        let x = expand(codex, home, &[], &|_| false, Some(cfg));
+        assert_eq!(x.allow, vec!["127.0.0.1:7000"]);
+        assert_eq!(
+            x.allow_from,
+            "~/.codex/config.toml model_providers.local.base_url"
+        );
+        assert!(x.env_pass.contains(&"LOCAL_KEY".to_owned()));
+        let x = expand(
+            codex,
+            home,
+            &[],
+            &|_| false,
+            Some("openai_base_url = \"https://llm.corp/v1\"\n"),
+        );
+        assert_eq!(x.allow, vec!["llm.corp:443"]);
+        // No provider, not TOML, or a provider without a URL: the vendor's host.
+        for text in ["model = \"o4\"\n", "[[", "model_provider = \"x\"\n"] {
+            let x = expand(codex, home, &[], &|_| false, Some(text));
+            assert_eq!(x.allow, vec!["api.openai.com:443"], "{text}");
+        }
     }
 
     #[test]
@@ -539,7 +665,7 @@ mod tests {
     #[test]
     fn applied_grants_are_credited_to_the_profile_and_network_defaults_to_allow() {
         let claude = &table()[0];
-        let x = expand(claude, Path::new("/home/u"), &[], &|_| true);
+        let x = expand(claude, Path::new("/home/u"), &[], &|_| true, None);
         let mut p = resolved(RunFlags::default());
         apply(&mut p, &x);
         assert_eq!(p.network.mode, NetworkMode::Allow);

@@ -46,9 +46,22 @@ fn choice(args: &PolicyArgs) -> Choice {
 }
 
 fn expand(p: &profiles::Profile, home: &Path) -> Expansion {
-    profiles::expand(p, home, &host_env(), &|path: &Path| {
-        std::fs::symlink_metadata(path).is_ok()
-    })
+    // The agent's own config, when its profile names one (an unreadable one is the
+    // agent's to report; the vendor's host is used then).
+    let config = p.provider_config.as_deref().and_then(|w| {
+        let path = match w.strip_prefix("~/") {
+            Some(rest) => home.join(rest),
+            None => PathBuf::from(w),
+        };
+        std::fs::read_to_string(path).ok()
+    });
+    profiles::expand(
+        p,
+        home,
+        &host_env(),
+        &|path: &Path| std::fs::symlink_metadata(path).is_ok(),
+        config.as_deref(),
+    )
 }
 
 /// Add the profile `program` (or `--agent`) selects to `policy`; nothing with

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agents;
+mod agents_real;
 mod apply;
 mod bundles;
 mod common;

@@ -1,0 +1,326 @@
+//! The real agent CLIs (issue 19) inside `cofferdam run` with no cofferdam flags: only the
+//! agent's own environment (a dummy key, its base URL or provider config pointing at a
+//! scripted model server on 127.0.0.1, `tests/agents/model_server.py`). Each completes a
+//! turn that writes one file; the write is staged (not in the tree), and the bundle shows
+//! the model server allowed through the proxy by the profile. A CLI that is not installed
+//! is a `SKIP-HOST`, unless `COFFERDAM_TEST_REQUIRE` is set (CI installs them in .ci/run).
+
+use crate::common::{Sandbox, json_of, network_decisions, require, userns_independently};
+use std::io::BufRead as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// The model server, killed when dropped; its request log in a temp dir.
+struct ModelServer {
+    child: Child,
+    port: u16,
+    _log_dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+impl ModelServer {
+    fn start() -> Self {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/agents/model_server.py"
+        );
+        let log_dir = tempfile::tempdir().unwrap();
+        let log = log_dir.path().join("requests.jsonl");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs the model server");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .parse()
+            .expect("the model server prints its port");
+        ModelServer {
+            child,
+            port,
+            _log_dir: log_dir,
+            log,
+        }
+    }
+
+    fn requests(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether `program` is on PATH; absent is a skip, or a failure when CI requires it.
+fn installed(program: &str) -> bool {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .any(|d| d.join(program).is_file());
+    if found {
+        return true;
+    }
+    if std::env::var_os("COFFERDAM_TEST_REQUIRE").is_some() {
+        panic!("COFFERDAM_TEST_REQUIRE is set but `{program}` is not on PATH; .ci/run installs it");
+    }
+    println!("SKIP-HOST {program} is not installed");
+    false
+}
+
+fn ready(program: &str) -> Option<Sandbox> {
+    // The profile's `allow` network and state mount need the sealed tier.
+    if !require("user namespaces (sealed tier)", userns_independently()) || !installed(program) {
+        return None;
+    }
+    let s = Sandbox::new();
+    for d in [s.home.path(), s.work.path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    Some(s)
+}
+
+/// The prompt naming the file the scripted model asks the agent to write.
+fn prompt(s: &Sandbox) -> (PathBuf, String) {
+    let file = s.work.path().join("agent-wrote.txt");
+    let p = format!("Write FILE={} TEXT=cofferdam", file.display());
+    (file, p)
+}
+
+/// The edit is staged, not in the tree; the model server's address was allowed.
+fn assert_staged_and_allowed(s: &Sandbox, out: &std::process::Output, srv: &ModelServer) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said = format!(
+        "stdout:\n{stdout}\nstderr:\n{stderr}\nrequests:\n{}",
+        srv.requests()
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        !s.work.path().join("agent-wrote.txt").exists(),
+        "the edit landed in the tree: {said}"
+    );
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let changes = b["filesystem"]["changes"].to_string();
+    assert!(changes.contains("agent-wrote.txt"), "{changes}\n{said}");
+    let review = s.cmd().args(["diff", "last"]).output().unwrap();
+    let review = String::from_utf8_lossy(&review.stdout);
+    assert!(review.contains("+cofferdam"), "{review}");
+    let ds = network_decisions(&b);
+    assert!(
+        ds.iter().any(|d| d["host"] == "127.0.0.1"
+            && d["port"] == srv.port
+            && d["decision"] == "allowed"),
+        "{ds:?}\n{said}"
+    );
+    assert!(
+        !ds.iter()
+            .any(|d| d["decision"] == "allowed" && d["host"] != "127.0.0.1"),
+        "{ds:?}"
+    );
+    assert_eq!(
+        b["network"]["policy"]["allow"],
+        serde_json::json!([format!("127.0.0.1:{}", srv.port)]),
+        "{}",
+        b["network"]
+    );
+}
+
+/// `cofferdam run -- ARGV` with only the agent's `env` added; the turn's edit staged.
+fn agent_turn(s: &Sandbox, srv: &ModelServer, env: &[(&str, String)], argv: &[&str]) {
+    let mut c = s.cmd();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c
+        .args(["run", "--"])
+        .args(argv)
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .unwrap();
+    assert_staged_and_allowed(s, &out, srv);
+}
+
+#[test]
+fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
+    let Some(s) = ready("claude") else { return };
+    // A user who has used Claude Code has its state dir; the profile lends it writable.
+    std::fs::create_dir(s.home.path().join(".claude")).unwrap();
+    let srv = ModelServer::start();
+    let (_, p) = prompt(&s);
+    // Then a shell command through its Bash tool, which fails when its state is read-only.
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={}", ran.display());
+    let env = [
+        (
+            "ANTHROPIC_BASE_URL",
+            format!("http://127.0.0.1:{}", srv.port),
+        ),
+        ("ANTHROPIC_API_KEY", "dummy-key".to_owned()),
+    ];
+    agent_turn(
+        &s,
+        &srv,
+        &env,
+        &["claude", "-p", &p, "--dangerously-skip-permissions"],
+    );
+    assert!(!ran.exists(), "the shell command's file landed in the tree");
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let changes = b["filesystem"]["changes"].to_string();
+    assert!(
+        changes.contains("agent-ran.txt"),
+        "{changes}\n{}",
+        srv.requests()
+    );
+    // Its state persisted on the host, outside review.
+    let state: Vec<_> = std::fs::read_dir(s.home.path().join(".claude"))
+        .unwrap()
+        .collect();
+    assert!(!state.is_empty(), "nothing saved in ~/.claude");
+}
+
+#[test]
+fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
+    let Some(s) = ready("codex") else { return };
+    let srv = ModelServer::start();
+    // `codex exec` ignores OPENAI_BASE_URL; a custom endpoint is a provider in its config.
+    let codex = s.home.path().join(".codex");
+    std::fs::create_dir(&codex).unwrap();
+    std::fs::write(
+        codex.join("config.toml"),
+        format!(
+            "model_provider = \"mock\"\nmodel = \"mock-model\"\n\
+             [model_providers.mock]\nname = \"mock\"\n\
+             base_url = \"http://127.0.0.1:{}/v1\"\nenv_key = \"MOCK_API_KEY\"\n\
+             wire_api = \"responses\"\n",
+            srv.port
+        ),
+    )
+    .unwrap();
+    let (_, p) = prompt(&s);
+    // Codex's own sandbox cannot nest inside ours (bubblewrap is refused a namespace) and
+    // then its tool calls fail while the turn exits 0: it runs with its sandbox off.
+    let argv = [
+        "codex",
+        "exec",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        &p,
+    ];
+    agent_turn(&s, &srv, &[("MOCK_API_KEY", "dummy-key".to_owned())], &argv);
+    // Its session state persisted on the host, outside review.
+    assert!(codex.join("sessions").exists(), "no ~/.codex/sessions");
+}
+
+#[test]
+fn gemini_cli_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
+    let Some(s) = ready("gemini") else { return };
+    let srv = ModelServer::start();
+    // A user who logged in with an API key has this in its settings; with a base URL and no
+    // auth type the CLI exits 41.
+    let gemini = s.home.path().join(".gemini");
+    std::fs::create_dir(&gemini).unwrap();
+    std::fs::write(
+        gemini.join("settings.json"),
+        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
+    )
+    .unwrap();
+    let (_, p) = prompt(&s);
+    let env = [
+        (
+            "GOOGLE_GEMINI_BASE_URL",
+            format!("http://127.0.0.1:{}", srv.port),
+        ),
+        ("GEMINI_API_KEY", "dummy-key".to_owned()),
+    ];
+    agent_turn(&s, &srv, &env, &["gemini", "--yolo", "-p", &p]);
+}
+
+#[test]
+fn aider_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
+    let Some(s) = ready("aider") else { return };
+    let srv = ModelServer::start();
+    // aider works in a git repository (it commits each edit; the commit is staged too).
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(s.work.path())
+        .status()
+        .unwrap();
+    assert!(git.success());
+    let (_, p) = prompt(&s);
+    let env = [
+        (
+            "OPENAI_API_BASE",
+            format!("http://127.0.0.1:{}/v1", srv.port),
+        ),
+        ("OPENAI_API_KEY", "dummy-key".to_owned()),
+    ];
+    let argv = [
+        "aider",
+        "--model",
+        "openai/mock",
+        "--edit-format",
+        "whole",
+        "--yes-always",
+        "--no-check-update",
+        "--no-show-model-warnings",
+        "--message",
+        &p,
+    ];
+    agent_turn(&s, &srv, &env, &argv);
+}
+
+/// No real CLI needed: the codex profile lends `~/.codex` writable but its `config.toml`
+/// (which names the next run's allowed destination) read-only over it, so a run cannot
+/// grant the run after it a new host.
+#[test]
+fn a_codex_run_cannot_rewrite_the_config_that_names_its_next_destination() {
+    if !require("user namespaces (sealed tier)", userns_independently()) {
+        return;
+    }
+    let s = Sandbox::new();
+    for d in [s.home.path(), s.work.path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let cfg_text = "openai_base_url = \"http://127.0.0.1:9/v1\"\n";
+    let codex = s.home.path().join(".codex");
+    std::fs::create_dir(&codex).unwrap();
+    std::fs::write(codex.join("config.toml"), cfg_text).unwrap();
+    let script = "echo 'openai_base_url = \"https://exfil.example/v1\"' >> ~/.codex/config.toml; \
+                  echo appended=$?; mv ~/.codex/config.toml ~/.codex/old; echo moved=$?; \
+                  echo s > ~/.codex/state; echo state=$?";
+    let out = s
+        .cmd()
+        .args(["run", "--agent", "codex", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("appended=2") && stdout.contains("moved=1"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("state=0"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(codex.join("config.toml")).unwrap(),
+        cfg_text
+    );
+    assert!(codex.join("state").exists());
+    let v = json_of(
+        &s.cmd()
+            .args(["scope", "--json", "--agent", "codex"])
+            .output()
+            .unwrap(),
+    );
+    let grants = v["grant_sources"].to_string();
+    assert!(grants.contains("127.0.0.1:9"), "{grants}");
+    assert!(!grants.contains("exfil.example"), "{grants}");
+}
