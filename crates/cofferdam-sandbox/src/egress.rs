@@ -8,7 +8,7 @@
 //!   every address, IPv4 and IPv6, and the catch-all: an nf_tables rule, `nft`, diverting
 //!   every TCP connection nothing in the namespace listens for to one more listener per IP
 //!   family, so the supervisor sees, names and refuses it) are created and handed to the
-//!   supervisor over the network socket ([`NET_FD`]) and pid 1's copies closed: nothing
+//!   supervisor over the network socket ([`fds::NET`]) and pid 1's copies closed: nothing
 //!   inside holds them. Without the catch-all (a kernel lacking nf_tables' socket/tproxy)
 //!   those connections are refused by the namespace's kernel, unseen, and the observation
 //!   says so;
@@ -19,9 +19,10 @@
 
 mod nft;
 
+use crate::fds;
 use crate::netif;
 use crate::setup_error::{SetupError, StepContext};
-use cofferdam_net::handover::{NET_FD, SocketInfo, SocketRole, send_sockets};
+use cofferdam_net::handover::{SocketInfo, SocketRole, send_sockets};
 use cofferdam_policy::plan::{NetworkPlan, PlanNetworkMode};
 use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
@@ -93,9 +94,9 @@ fn allow(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
             );
         }
     }
-    // SAFETY: in `allow` mode the supervisor hands the network socket as fd NET_FD and
+    // SAFETY: in `allow` mode the supervisor hands the network socket as fd fds::NET and
     // nothing else in this process owns it; it is taken once, here, and closed on return.
-    let socket = unsafe { OwnedFd::from_raw_fd(NET_FD) };
+    let socket = unsafe { OwnedFd::from_raw_fd(fds::NET) };
     let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
     send_sockets(socket.as_fd(), &infos, &borrowed)
         .step(|| "hand the network listeners to the supervisor".into())?;
