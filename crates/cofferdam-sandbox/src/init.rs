@@ -32,6 +32,7 @@
 
 use crate::fds;
 use crate::setup_error::SetupError;
+use crate::sigaction;
 use crate::status::StatusMessage;
 use crate::{caps, egress, landlock, memfd, mounts, pty, rlimit, seccomp, userns};
 use cofferdam_policy::plan::{SandboxPlan, TerminalPlan};
@@ -54,22 +55,19 @@ static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: libc::c_int) {
     let pid = FORWARD_TO.load(Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill(2) is async-signal-safe; `pid` is a child of this process.
-        unsafe {
-            libc::kill(pid, sig);
-        }
+    // kill(2) is async-signal-safe, and rustix's is the raw system call (errno untouched).
+    // `pid` is a child of this process.
+    if let (Some(pid), Some(sig)) = (Pid::from_raw(pid), Signal::from_named_raw(sig)) {
+        let _ = rustix::process::kill_process(pid, sig);
     }
 }
 
 extern "C" fn continue_group(_sig: libc::c_int) {
     let pid = FORWARD_TO.load(Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill(2) is async-signal-safe; `-pid` is the process group the command leads
-        // (it called setsid), so a stop of its terminal's foreground group is undone whole.
-        unsafe {
-            libc::kill(-pid, libc::SIGCONT);
-        }
+    // The process group the command leads (it called setsid), so a stop of its terminal's
+    // foreground group is undone whole; kill(2) as in `forward`.
+    if let Some(pid) = Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process_group(pid, Signal::CONT);
     }
 }
 
@@ -82,34 +80,34 @@ const FROM_CALLERS_TERMINAL: &[libc::c_int] =
 
 extern "C" fn forward_to_group(sig: libc::c_int) {
     let pid = FORWARD_TO.load(Ordering::SeqCst);
-    if pid > 0 {
-        // The command's group is orphaned (its parent is in another session), and the
-        // kernel discards terminal stop signals there: a stop is passed on as SIGSTOP.
-        let sig = if sig == libc::SIGTSTP {
-            libc::SIGSTOP
-        } else {
-            sig
-        };
-        // SAFETY: kill(2) is async-signal-safe; `-pid` is the process group the command
-        // leads (it called setsid).
-        unsafe {
-            libc::kill(-pid, sig);
-        }
+    // The command's group is orphaned (its parent is in another session), and the kernel
+    // discards terminal stop signals there: a stop is passed on as SIGSTOP.
+    let sig = if sig == libc::SIGTSTP {
+        libc::SIGSTOP
+    } else {
+        sig
+    };
+    // The process group the command leads (it called setsid); kill(2) as in `forward`.
+    if let (Some(pid), Some(sig)) = (Pid::from_raw(pid), Signal::from_named_raw(sig)) {
+        let _ = rustix::process::kill_process_group(pid, sig);
     }
 }
 
-/// Install `handler` for `sigs` (with SA_RESTART) or reset them to the default.
-fn set_handlers(sigs: &[libc::c_int], handler: libc::sighandler_t) {
+/// Run `handler` on each of `sigs` (SA_RESTART, empty mask). A signal the kernel refuses
+/// (none of these) keeps its disposition, as before.
+fn set_handlers(sigs: &[libc::c_int], handler: extern "C" fn(libc::c_int)) {
     for &sig in sigs {
-        // SAFETY: a zeroed sigaction with an empty mask and a valid handler (SIG_DFL,
-        // SIG_IGN or `forward`, which only calls async-signal-safe kill) is valid.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = handler;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
+        // SAFETY: the handlers of this module (`forward`, `continue_group`,
+        // `forward_to_group`) only read an atomic and make the raw kill(2) system call
+        // (rustix's, which leaves errno alone): async-signal-safe, no allocation, no lock.
+        let _ = unsafe { sigaction::set_handler(sig, handler, sigaction::Mask::Empty, true) };
+    }
+}
+
+/// Reset each of `sigs` to its default action.
+fn reset_handlers(sigs: &[libc::c_int]) {
+    for &sig in sigs {
+        let _ = sigaction::set_default(sig);
     }
 }
 
@@ -391,12 +389,12 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
         std::process::exit(code);
     }
     FORWARD_TO.store(pid, Ordering::SeqCst);
-    set_handlers(FORWARDED, forward as *const () as libc::sighandler_t);
+    set_handlers(FORWARDED, forward);
     if plan.terminal.is_some() {
         // Only pid 1 talks over the terminal socket.
         drop(take_terminal_socket());
         // The supervisor continues a stopped command through here (see `Stopped`).
-        set_handlers(&[libc::SIGCONT], forward as *const () as libc::sighandler_t);
+        set_handlers(&[libc::SIGCONT], forward);
     }
     // Only pid 1 hands the network listeners over.
     // SAFETY: fds::NET is the network socket when present (allow mode), owned by nobody in
@@ -404,7 +402,9 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
     unsafe {
         libc::close(fds::NET);
     }
-    set_handlers(&[libc::SIGINT, libc::SIGQUIT], libc::SIG_IGN);
+    for sig in [libc::SIGINT, libc::SIGQUIT] {
+        let _ = sigaction::ignore(sig);
+    }
     // Only pid 1 reports from here on. This copy of the status channel is closed once pid 1
     // is reaped, which the kernel allows only after every other process of the pid
     // namespace is gone: the end of the status stream tells the supervisor that nothing of
@@ -606,10 +606,10 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
     }
     if child == 0 {
         crate::reaper::die_with_init(parent);
-        set_handlers(FORWARDED, libc::SIG_DFL);
+        reset_handlers(FORWARDED);
         // The init ignores SIGPIPE, as every Rust program does; the command must start
         // with the default (`yes | head` ends `yes` by SIGPIPE).
-        set_handlers(&[libc::SIGPIPE], libc::SIG_DFL);
+        reset_handlers(&[libc::SIGPIPE]);
         if slave.is_none() {
             // No terminal of its own: a new session, without a controlling terminal, so the
             // caller's (inherited through the session) is out of reach.
@@ -676,17 +676,11 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
     // The command has the terminal now; pid 1 keeps no end of it.
     drop(slave);
     FORWARD_TO.store(child, Ordering::SeqCst);
-    set_handlers(FORWARDED, forward as *const () as libc::sighandler_t);
+    set_handlers(FORWARDED, forward);
     if plan.terminal.is_some() {
-        set_handlers(
-            &[libc::SIGCONT],
-            continue_group as *const () as libc::sighandler_t,
-        );
+        set_handlers(&[libc::SIGCONT], continue_group);
     } else {
-        set_handlers(
-            FROM_CALLERS_TERMINAL,
-            forward_to_group as *const () as libc::sighandler_t,
-        );
+        set_handlers(FROM_CALLERS_TERMINAL, forward_to_group);
     }
     fds::send_status(&StatusMessage::Started { pid: child });
     reap(child, plan.terminal.is_some())
