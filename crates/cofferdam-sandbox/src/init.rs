@@ -588,8 +588,7 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
     let mut env_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
 
-    // SAFETY: getpid has no failure mode.
-    let parent = unsafe { libc::getpid() };
+    let parent = rustix::process::getpid().as_raw_nonzero().get();
     // SAFETY: pid 1 is single-threaded; the child only execs, writes a status line and exits.
     let child = unsafe { libc::fork() };
     if child < 0 {

@@ -47,10 +47,8 @@ pub fn run_scoped(plan: &SandboxPlan) -> i32 {
     // Not SIGKILL as on the sealed tier: without a pid namespace the init must live to end
     // the command's tree when the supervisor dies (`crate::reaper`).
     reaper::end_tree_with_parent();
-    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) takes an integer flag and changes no memory.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    }
+    // Any pid sets the flag (the kernel reads it as a boolean).
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let slave = match setup(plan) {
         Ok(slave) => slave,
         Err(code) => return code,

@@ -416,13 +416,9 @@ fn test_hook() -> impl FnMut(Step) {
     let kill = parse("COFFERDAM_TEST_APPLY_KILL_AT");
     let pause = parse("COFFERDAM_TEST_APPLY_PAUSE_AT");
     move |step| {
-        if Some(step) == kill
-            && let Ok(pid) = libc::pid_t::try_from(std::process::id())
-        {
-            // SAFETY: kill(2) on our own pid with a valid signal number touches no memory.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
+        if Some(step) == kill {
+            let me = rustix::process::getpid();
+            let _ = rustix::process::kill_process(me, rustix::process::Signal::KILL);
         }
         if Some(step) == pause {
             eprintln!("cofferdam: test hook: paused at {step:?}");
