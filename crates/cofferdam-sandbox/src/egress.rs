@@ -260,21 +260,16 @@ fn local_default_route_msg(ifindex: u32) -> Vec<u8> {
     m
 }
 
-/// A netlink socket of `protocol` (`NETLINK_ROUTE`, `NETLINK_NETFILTER`).
-fn netlink_socket(protocol: libc::c_int) -> Result<OwnedFd, Errno> {
-    // SAFETY: plain socket(2) call; the descriptor is owned below.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            protocol,
-        )
-    };
-    if raw < 0 {
-        return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
-    }
-    // SAFETY: `raw` is a descriptor just returned by socket(2), owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+/// A netlink socket of `protocol` (`None`: `NETLINK_ROUTE`, which is protocol 0;
+/// `rustix::net::netlink::NETFILTER`).
+fn netlink_socket(protocol: Option<rustix::net::Protocol>) -> Result<OwnedFd, Errno> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        protocol,
+    )
 }
 
 fn add_local_default_route() -> Result<(), Errno> {
@@ -283,7 +278,7 @@ fn add_local_default_route() -> Result<(), Errno> {
     if ifindex == 0 {
         return Err(Errno::NODEV);
     }
-    let sock = netlink_socket(libc::NETLINK_ROUTE)?;
+    let sock = netlink_socket(None)?;
     let msg = local_default_route_msg(ifindex);
     rustix::io::write(&sock, &msg)?;
     let mut buf = [0u8; 512];
