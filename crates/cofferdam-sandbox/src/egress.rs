@@ -273,12 +273,12 @@ fn netlink_socket(protocol: Option<rustix::net::Protocol>) -> Result<OwnedFd, Er
 }
 
 fn add_local_default_route() -> Result<(), Errno> {
-    // SAFETY: if_nametoindex reads a NUL-terminated string that outlives the call.
-    let ifindex = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+    let sock = netlink_socket(None)?;
+    // SIOCGIFINDEX works on any socket (a netlink one passes it on to the device layer).
+    let ifindex = rustix::net::netdevice::name_to_index(&sock, "lo")?;
     if ifindex == 0 {
         return Err(Errno::NODEV);
     }
-    let sock = netlink_socket(None)?;
     let msg = local_default_route_msg(ifindex);
     rustix::io::write(&sock, &msg)?;
     let mut buf = [0u8; 512];
