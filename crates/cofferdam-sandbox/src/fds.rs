@@ -56,8 +56,10 @@ pub(crate) fn send_status(msg: &StatusMessage) {
 /// Close this process's copy of the status channel (pid 1, once its command is reaped: the
 /// end of the stream tells the supervisor that nothing of the run is left).
 pub(crate) fn close_status() {
+    // Taken first if this process never sent: fd STATUS is closed either way.
+    with_status(|_| ());
     let mut guard = STATUS_CHANNEL.lock().unwrap_or_else(|p| p.into_inner());
-    // The owned descriptor, if taken, is dropped (closed) here.
+    // The owned descriptor is dropped (closed) here.
     *guard = Status::Closed;
 }
 

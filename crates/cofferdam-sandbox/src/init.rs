@@ -612,10 +612,8 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
         if slave.is_none() {
             // No terminal of its own: a new session, without a controlling terminal, so the
             // caller's (inherited through the session) is out of reach.
-            // SAFETY: setsid is async-signal-safe; this child is single-threaded.
-            unsafe {
-                libc::setsid();
-            }
+            // rustix's setsid is the raw system call: async-signal-safe.
+            let _ = rustix::process::setsid();
         }
         if let Some(slave) = &slave
             && let Err(e) = pty::attach(slave.as_fd())
