@@ -1,6 +1,6 @@
 //! The hand-over of the sandbox's listening sockets: pid 1 creates them inside the sandbox's
 //! network namespace and sends them to the supervisor in one `SCM_RIGHTS` message over the
-//! network socket ([`NET_FD`]); a socket keeps its namespace when it crosses, so the
+//! network socket (fd 6 in the init, `cofferdam_sandbox::fds::NET`); a socket keeps its namespace when it crosses, so the
 //! supervisor accepts on it directly, with no bridge process inside.
 //!
 //! Owns the wire format (a JSON list naming each descriptor's role, in descriptor order) and
@@ -15,9 +15,6 @@ use rustix::net::{
 use serde::{Deserialize, Serialize};
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-
-/// The fd number of the network socket in the sandbox init (present only in `allow` mode).
-pub const NET_FD: i32 = 6;
 
 /// The most descriptors one hand-over carries (the kernel's `SCM_MAX_FD` is 253).
 pub const MAX_SOCKETS: usize = 64;

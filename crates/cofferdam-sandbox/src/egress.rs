@@ -8,7 +8,7 @@
 //!   every address, IPv4 and IPv6, and the catch-all: an nf_tables rule, `nft`, diverting
 //!   every TCP connection nothing in the namespace listens for to one more listener per IP
 //!   family, so the supervisor sees, names and refuses it) are created and handed to the
-//!   supervisor over the network socket ([`NET_FD`]) and pid 1's copies closed: nothing
+//!   supervisor over the network socket ([`fds::NET`]) and pid 1's copies closed: nothing
 //!   inside holds them. Without the catch-all (a kernel lacking nf_tables' socket/tproxy)
 //!   those connections are refused by the namespace's kernel, unseen, and the observation
 //!   says so;
@@ -19,9 +19,10 @@
 
 mod nft;
 
+use crate::fds;
 use crate::netif;
 use crate::setup_error::{SetupError, StepContext};
-use cofferdam_net::handover::{NET_FD, SocketInfo, SocketRole, send_sockets};
+use cofferdam_net::handover::{SocketInfo, SocketRole, send_sockets};
 use cofferdam_policy::plan::{NetworkPlan, PlanNetworkMode};
 use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
@@ -93,9 +94,9 @@ fn allow(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
             );
         }
     }
-    // SAFETY: in `allow` mode the supervisor hands the network socket as fd NET_FD and
+    // SAFETY: in `allow` mode the supervisor hands the network socket as fd fds::NET and
     // nothing else in this process owns it; it is taken once, here, and closed on return.
-    let socket = unsafe { OwnedFd::from_raw_fd(NET_FD) };
+    let socket = unsafe { OwnedFd::from_raw_fd(fds::NET) };
     let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
     send_sockets(socket.as_fd(), &infos, &borrowed)
         .step(|| "hand the network listeners to the supervisor".into())?;
@@ -259,30 +260,25 @@ fn local_default_route_msg(ifindex: u32) -> Vec<u8> {
     m
 }
 
-/// A netlink socket of `protocol` (`NETLINK_ROUTE`, `NETLINK_NETFILTER`).
-fn netlink_socket(protocol: libc::c_int) -> Result<OwnedFd, Errno> {
-    // SAFETY: plain socket(2) call; the descriptor is owned below.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            protocol,
-        )
-    };
-    if raw < 0 {
-        return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
-    }
-    // SAFETY: `raw` is a descriptor just returned by socket(2), owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+/// A netlink socket of `protocol` (`None`: `NETLINK_ROUTE`, which is protocol 0;
+/// `rustix::net::netlink::NETFILTER`).
+fn netlink_socket(protocol: Option<rustix::net::Protocol>) -> Result<OwnedFd, Errno> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        protocol,
+    )
 }
 
 fn add_local_default_route() -> Result<(), Errno> {
-    // SAFETY: if_nametoindex reads a NUL-terminated string that outlives the call.
-    let ifindex = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+    let sock = netlink_socket(None)?;
+    // SIOCGIFINDEX works on any socket (a netlink one passes it on to the device layer).
+    let ifindex = rustix::net::netdevice::name_to_index(&sock, "lo")?;
     if ifindex == 0 {
         return Err(Errno::NODEV);
     }
-    let sock = netlink_socket(libc::NETLINK_ROUTE)?;
     let msg = local_default_route_msg(ifindex);
     rustix::io::write(&sock, &msg)?;
     let mut buf = [0u8; 512];

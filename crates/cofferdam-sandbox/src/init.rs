@@ -30,14 +30,16 @@
 //! module. It must stay single-threaded. A plan for a tier without namespaces (scoped,
 //! advisory) is handed to `crate::scoped`, which reuses the command's exec and reaping here.
 
+use crate::fds;
 use crate::setup_error::SetupError;
-use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, send};
+use crate::sigaction;
+use crate::status::StatusMessage;
 use crate::{caps, egress, landlock, memfd, mounts, pty, rlimit, seccomp, userns};
 use cofferdam_policy::plan::{SandboxPlan, TerminalPlan};
 use cofferdam_record::bundle::{ControlObservation, ControlStatus};
 use rustix::process::{Pid, Signal, WaitOptions};
 use std::ffi::CString;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -53,22 +55,19 @@ static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: libc::c_int) {
     let pid = FORWARD_TO.load(Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill(2) is async-signal-safe; `pid` is a child of this process.
-        unsafe {
-            libc::kill(pid, sig);
-        }
+    // kill(2) is async-signal-safe, and rustix's is the raw system call (errno untouched).
+    // `pid` is a child of this process.
+    if let (Some(pid), Some(sig)) = (Pid::from_raw(pid), Signal::from_named_raw(sig)) {
+        let _ = rustix::process::kill_process(pid, sig);
     }
 }
 
 extern "C" fn continue_group(_sig: libc::c_int) {
     let pid = FORWARD_TO.load(Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill(2) is async-signal-safe; `-pid` is the process group the command leads
-        // (it called setsid), so a stop of its terminal's foreground group is undone whole.
-        unsafe {
-            libc::kill(-pid, libc::SIGCONT);
-        }
+    // The process group the command leads (it called setsid), so a stop of its terminal's
+    // foreground group is undone whole; kill(2) as in `forward`.
+    if let Some(pid) = Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process_group(pid, Signal::CONT);
     }
 }
 
@@ -81,34 +80,34 @@ const FROM_CALLERS_TERMINAL: &[libc::c_int] =
 
 extern "C" fn forward_to_group(sig: libc::c_int) {
     let pid = FORWARD_TO.load(Ordering::SeqCst);
-    if pid > 0 {
-        // The command's group is orphaned (its parent is in another session), and the
-        // kernel discards terminal stop signals there: a stop is passed on as SIGSTOP.
-        let sig = if sig == libc::SIGTSTP {
-            libc::SIGSTOP
-        } else {
-            sig
-        };
-        // SAFETY: kill(2) is async-signal-safe; `-pid` is the process group the command
-        // leads (it called setsid).
-        unsafe {
-            libc::kill(-pid, sig);
-        }
+    // The command's group is orphaned (its parent is in another session), and the kernel
+    // discards terminal stop signals there: a stop is passed on as SIGSTOP.
+    let sig = if sig == libc::SIGTSTP {
+        libc::SIGSTOP
+    } else {
+        sig
+    };
+    // The process group the command leads (it called setsid); kill(2) as in `forward`.
+    if let (Some(pid), Some(sig)) = (Pid::from_raw(pid), Signal::from_named_raw(sig)) {
+        let _ = rustix::process::kill_process_group(pid, sig);
     }
 }
 
-/// Install `handler` for `sigs` (with SA_RESTART) or reset them to the default.
-fn set_handlers(sigs: &[libc::c_int], handler: libc::sighandler_t) {
+/// Run `handler` on each of `sigs` (SA_RESTART, empty mask). A signal the kernel refuses
+/// (none of these) keeps its disposition, as before.
+fn set_handlers(sigs: &[libc::c_int], handler: extern "C" fn(libc::c_int)) {
     for &sig in sigs {
-        // SAFETY: a zeroed sigaction with an empty mask and a valid handler (SIG_DFL,
-        // SIG_IGN or `forward`, which only calls async-signal-safe kill) is valid.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = handler;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
+        // SAFETY: the handlers of this module (`forward`, `continue_group`,
+        // `forward_to_group`) only read an atomic and make the raw kill(2) system call
+        // (rustix's, which leaves errno alone): async-signal-safe, no allocation, no lock.
+        let _ = unsafe { sigaction::set_handler(sig, handler, sigaction::Mask::Empty, true) };
+    }
+}
+
+/// Reset each of `sigs` to its default action.
+fn reset_handlers(sigs: &[libc::c_int]) {
+    for &sig in sigs {
+        let _ = sigaction::set_default(sig);
     }
 }
 
@@ -117,35 +116,26 @@ fn set_handlers(sigs: &[libc::c_int], handler: libc::sighandler_t) {
 /// included.
 const FORWARDED: &[libc::c_int] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
 
-pub(crate) fn status_fd() -> BorrowedFd<'static> {
-    // SAFETY: the supervisor hands the init the status pipe as fd STATUS_FD, open for the
-    // life of the process (closed only by exec, being close-on-exec in pid 1's command).
-    unsafe { BorrowedFd::borrow_raw(STATUS_FD) }
-}
-
-/// Take the terminal socket (fd [`TERMINAL_FD`]), present when the plan has a terminal.
+/// Take the terminal socket (fd [`fds::TERMINAL`]), present when the plan has a terminal.
 fn take_terminal_socket() -> OwnedFd {
     // SAFETY: with a terminal in the plan the supervisor hands the terminal socket as fd
-    // TERMINAL_FD, and nothing else in this process owns it: the caller takes it once.
-    unsafe { OwnedFd::from_raw_fd(TERMINAL_FD) }
+    // fds::TERMINAL, and nothing else in this process owns it: the caller takes it once.
+    unsafe { OwnedFd::from_raw_fd(fds::TERMINAL) }
 }
 
 pub(crate) fn report(o: ControlObservation) {
-    send(status_fd(), &StatusMessage::Control { observation: o });
+    fds::send_status(&StatusMessage::Control { observation: o });
 }
 
 pub(crate) fn fail(e: &SetupError) -> i32 {
-    send(
-        status_fd(),
-        &StatusMessage::SetupFailed {
-            step: e.step.clone(),
-            error: e.to_string(),
-        },
-    );
+    fds::send_status(&StatusMessage::SetupFailed {
+        step: e.step.clone(),
+        error: e.to_string(),
+    });
     SETUP_FAILED
 }
 
-/// The plan pipe (fd [`PLAN_FD`]), read in two steps: the plan, then the supervisor's go.
+/// The plan pipe (fd [`fds::PLAN`]), read in two steps: the plan, then the supervisor's go.
 ///
 /// The supervisor starts the init before its job exists, so the init's start and its
 /// namespaces overlap the supervisor's own setup: it writes the plan (JSON, ended by a NUL
@@ -167,9 +157,9 @@ const NO_GO: &str = "the supervisor stopped before starting the command";
 
 impl PlanChannel {
     fn open() -> Self {
-        // SAFETY: the supervisor hands the plan pipe's read end as fd PLAN_FD; we take
+        // SAFETY: the supervisor hands the plan pipe's read end as fd fds::PLAN; we take
         // ownership here and it is closed when the channel drops.
-        Self::from_fd(unsafe { OwnedFd::from_raw_fd(PLAN_FD) })
+        Self::from_fd(unsafe { OwnedFd::from_raw_fd(fds::PLAN) })
     }
 
     fn from_fd(fd: OwnedFd) -> Self {
@@ -290,13 +280,10 @@ pub fn init_main() -> ! {
         .map(|a| a.to_str().and_then(EarlyNamespaces::from_arg));
     let code = match early {
         Some(None) => {
-            send(
-                status_fd(),
-                &StatusMessage::SetupFailed {
-                    step: "start the sandbox init".into(),
-                    error: "unreadable namespace argument".into(),
-                },
-            );
+            fds::send_status(&StatusMessage::SetupFailed {
+                step: "start the sandbox init".into(),
+                error: "unreadable namespace argument".into(),
+            });
             SETUP_FAILED
         }
         Some(Some(early)) => sealed_main(early),
@@ -323,13 +310,10 @@ fn unsealed_main() -> i32 {
 }
 
 fn plan_failed(error: String) -> i32 {
-    send(
-        status_fd(),
-        &StatusMessage::SetupFailed {
-            step: "receive the plan".into(),
-            error,
-        },
-    );
+    fds::send_status(&StatusMessage::SetupFailed {
+        step: "receive the plan".into(),
+        error,
+    });
     SETUP_FAILED
 }
 
@@ -405,31 +389,30 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
         std::process::exit(code);
     }
     FORWARD_TO.store(pid, Ordering::SeqCst);
-    set_handlers(FORWARDED, forward as *const () as libc::sighandler_t);
+    set_handlers(FORWARDED, forward);
     if plan.terminal.is_some() {
         // Only pid 1 talks over the terminal socket.
         drop(take_terminal_socket());
         // The supervisor continues a stopped command through here (see `Stopped`).
-        set_handlers(&[libc::SIGCONT], forward as *const () as libc::sighandler_t);
+        set_handlers(&[libc::SIGCONT], forward);
     }
     // Only pid 1 hands the network listeners over.
-    // SAFETY: NET_FD is the network socket when present (allow mode), owned by nobody in
+    // SAFETY: fds::NET is the network socket when present (allow mode), owned by nobody in
     // this process; closing a number that is not open is harmless.
     unsafe {
-        libc::close(cofferdam_net::handover::NET_FD);
+        libc::close(fds::NET);
     }
-    set_handlers(&[libc::SIGINT, libc::SIGQUIT], libc::SIG_IGN);
+    for sig in [libc::SIGINT, libc::SIGQUIT] {
+        let _ = sigaction::ignore(sig);
+    }
     // Only pid 1 reports from here on. This copy of the status channel is closed once pid 1
     // is reaped, which the kernel allows only after every other process of the pid
     // namespace is gone: the end of the status stream tells the supervisor that nothing of
     // the run is left, and it seals and writes the records while this process tears the
     // namespaces down.
     let code = wait_for(pid);
-    // SAFETY: STATUS_FD is open (inherited) and not used by this process after this point:
-    // the exit below does not report.
-    unsafe {
-        libc::close(STATUS_FD);
-    }
+    // The exit below does not report.
+    fds::close_status();
     code
 }
 
@@ -467,13 +450,10 @@ pub(crate) fn require(o: ControlObservation, step: &str) -> Result<(), i32> {
     if ok {
         Ok(())
     } else {
-        send(
-            status_fd(),
-            &StatusMessage::SetupFailed {
-                step: step.into(),
-                error: reason,
-            },
-        );
+        fds::send_status(&StatusMessage::SetupFailed {
+            step: step.into(),
+            error: reason,
+        });
         Err(SETUP_FAILED)
     }
 }
@@ -523,14 +503,14 @@ fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
     // The terminal socket stays open for pid 1 to send the command's pty over; it is closed
     // before the command starts.
     let keep: &[i32] = if plan.terminal.is_some() {
-        &[STATUS_FD, TERMINAL_FD]
+        &[fds::STATUS, fds::TERMINAL]
     } else {
-        &[STATUS_FD]
+        &[fds::STATUS]
     };
     require(caps::close_fds(keep), "close inherited file descriptors")?;
     // The status channel must not reach the command; pid 1 itself must not be readable
     // through /proc/1 (fd, mem, environ) by the command, which runs as the same uid.
-    rustix::io::fcntl_setfd(status_fd(), rustix::io::FdFlags::CLOEXEC).map_err(|e| {
+    fds::status_cloexec().map_err(|e| {
         fail(&SetupError {
             step: "mark the status channel close-on-exec".into(),
             errno: e,
@@ -550,7 +530,7 @@ fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
         report(o);
     }
     require(seccomp::install(&filter), "install the seccomp filter")?;
-    send(status_fd(), &StatusMessage::Ready);
+    fds::send_status(&StatusMessage::Ready);
     Ok(())
 }
 
@@ -588,13 +568,10 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
         .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
         .collect();
     if argv.len() != plan.argv.len() || argv.is_empty() {
-        send(
-            status_fd(),
-            &StatusMessage::ExecFailed {
-                error: "the command or an argument contains a NUL byte".into(),
-                code: 127,
-            },
-        );
+        fds::send_status(&StatusMessage::ExecFailed {
+            error: "the command or an argument contains a NUL byte".into(),
+            code: 127,
+        });
         return 127;
     }
     let paths = candidates(&plan.argv[0], &plan.env);
@@ -611,49 +588,40 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
     let mut env_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
 
-    // SAFETY: getpid has no failure mode.
-    let parent = unsafe { libc::getpid() };
+    let parent = rustix::process::getpid().as_raw_nonzero().get();
     // SAFETY: pid 1 is single-threaded; the child only execs, writes a status line and exits.
     let child = unsafe { libc::fork() };
     if child < 0 {
         let why = std::io::Error::last_os_error();
-        send(
-            status_fd(),
-            &StatusMessage::ExecFailed {
-                error: format!(
-                    "fork the command failed: {why}; a process or memory limit of this user or \
+        fds::send_status(&StatusMessage::ExecFailed {
+            error: format!(
+                "fork the command failed: {why}; a process or memory limit of this user or \
                      host is reached (a --pids limit counts every process of the user, not only \
                      this run's): retry when fewer processes run, or raise the limit"
-                ),
-                code: 126,
-            },
-        );
+            ),
+            code: 126,
+        });
         return 126;
     }
     if child == 0 {
         crate::reaper::die_with_init(parent);
-        set_handlers(FORWARDED, libc::SIG_DFL);
+        reset_handlers(FORWARDED);
         // The init ignores SIGPIPE, as every Rust program does; the command must start
         // with the default (`yes | head` ends `yes` by SIGPIPE).
-        set_handlers(&[libc::SIGPIPE], libc::SIG_DFL);
+        reset_handlers(&[libc::SIGPIPE]);
         if slave.is_none() {
             // No terminal of its own: a new session, without a controlling terminal, so the
             // caller's (inherited through the session) is out of reach.
-            // SAFETY: setsid is async-signal-safe; this child is single-threaded.
-            unsafe {
-                libc::setsid();
-            }
+            // rustix's setsid is the raw system call: async-signal-safe.
+            let _ = rustix::process::setsid();
         }
         if let Some(slave) = &slave
             && let Err(e) = pty::attach(slave.as_fd())
         {
-            send(
-                status_fd(),
-                &StatusMessage::ExecFailed {
-                    error: format!("cannot attach the command to its terminal: {e}"),
-                    code: 126,
-                },
-            );
+            fds::send_status(&StatusMessage::ExecFailed {
+                error: format!("cannot attach the command to its terminal: {e}"),
+                code: 126,
+            });
             // SAFETY: _exit is always safe; it skips atexit handlers inherited from pid 1.
             unsafe { libc::_exit(126) }
         }
@@ -698,26 +666,20 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
                 std::io::Error::from_raw_os_error(err)
             )
         };
-        send(status_fd(), &StatusMessage::ExecFailed { error, code });
+        fds::send_status(&StatusMessage::ExecFailed { error, code });
         // SAFETY: _exit is always safe; it skips atexit handlers inherited from pid 1.
         unsafe { libc::_exit(code) }
     }
     // The command has the terminal now; pid 1 keeps no end of it.
     drop(slave);
     FORWARD_TO.store(child, Ordering::SeqCst);
-    set_handlers(FORWARDED, forward as *const () as libc::sighandler_t);
+    set_handlers(FORWARDED, forward);
     if plan.terminal.is_some() {
-        set_handlers(
-            &[libc::SIGCONT],
-            continue_group as *const () as libc::sighandler_t,
-        );
+        set_handlers(&[libc::SIGCONT], continue_group);
     } else {
-        set_handlers(
-            FROM_CALLERS_TERMINAL,
-            forward_to_group as *const () as libc::sighandler_t,
-        );
+        set_handlers(FROM_CALLERS_TERMINAL, forward_to_group);
     }
-    send(status_fd(), &StatusMessage::Started { pid: child });
+    fds::send_status(&StatusMessage::Started { pid: child });
     reap(child, plan.terminal.is_some())
 }
 
@@ -755,12 +717,12 @@ fn reap(main: i32, terminal: bool) -> i32 {
         match rustix::process::wait(options) {
             Ok(Some((pid, st))) if pid.as_raw_nonzero().get() == main && st.stopped() => {
                 let signal = st.stopping_signal().unwrap_or(libc::SIGSTOP);
-                send(status_fd(), &StatusMessage::Stopped { signal });
+                fds::send_status(&StatusMessage::Stopped { signal });
             }
             Ok(Some((pid, st))) if pid.as_raw_nonzero().get() == main => {
                 let code = st.exit_status();
                 let signal = st.terminating_signal();
-                send(status_fd(), &StatusMessage::Exited { code, signal });
+                fds::send_status(&StatusMessage::Exited { code, signal });
                 return match (code, signal) {
                     (Some(c), _) => c,
                     (None, Some(s)) => 128 + s,

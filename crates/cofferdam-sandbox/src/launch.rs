@@ -11,7 +11,7 @@
 //! read and re-moded). By mode:
 //! - **pty** (the plan has a `terminal`): the init gets `/dev/null` on all three, so the
 //!   caller's terminal never enters the sandbox; pid 1 allocates the command's pty inside and
-//!   sends the master over the terminal socket (fd [`TERMINAL_FD`]); the supervisor relays
+//!   sends the master over the terminal socket (fd [`fds::TERMINAL`]); the supervisor relays
 //!   its terminal (raw) to the master, and with a capture keeps a transcript;
 //! - **pipes** (every other run): stdin, stdout and stderr are three pipes made here; the
 //!   supervisor copies its stdin into the first and the other two to its own stdout and
@@ -21,12 +21,13 @@
 //!
 //! Owns the process plumbing only: what the messages mean is the caller's business.
 
+use crate::fds;
 use crate::init::{EarlyNamespaces, INIT_ARG};
 use crate::relay::{
     CANCEL_SIGNALS, CapturedOutput, InPipe, OutPipe, Relay, SIGNALS, SignalPipe, Sink,
 };
 use crate::spawn::{SpawnSpec, Spawned};
-use crate::status::{PLAN_FD, STATUS_FD, StatusMessage, TERMINAL_FD, parse};
+use crate::status::{StatusMessage, parse};
 use crate::watch::{Watch, WatchSpec};
 use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_policy::verdict::Cause;
@@ -213,7 +214,7 @@ enum Joining {
 /// Start `exe` as the sandbox init (see [`PendingInit`]), its streams wired per `streams`;
 /// with `early` (the sealed tier) it makes its namespaces at once, before its plan comes;
 /// handing it `network` (the sandbox's end of the network socket) as fd
-/// [`cofferdam_net::handover::NET_FD`]: in `allow` mode pid 1 sends its listeners over it.
+/// [`fds::NET`]: in `allow` mode pid 1 sends its listeners over it.
 pub fn spawn_init(
     exe: &Path,
     streams: Streams,
@@ -245,12 +246,12 @@ pub fn spawn_init(
 
     // Every source below is raised above the targets (0 to 6), so no `dup2` in the child
     // clobbers another source or lands on itself.
-    let mut fds = vec![(pr, PLAN_FD), (sw, STATUS_FD)];
+    let mut fds = vec![(pr, fds::PLAN), (sw, fds::STATUS)];
     if tc >= 0 {
-        fds.push((tc, TERMINAL_FD));
+        fds.push((tc, fds::TERMINAL));
     }
     if nc >= 0 {
-        fds.push((nc, cofferdam_net::handover::NET_FD));
+        fds.push((nc, fds::NET));
     }
     let mut out_pipes = Vec::new();
     let mut in_pipe = None;

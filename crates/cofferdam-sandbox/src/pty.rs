@@ -5,7 +5,7 @@
 //! control) reaches the caller's. The pty comes from the sandbox's own `devpts` instance, so
 //! inside it is a real `/dev/pts/N` (`tty`, `ttyname(3)`, tmux and sudo work); pid 1 allocates
 //! it after the root is composed and hands the master to the supervisor over the terminal
-//! socket ([`crate::status::TERMINAL_FD`]) with `SCM_RIGHTS`, the way runc's console socket
+//! socket ([`crate::fds::TERMINAL`]) with `SCM_RIGHTS`, the way runc's console socket
 //! does. The supervisor relays the caller's terminal (in raw mode) to the master
 //! (`crate::relay`).
 //!

@@ -18,6 +18,11 @@
 //! Owns only the killing and reaping; it may not report (the status channel is the
 //! init's) and never signals anything but the init's own children.
 
+use crate::sigaction;
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal};
+
 /// The signal that makes the init end its whole tree and exit (its parent-death signal on
 /// these tiers). Not among the signals the init forwards to the command.
 pub const END_TREE: libc::c_int = libc::SIGPWR;
@@ -29,21 +34,14 @@ pub const KILL_BOUND_MS: i64 = 20_000;
 /// that died before this took effect is caught by comparing the parent pid before and
 /// after: the tree is ended at once.
 pub fn end_tree_with_parent() {
-    // SAFETY: getppid has no failure mode and touches no memory.
-    let parent = unsafe { libc::getppid() };
-    // SAFETY: a zeroed sigaction with a full mask and a handler that only makes
-    // async-signal-safe calls and never returns (it exits) is valid.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = end_tree as *const () as libc::sighandler_t;
-        libc::sigfillset(&mut sa.sa_mask);
-        libc::sigaction(END_TREE, &sa, std::ptr::null_mut());
-    }
-    let _ = rustix::process::set_parent_process_death_signal(
-        rustix::process::Signal::from_named_raw(END_TREE),
-    );
-    // SAFETY: as above.
-    if unsafe { libc::getppid() } != parent {
+    let parent = rustix::process::getppid();
+    // SAFETY: `end_tree` makes only async-signal-safe calls (raw system calls through
+    // rustix, buffers on the stack, no allocation, no lock) and never returns (it exits),
+    // so errno and the interrupted code's state do not matter; every signal is blocked
+    // while it runs and no call is restarted.
+    let _ = unsafe { sigaction::set_handler(END_TREE, end_tree, sigaction::Mask::Full, false) };
+    let _ = rustix::process::set_parent_process_death_signal(Signal::from_named_raw(END_TREE));
+    if rustix::process::getppid() != parent {
         end_tree(END_TREE);
     }
 }
@@ -54,15 +52,12 @@ pub fn end_tree_with_parent() {
 /// across the exec unless the program is set-user-ID (not under `no_new_privs`).
 /// Async-signal-safe.
 pub fn die_with_init(init: libc::pid_t) {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and changes no memory.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-    }
-    // SAFETY: getppid and _exit are async-signal-safe.
-    unsafe {
-        if libc::getppid() != init {
-            libc::_exit(137);
-        }
+    // Raw system calls (rustix's prctl and getppid): async-signal-safe.
+    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(init) {
+        // SAFETY: _exit is async-signal-safe and ends only this process (std's exit would
+        // run atexit handlers inherited from the parent).
+        unsafe { libc::_exit(137) }
     }
 }
 
@@ -74,12 +69,8 @@ extern "C" fn end_tree(sig: libc::c_int) {
 }
 
 fn monotonic_ms() -> i64 {
-    // SAFETY: clock_gettime writes into the timespec it is given; it is async-signal-safe.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; `ts` is a valid, writable timespec.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
+    // The vDSO's (or the raw system call's) clock_gettime: async-signal-safe.
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec
         .saturating_mul(1000)
         .saturating_add(ts.tv_nsec / 1_000_000)
@@ -106,27 +97,22 @@ fn reap_ended() -> bool {
 /// Call `f` with each pid in `/proc/thread-self/children` (the init is single-threaded, so
 /// these are all its children), read in pieces into a stack buffer; how many there were.
 fn for_each_child(mut f: impl FnMut(libc::pid_t)) -> usize {
-    // SAFETY: a NUL-terminated path; open is async-signal-safe.
-    let fd = unsafe {
-        libc::open(
-            c"/proc/thread-self/children".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
+    // The raw open(2) of a C string: no allocation, async-signal-safe.
+    let Ok(fd) = rustix::fs::open(
+        c"/proc/thread-self/children",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
         return 0;
-    }
+    };
     let mut buf = [0u8; 4096];
     let mut n = 0usize;
     let mut cur: Option<libc::pid_t> = None;
     loop {
-        // SAFETY: `buf` is writable for its length; read is async-signal-safe.
-        let got = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        let Ok(got) = usize::try_from(got) else {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            break;
+        let got = match rustix::io::read(&fd, &mut buf) {
+            Ok(got) => got,
+            Err(Errno::INTR) => continue,
+            Err(_) => break,
         };
         if got == 0 {
             break;
@@ -145,10 +131,7 @@ fn for_each_child(mut f: impl FnMut(libc::pid_t)) -> usize {
         n += 1;
         f(pid);
     }
-    // SAFETY: `fd` was opened above and is closed once.
-    unsafe {
-        libc::close(fd);
-    }
+    drop(fd);
     n
 }
 
@@ -162,10 +145,10 @@ pub fn kill_descendants() -> bool {
         }
         for_each_child(|pid| {
             if pid > 0 {
-                // SAFETY: kill(2) on a child of this process that is not reaped yet (only
-                // this process reaps its children), so the pid is still that child's.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
+                // A child of this process that is not reaped yet (only this process reaps
+                // its children), so the pid is still that child's.
+                if let Some(pid) = Pid::from_raw(pid) {
+                    let _ = rustix::process::kill_process(pid, Signal::KILL);
                 }
             }
         });
@@ -174,14 +157,10 @@ pub fn kill_descendants() -> bool {
         }
         // Let the kills land (or, with nothing listed, a child end); the next round reaps
         // every ended child at once.
-        let ts = libc::timespec {
+        let _ = rustix::thread::nanosleep(&rustix::time::Timespec {
             tv_sec: 0,
             tv_nsec: 1_000_000,
-        };
-        // SAFETY: nanosleep reads `ts`; a null remainder is allowed; async-signal-safe.
-        unsafe {
-            libc::nanosleep(&ts, std::ptr::null_mut());
-        }
+        });
     }
 }
 

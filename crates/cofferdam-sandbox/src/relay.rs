@@ -141,12 +141,12 @@ extern "C" fn on_signal(sig: libc::c_int) {
 pub(crate) struct SignalPipe {
     read: OwnedFd,
     _write: OwnedFd,
-    previous: Vec<(libc::c_int, libc::sigaction)>,
+    previous: Vec<crate::sigaction::Saved>,
 }
 
 impl std::fmt::Debug for SignalPipe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let signals: Vec<_> = self.previous.iter().map(|(sig, _)| *sig).collect();
+        let signals: Vec<_> = self.previous.iter().map(|s| s.signal()).collect();
         f.debug_struct("SignalPipe")
             .field("read", &self.read)
             .field("signals", &signals)
@@ -179,17 +179,11 @@ impl SignalPipe {
             .map_err(|_| Errno::BUSY)?;
         let mut previous = Vec::with_capacity(signals.len());
         for &sig in signals {
-            // SAFETY: a zeroed sigaction with an empty mask and `on_signal` (async-signal-safe)
-            // as handler is valid; the old disposition is saved for Drop.
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-                sa.sa_flags = libc::SA_RESTART;
-                libc::sigemptyset(&mut sa.sa_mask);
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, &sa, &mut old) == 0 {
-                    previous.push((sig, old));
-                }
+            // SAFETY: `on_signal` only makes async-signal-safe calls (write(2) to the
+            // self-pipe) and restores errno; the old disposition is saved for Drop.
+            let mask = crate::sigaction::Mask::Empty;
+            if let Ok(old) = unsafe { crate::sigaction::set_handler(sig, on_signal, mask, true) } {
+                previous.push(old);
             }
         }
         Ok(SignalPipe {
@@ -212,11 +206,8 @@ impl SignalPipe {
 
 impl Drop for SignalPipe {
     fn drop(&mut self) {
-        for (sig, old) in &self.previous {
-            // SAFETY: restores the disposition sigaction returned for this signal.
-            unsafe {
-                libc::sigaction(*sig, old, std::ptr::null_mut());
-            }
+        for old in &self.previous {
+            let _ = old.restore();
         }
         SIGNAL_PIPE.store(-1, Ordering::SeqCst);
     }

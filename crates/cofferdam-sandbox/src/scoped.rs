@@ -23,9 +23,10 @@
 //!
 //! Owns the order only; each mechanism is its own module. Single-threaded, like the init.
 
-use crate::init::{SETUP_FAILED, fail, open_terminal, report, require, run_command_on, status_fd};
+use crate::fds;
+use crate::init::{SETUP_FAILED, fail, open_terminal, report, require, run_command_on};
 use crate::setup_error::SetupError;
-use crate::status::{STATUS_FD, StatusMessage, TERMINAL_FD, send};
+use crate::status::StatusMessage;
 use crate::{caps, landlock, memfd, metafilter, reaper, rlimit, seccomp, sockfilter};
 use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_record::EnforcementTier;
@@ -46,10 +47,8 @@ pub fn run_scoped(plan: &SandboxPlan) -> i32 {
     // Not SIGKILL as on the sealed tier: without a pid namespace the init must live to end
     // the command's tree when the supervisor dies (`crate::reaper`).
     reaper::end_tree_with_parent();
-    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) takes an integer flag and changes no memory.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    }
+    // Any pid sets the flag (the kernel reads it as a boolean).
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let slave = match setup(plan) {
         Ok(slave) => slave,
         Err(code) => return code,
@@ -86,17 +85,16 @@ fn setup(plan: &SandboxPlan) -> Result<Option<OwnedFd>, i32> {
         None
     };
     let keep: &[i32] = if plan.terminal.is_some() {
-        &[STATUS_FD, TERMINAL_FD]
+        &[fds::STATUS, fds::TERMINAL]
     } else {
-        &[STATUS_FD]
+        &[fds::STATUS]
     };
     require(caps::close_fds(keep), "close inherited file descriptors")?;
-    rustix::io::fcntl_setfd(status_fd(), rustix::io::FdFlags::CLOEXEC)
-        .map_err(|e| step_err("mark the status channel close-on-exec", e))?;
+    fds::status_cloexec().map_err(|e| step_err("mark the status channel close-on-exec", e))?;
     let Some(filter) = filter else {
         // Advisory: a host process with the projected environment and rlimits, nothing else.
         advisory_absences().into_iter().for_each(report);
-        send(status_fd(), &StatusMessage::Ready);
+        fds::send_status(&StatusMessage::Ready);
         return Ok(None);
     };
     // The command's terminal is allocated before Landlock so that its slave, alone of the
@@ -141,15 +139,12 @@ fn setup(plan: &SandboxPlan) -> Result<Option<OwnedFd>, i32> {
         report(o);
     }
     if !write_enforced {
-        send(
-            status_fd(),
-            &StatusMessage::SetupFailed {
-                step: "install Landlock".into(),
-                error: "Landlock did not enforce the write boundary (see its observation); \
+        fds::send_status(&StatusMessage::SetupFailed {
+            step: "install Landlock".into(),
+            error: "Landlock did not enforce the write boundary (see its observation); \
                         the scoped tier cannot hold without it"
-                    .into(),
-            },
-        );
+                .into(),
+        });
         return Err(SETUP_FAILED);
     }
     // Landlock has no right for modes, owners, times or xattrs: the metadata filter closes
@@ -158,15 +153,12 @@ fn setup(plan: &SandboxPlan) -> Result<Option<OwnedFd>, i32> {
     let meta_failed = meta.status == ControlStatus::Failed;
     report(meta);
     if meta_failed {
-        send(
-            status_fd(),
-            &StatusMessage::SetupFailed {
-                step: "install the metadata filter".into(),
-                error: "the seccomp metadata filter was refused (see its observation); \
+        fds::send_status(&StatusMessage::SetupFailed {
+            step: "install the metadata filter".into(),
+            error: "the seccomp metadata filter was refused (see its observation); \
                         without it the command could change the modes of host files"
-                    .into(),
-            },
-        );
+                .into(),
+        });
         return Err(SETUP_FAILED);
     }
     if let Some(tcp) = &plan.landlock.tcp {
@@ -179,7 +171,7 @@ fn setup(plan: &SandboxPlan) -> Result<Option<OwnedFd>, i32> {
         report(memfd::seal_exec(false));
     }
     require(seccomp::install(&filter), "install the seccomp filter")?;
-    send(status_fd(), &StatusMessage::Ready);
+    fds::send_status(&StatusMessage::Ready);
     Ok(slave)
 }
 

@@ -732,11 +732,11 @@ pub(crate) fn in_filtered_child(programs: &[&BpfProgram], f: impl FnOnce() -> i3
         // SAFETY: _exit in the forked child.
         unsafe { libc::_exit(code) }
     }
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(libc::WIFEXITED(status));
-    libc::WEXITSTATUS(status)
+    let child = rustix::process::Pid::from_raw(pid).unwrap();
+    let (_, status) = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty())
+        .unwrap()
+        .unwrap();
+    status.exit_status().unwrap()
 }
 
 #[cfg(test)]

@@ -183,14 +183,14 @@ impl Spawned {
             if let Some(st) = self.status {
                 return Ok(st);
             }
-            self.reap(0)?;
+            self.reap(rustix::process::WaitOptions::empty())?;
         }
     }
 
     /// Its exit status, if it has ended; never blocks.
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         if self.status.is_none() {
-            self.reap(libc::WNOHANG)?;
+            self.reap(rustix::process::WaitOptions::NOHANG)?;
         }
         Ok(self.status)
     }
@@ -201,31 +201,23 @@ impl Spawned {
         if self.status.is_some() {
             return Ok(());
         }
-        // SAFETY: kill has no memory effects; the pid is our unreaped child, so it cannot
-        // have been reused.
-        if unsafe { libc::kill(self.pid, libc::SIGKILL) } == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        // The pid is our unreaped child, so it cannot have been reused.
+        let pid = rustix::process::Pid::from_raw(self.pid)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).map_err(Into::into)
     }
 
-    fn reap(&mut self, flags: libc::c_int) -> io::Result<()> {
-        let mut raw: libc::c_int = 0;
-        // SAFETY: `raw` is a valid place for the status; the pid is our child.
-        let r = unsafe { libc::waitpid(self.pid, &mut raw, flags) };
-        if r == self.pid {
-            self.status = Some(ExitStatus::from_raw(raw));
-            return Ok(());
+    fn reap(&mut self, flags: rustix::process::WaitOptions) -> io::Result<()> {
+        let pid = rustix::process::Pid::from_raw(self.pid)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        match rustix::process::waitpid(Some(pid), flags) {
+            Ok(Some((_, st))) => {
+                self.status = Some(ExitStatus::from_raw(st.as_raw()));
+                Ok(())
+            }
+            Ok(None) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(e.into()),
         }
-        if r == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(());
-        }
-        Err(e)
     }
 }
 
@@ -281,16 +273,15 @@ mod tests {
     fn an_ignored_signal_is_reset_and_the_child_can_be_killed() {
         // SIGUSR2, which no other test here uses: the disposition is process-wide.
         let argv = [c("sh"), c("-c"), c("trap - USR2; kill -USR2 $$; sleep 5")];
-        // SAFETY: ignoring SIGUSR2 in the test process for the spawn only.
-        let old = unsafe { libc::signal(libc::SIGUSR2, libc::SIG_IGN) };
+        // Ignoring SIGUSR2 in the test process for the spawn only.
+        let old = crate::sigaction::ignore(libc::SIGUSR2).unwrap();
         let child = spawn(&SpawnSpec {
             exe: &c("/bin/sh"),
             argv: &argv,
             fds: &[],
             default_signals: &[libc::SIGUSR2],
         });
-        // SAFETY: restoring what was there.
-        unsafe { libc::signal(libc::SIGUSR2, old) };
+        old.restore().unwrap();
         let st = child.unwrap().wait().unwrap();
         // An ignored signal cannot be reset by a non-interactive shell: only the spawn did.
         assert_eq!(st.signal(), Some(libc::SIGUSR2), "{st:?}");

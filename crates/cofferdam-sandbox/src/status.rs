@@ -9,14 +9,6 @@ use cofferdam_record::bundle::ControlObservation;
 use serde::{Deserialize, Serialize};
 use std::os::fd::BorrowedFd;
 
-/// The fd number the init finds the plan on.
-pub const PLAN_FD: i32 = 3;
-/// The fd number the init writes status lines to.
-pub const STATUS_FD: i32 = 4;
-/// The fd number of the terminal socket (a unix stream socket, present only when the plan
-/// asks for a terminal): pid 1 sends the master of the command's pseudo-terminal over it.
-pub const TERMINAL_FD: i32 = 5;
-
 /// One status line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -220,9 +220,12 @@ impl Watch {
         if let Ok(None) = init.try_wait()
             && let Ok(pid) = libc::pid_t::try_from(init.id())
         {
-            // SAFETY: kill(2) on our own unreaped child (try_wait just said so).
-            unsafe {
-                libc::kill(pid, END_TREE);
+            // Our own unreaped child (try_wait just said so): the pid is still its.
+            if let (Some(pid), Some(sig)) = (
+                rustix::process::Pid::from_raw(pid),
+                rustix::process::Signal::from_named_raw(END_TREE),
+            ) {
+                let _ = rustix::process::kill_process(pid, sig);
             }
         }
         let mut failed = None;
@@ -263,12 +266,8 @@ fn sweep_cgroups(procs_files: &[PathBuf]) {
 /// tiers without a pid namespace it runs as the caller's user and can): [`Watch::into_parts`]
 /// then ends it. Only for those tiers: with a pid namespace nothing can leave.
 pub fn become_subreaper() -> std::io::Result<()> {
-    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) takes an integer flag and changes no memory.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    // Any pid sets the flag (the kernel reads it as a boolean).
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).map_err(Into::into)
 }
 
 /// Kill and reap every child of this process but `init_pid` (orphans of the run handed to

@@ -55,25 +55,28 @@ impl Egress {
         controls: &mut Vec<ControlObservation>,
         trace: &mut TraceLog,
     ) -> InterceptReport {
-        let report = self.interceptor.finish();
+        let mut report = self.interceptor.finish();
         controls.push(report.observation.clone());
-        let _ = trace.append(
+        let mut events = vec![(
             crate::cmd::run::now_ms(),
             TraceEventKind::ControlInstalled(report.observation.clone()),
-        );
-        for d in &report.decisions {
-            let _ = trace.append(
-                d.at_unix_ms,
-                TraceEventKind::NetworkDecision {
-                    protocol: d.protocol,
-                    host: d.host.clone(),
-                    port: d.port,
-                    decision: d.verdict,
-                    rule: d.rule.clone(),
-                    reason: d.reason.clone(),
-                },
-            );
-        }
+        )];
+        events.extend(report.decisions.iter().map(|d| {
+            let decision = TraceEventKind::NetworkDecision {
+                protocol: d.protocol,
+                host: d.host.clone(),
+                port: d.port,
+                decision: d.verdict,
+                rule: d.rule.clone(),
+                reason: d.reason.clone(),
+            };
+            (d.at_unix_ms, decision)
+        }));
+        // The report's warnings reach the bundle (`record`): a lost decision is told there too.
+        let what = "the network driver's decisions";
+        report
+            .warnings
+            .extend(crate::trace_append::append(trace, events, what));
         report
     }
 }

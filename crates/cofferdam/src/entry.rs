@@ -60,9 +60,5 @@ pub fn prepare() {
             Err(_) => std::process::abort(),
         }
     }
-    // SAFETY: setting a disposition to SIG_IGN installs no handler code; nothing else runs
-    // yet in this single-threaded process.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
+    let _ = cofferdam_sandbox::sigaction::ignore(libc::SIGPIPE);
 }

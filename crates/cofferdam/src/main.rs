@@ -15,6 +15,7 @@ mod manual;
 mod pager;
 mod signals;
 mod style;
+mod trace_append;
 
 use cli::{BundleCommand, Cli, Command};
 use exit::Failure;

@@ -5,34 +5,25 @@
 
 /// Ignores SIGINT and SIGQUIT until dropped, then restores the previous dispositions.
 pub struct IgnoreTerminalSignals {
-    previous: [(libc::c_int, libc::sighandler_t); 2],
+    previous: Vec<cofferdam_sandbox::sigaction::Saved>,
 }
 
 impl IgnoreTerminalSignals {
     /// Start ignoring.
     pub fn new() -> Self {
-        let mut previous = [
-            (libc::SIGINT, libc::SIG_DFL),
-            (libc::SIGQUIT, libc::SIG_DFL),
-        ];
-        for (sig, old) in &mut previous {
-            // SAFETY: setting SIG_IGN for a standard signal is always valid; the previous
-            // disposition returned is restored on drop.
-            *old = unsafe { libc::signal(*sig, libc::SIG_IGN) };
-        }
+        // A signal the kernel refused to change has nothing to restore.
+        let previous = [libc::SIGINT, libc::SIGQUIT]
+            .into_iter()
+            .filter_map(|sig| cofferdam_sandbox::sigaction::ignore(sig).ok())
+            .collect();
         IgnoreTerminalSignals { previous }
     }
 }
 
 impl Drop for IgnoreTerminalSignals {
     fn drop(&mut self) {
-        for (sig, old) in self.previous {
-            if old != libc::SIG_ERR {
-                // SAFETY: restores the disposition `signal` returned for this signal.
-                unsafe {
-                    libc::signal(sig, old);
-                }
-            }
+        for old in &self.previous {
+            let _ = old.restore();
         }
     }
 }

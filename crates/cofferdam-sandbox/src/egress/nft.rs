@@ -291,7 +291,7 @@ pub fn batch(port4: u16, port6: Option<u16>) -> (Vec<u8>, usize) {
 /// Install the catch-all for the listeners on `port4` (and `port6`) in the current network
 /// namespace; the kernel's error (first one reported) when it refuses.
 pub fn install(port4: u16, port6: Option<u16>) -> Result<(), Errno> {
-    let sock = super::netlink_socket(libc::NETLINK_NETFILTER)?;
+    let sock = super::netlink_socket(Some(rustix::net::netlink::NETFILTER))?;
     rustix::net::sockopt::set_socket_timeout(
         &sock,
         rustix::net::sockopt::Timeout::Recv,

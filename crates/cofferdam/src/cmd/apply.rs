@@ -148,13 +148,9 @@ fn test_hook() -> impl FnMut(Step) {
     let kill = parse("COFFERDAM_TEST_APPLY_KILL_AT");
     let pause = parse("COFFERDAM_TEST_APPLY_PAUSE_AT");
     move |step| {
-        if Some(step) == kill
-            && let Ok(pid) = libc::pid_t::try_from(std::process::id())
-        {
-            // SAFETY: kill(2) on our own pid with a valid signal number touches no memory.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
+        if Some(step) == kill {
+            let me = rustix::process::getpid();
+            let _ = rustix::process::kill_process(me, rustix::process::Signal::KILL);
         }
         if Some(step) == pause {
             eprintln!("cofferdam: test hook: paused at {step:?}");
@@ -278,69 +274,58 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let checked =
         apply::check(&workdir, &upper, &stage, &sel.indices, &opts).map_err(Failure::setup)?;
     let selected = checked.indices();
-    let _ = trace.append(
-        now_ms(),
-        TraceEventKind::ApplyStarted {
-            paths: selected.len(),
-            dry_run: a.dry_run,
-        },
-    );
+    let started = TraceEventKind::ApplyStarted {
+        paths: selected.len(),
+        dry_run: a.dry_run,
+    };
+    crate::trace_append::append(&mut trace, vec![(now_ms(), started)], "the apply's start");
 
     if checked.refused() {
         let at = now_ms();
-        for c in &checked.conflicts {
-            let _ = trace.append(
-                at,
-                TraceEventKind::ApplyPath {
-                    path: c.display.clone(),
-                    kind: stage.changes[c.index].kind,
-                    outcome: ApplyPathOutcome::Conflict,
-                },
-            );
-        }
-        for r in &checked.refusals {
-            let _ = trace.append(
-                at,
-                TraceEventKind::ApplyPath {
-                    path: r.display.clone(),
-                    kind: stage.changes[r.index].kind,
-                    outcome: ApplyPathOutcome::Refused,
-                },
-            );
-        }
-        let _ = trace.append(
+        let path = |display: &str, index: usize, outcome| {
+            let kind = TraceEventKind::ApplyPath {
+                path: display.to_owned(),
+                kind: stage.changes[index].kind,
+                outcome,
+            };
+            (at, kind)
+        };
+        let mut events: Vec<_> = checked
+            .conflicts
+            .iter()
+            .map(|c| path(&c.display, c.index, ApplyPathOutcome::Conflict))
+            .collect();
+        events.extend(
+            checked
+                .refusals
+                .iter()
+                .map(|r| path(&r.display, r.index, ApplyPathOutcome::Refused)),
+        );
+        events.push((
             at,
             TraceEventKind::ApplyFinished {
                 outcome: ApplyOutcome::Refused,
                 applied: 0,
                 conflicts: checked.conflicts.len(),
             },
-        );
+        ));
+        crate::trace_append::append(&mut trace, events, "the refused apply's conflicts");
         print_refusal(&job, &checked, json, s)?;
         return Ok(CONFLICT);
     }
 
     if a.dry_run {
         let at = now_ms();
-        for &i in &selected {
-            let c = &stage.changes[i];
-            let _ = trace.append(
-                at,
-                TraceEventKind::ApplyPath {
-                    path: c.display.clone(),
-                    kind: c.kind,
-                    outcome: ApplyPathOutcome::Planned,
-                },
-            );
-        }
-        let _ = trace.append(
+        let mut events = paths_event(&stage, &selected, at, ApplyPathOutcome::Planned);
+        events.push((
             at,
             TraceEventKind::ApplyFinished {
                 outcome: ApplyOutcome::DryRun,
                 applied: 0,
                 conflicts: 0,
             },
-        );
+        ));
+        crate::trace_append::append(&mut trace, events, "the dry run's plan");
         let remaining = remaining_after(&stage, &selected);
         return print_result(
             &job, &stage, &sel, &reasons, &checked, &selected, &remaining, true, json, s,
@@ -359,25 +344,16 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let at = now_ms();
     match result {
         Ok(report) => {
-            for &i in &report.applied {
-                let c = &stage.changes[i];
-                let _ = trace.append(
-                    at,
-                    TraceEventKind::ApplyPath {
-                        path: c.display.clone(),
-                        kind: c.kind,
-                        outcome: ApplyPathOutcome::Applied,
-                    },
-                );
-            }
-            let _ = trace.append(
+            let mut events = paths_event(&stage, &report.applied, at, ApplyPathOutcome::Applied);
+            events.push((
                 at,
                 TraceEventKind::ApplyFinished {
                     outcome: ApplyOutcome::Applied,
                     applied: report.applied.len(),
                     conflicts: 0,
                 },
-            );
+            ));
+            crate::trace_append::append(&mut trace, events, "which paths the apply wrote");
             let remaining: Vec<usize> = (0..stage.changes.len())
                 .filter(|&i| stage.is_remaining(i))
                 .collect();
@@ -399,20 +375,39 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
             )
         }
         Err(e) => {
-            let _ = trace.append(
-                at,
-                TraceEventKind::ApplyFinished {
-                    outcome: ApplyOutcome::Failed,
-                    applied: 0,
-                    conflicts: 0,
-                },
-            );
+            let failed = TraceEventKind::ApplyFinished {
+                outcome: ApplyOutcome::Failed,
+                applied: 0,
+                conflicts: 0,
+            };
+            crate::trace_append::append(&mut trace, vec![(at, failed)], "the apply's failure");
             Err(Failure::setup(format!(
                 "apply of job {} failed: {e}",
                 job.id()
             )))
         }
     }
+}
+
+/// One `ApplyPath` event with `outcome` for each of the `indices` of `stage`.
+fn paths_event(
+    stage: &Stage,
+    indices: &[usize],
+    at: u64,
+    outcome: ApplyPathOutcome,
+) -> Vec<(u64, TraceEventKind)> {
+    indices
+        .iter()
+        .map(|&i| {
+            let c = &stage.changes[i];
+            let kind = TraceEventKind::ApplyPath {
+                path: c.display.clone(),
+                kind: c.kind,
+                outcome,
+            };
+            (at, kind)
+        })
+        .collect()
 }
 
 fn remaining_after(stage: &Stage, selected: &[usize]) -> Vec<usize> {

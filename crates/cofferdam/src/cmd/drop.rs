@@ -76,12 +76,10 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
                     job.update(|st| st.state = StageState::Applied)
                         .map_err(job_failure)?;
                 }
-                let _ = trace.append(
-                    now_ms(),
-                    TraceEventKind::Dropped {
-                        discarded_changes: 0,
-                    },
-                );
+                let dropped = TraceEventKind::Dropped {
+                    discarded_changes: 0,
+                };
+                crate::trace_append::append(&mut trace, vec![(now_ms(), dropped)], "the drop");
                 job.remove_stage().map_err(job_failure)?;
                 (
                     0,
@@ -94,12 +92,10 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
                 // leftovers (a later drop removes them), never a staged job with holes.
                 job.update(|st| st.state = StageState::Discarded)
                     .map_err(job_failure)?;
-                let _ = trace.append(
-                    now_ms(),
-                    TraceEventKind::Dropped {
-                        discarded_changes: remaining,
-                    },
-                );
+                let dropped = TraceEventKind::Dropped {
+                    discarded_changes: remaining,
+                };
+                crate::trace_append::append(&mut trace, vec![(now_ms(), dropped)], "the drop");
                 job.remove_stage().map_err(job_failure)?;
                 (
                     remaining,

@@ -189,24 +189,27 @@ pub(crate) fn finish_interrupted(
     let r = apply::recover(workdir, &job.ledger_path(), ledger).map_err(Failure::setup)?;
     if let Some(r) = &r {
         let at = now_ms();
-        for p in r.written() {
-            let _ = trace.append(
-                at,
-                TraceEventKind::ApplyPath {
+        let mut events: Vec<_> = r
+            .written()
+            .iter()
+            .map(|p| {
+                let kind = TraceEventKind::ApplyPath {
                     path: cofferdam_stage::seal::display_path(p).0,
                     kind: kind_of(p),
                     outcome: ApplyPathOutcome::Applied,
-                },
-            );
-        }
-        let _ = trace.append(
+                };
+                (at, kind)
+            })
+            .collect();
+        events.push((
             at,
             TraceEventKind::ApplyFinished {
                 outcome: ApplyOutcome::Failed,
                 applied: r.written().len(),
                 conflicts: 0,
             },
-        );
+        ));
+        crate::trace_append::append(trace, events, "the interrupted apply's outcome");
         let then = if finishing {
             "applying them now, after a fresh conflict check"
         } else {

@@ -38,14 +38,11 @@ pub fn kill(a: &KillArgs, json: bool) -> Result<u8, Failure> {
     let Some(pid) = state.pid.and_then(|p| libc::pid_t::try_from(p).ok()) else {
         return Err(not_live(&job, "no supervisor is recorded"));
     };
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
+    let opened = rustix::process::Pid::from_raw(pid)
+        .map(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()));
+    let Some(Ok(fd)) = opened else {
         return Err(not_live(&job, "its supervisor is gone"));
-    }
-    let fd = libc::c_int::try_from(fd).map_err(|_| Failure::setup("pidfd out of range"))?;
-    // SAFETY: `fd` was just returned by pidfd_open and is owned here only.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    };
     let still = job.state().map_err(job_failure)?;
     let recorded = still.state == StageState::Active
         && still.pid.and_then(|p| libc::pid_t::try_from(p).ok()) == Some(pid);
@@ -58,22 +55,11 @@ pub fn kill(a: &KillArgs, json: bool) -> Result<u8, Failure> {
     if !live {
         return Err(not_live(&job, "its supervisor is gone"));
     }
-    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-    // SAFETY: pidfd_send_signal on a valid pidfd with a null siginfo and no flags.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            raw,
-            libc::SIGTERM,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if r != 0 {
+    if let Err(e) = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::TERM) {
         return Err(Failure::setup(format!(
             "cannot signal job {}'s supervisor (pid {pid}): {}",
             job.id(),
-            std::io::Error::last_os_error()
+            std::io::Error::from(e)
         )));
     }
     if json {
@@ -114,14 +100,8 @@ fn process_start_unix_ms(pid: u32) -> Option<u64> {
         .nth(22 - 3)?
         .parse()
         .ok()?;
-    // SAFETY: sysconf has no memory effects.
-    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
-    // SAFETY: a zeroed timespec is valid; clock_gettime only writes it.
-    let mut since_boot: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: `since_boot` is a valid, writable timespec.
-    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut since_boot) } != 0 {
-        return None;
-    }
+    let hz = rustix::param::clock_ticks_per_second();
+    let since_boot = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
     let boot_ms = u64::try_from(since_boot.tv_sec).ok()?.saturating_mul(1000)
         + u64::try_from(since_boot.tv_nsec).ok()? / 1_000_000;
     let age_ms = boot_ms.saturating_sub(ticks.saturating_mul(1000) / hz.max(1));

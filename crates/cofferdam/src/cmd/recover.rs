@@ -185,22 +185,27 @@ pub(crate) fn seal_interrupted(
         .warnings
         .push("the sandbox's observations were lost with its supervisor: none is claimed".into());
     bundle.safety = safety;
+    // The trace before the bundle, so the bundle can say when the trace misses the seal.
+    let sealed_event = TraceEventKind::StageSealed {
+        changed_files: bundle.filesystem.as_ref().map_or(0, |f| f.changed_files),
+        whiteouts: bundle.filesystem.as_ref().map_or(0, |f| f.whiteouts),
+    };
+    let what = "the recovered seal";
+    let lost = match TraceLog::open(&job.trace_path()) {
+        Ok(mut trace) => crate::trace_append::append(&mut trace, vec![(now, sealed_event)], what),
+        Err(e) => {
+            let w =
+                format!("the job's trace could not record {what}: {e}; the trace is incomplete");
+            eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
+            Some(w)
+        }
+    };
+    bundle.run.warnings.extend(lost);
     let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
     cofferdam_stage::write_atomic(&job.bundle_path(), text.as_bytes(), 0o600).map_err(|e| {
         Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
     })?;
     remove_provisional(job);
-    if let Ok(mut trace) = TraceLog::open(&job.trace_path()) {
-        let changed_files = bundle.filesystem.as_ref().map_or(0, |f| f.changed_files);
-        let whiteouts = bundle.filesystem.as_ref().map_or(0, |f| f.whiteouts);
-        let _ = trace.append(
-            now,
-            TraceEventKind::StageSealed {
-                changed_files,
-                whiteouts,
-            },
-        );
-    }
     job.update(|s| {
         s.state = StageState::Staged;
         s.pid = None;

@@ -1047,3 +1047,50 @@ fn changes_that_run_code_are_marked_and_held_until_named() {
     );
     assert_eq!(job_json(&s, &id)["state"], "applied");
 }
+
+/// `cofferdam <args>` with the file-size limit at one block and SIGXFSZ ignored: a write past
+/// it fails with EFBIG, as on a full disk, while small new files (the workdir's, job.json)
+/// are still written.
+fn with_tiny_file_limit(s: &Sandbox, args: &[&str]) -> Output {
+    let bin = assert_cmd::cargo::cargo_bin("cofferdam");
+    let c = spawnable(s);
+    let mut sh = StdCommand::new("sh");
+    sh.env_clear()
+        .envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(s.work.path())
+        .args(["-c", "trap '' XFSZ; ulimit -f 1 && exec \"$0\" \"$@\""])
+        .arg(bin)
+        .args(args)
+        .stdin(Stdio::null());
+    sh.output().unwrap()
+}
+
+#[test]
+fn a_trace_that_cannot_be_written_is_told_not_dropped() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    s.write("a", "a\n");
+    let id = run(&s, "echo changed > a");
+    let trace = s.store.path().join("jobs").join(&id).join("trace.jsonl");
+    let before = std::fs::read(&trace).unwrap();
+    assert!(before.len() > 1024, "the trace must outgrow the limit");
+    let out = with_tiny_file_limit(&s, &["--color", "never", "apply", &id]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(s.work.path().join("a")).unwrap(),
+        "changed\n"
+    );
+    assert!(
+        err.contains("cofferdam: warning: the job's trace could not record")
+            && err.contains("the trace of this job is incomplete"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        before,
+        "no torn line is left"
+    );
+}
