@@ -65,9 +65,12 @@ extern "C" fn continue_group(_sig: libc::c_int) {
     let pid = FORWARD_TO.load(Ordering::SeqCst);
     if pid > 0 {
         // SAFETY: kill(2) is async-signal-safe; `-pid` is the process group the command leads
-        // (it called setsid), so a stop of its terminal's foreground group is undone whole.
+        // (its own, in the init's session, or its session's), so a stop of its terminal's
+        // foreground group is undone whole; SIGWINCH then asks a full-screen program to
+        // redraw the screen the caller's shell used meanwhile.
         unsafe {
             libc::kill(-pid, libc::SIGCONT);
+            libc::kill(-pid, libc::SIGWINCH);
         }
     }
 }
@@ -611,6 +614,11 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
     let mut env_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
 
+    // The init leads the terminal's session when it can (see `pty::lead`); otherwise the
+    // command does, and Ctrl-Z is lost as before.
+    let led = slave
+        .as_ref()
+        .is_some_and(|slave| pty::lead(slave.as_fd()).is_ok());
     // SAFETY: getpid has no failure mode.
     let parent = unsafe { libc::getpid() };
     // SAFETY: pid 1 is single-threaded; the child only execs, writes a status line and exits.
@@ -645,7 +653,7 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
             }
         }
         if let Some(slave) = &slave
-            && let Err(e) = pty::attach(slave.as_fd())
+            && let Err(e) = pty::attach(slave.as_fd(), led)
         {
             send(
                 status_fd(),

@@ -30,6 +30,7 @@ mod run;
 mod scope;
 mod slow_reader;
 mod store;
+mod suspend;
 mod tiers;
 mod trust;
 mod usage;
