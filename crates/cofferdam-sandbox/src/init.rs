@@ -64,10 +64,13 @@ extern "C" fn forward(sig: libc::c_int) {
 
 extern "C" fn continue_group(_sig: libc::c_int) {
     let pid = FORWARD_TO.load(Ordering::SeqCst);
-    // The process group the command leads (it called setsid), so a stop of its terminal's
-    // foreground group is undone whole; kill(2) as in `forward`.
+    // The process group the command leads (its own, in the init's session, or its
+    // session's), so a stop of its terminal's foreground group is undone whole; SIGWINCH
+    // then asks a full-screen program to redraw the screen the caller's shell used
+    // meanwhile. kill(2) is async-signal-safe, as in `forward`.
     if let Some(pid) = Pid::from_raw(pid) {
         let _ = rustix::process::kill_process_group(pid, Signal::CONT);
+        let _ = rustix::process::kill_process_group(pid, Signal::WINCH);
     }
 }
 
@@ -588,6 +591,11 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
     let mut env_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
 
+    // The init leads the terminal's session when it can (see `pty::lead`); otherwise the
+    // command does, and Ctrl-Z is lost as before.
+    let led = slave
+        .as_ref()
+        .is_some_and(|slave| pty::lead(slave.as_fd()).is_ok());
     let parent = rustix::process::getpid().as_raw_nonzero().get();
     // SAFETY: pid 1 is single-threaded; the child only execs, writes a status line and exits.
     let child = unsafe { libc::fork() };
@@ -616,7 +624,7 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
             let _ = rustix::process::setsid();
         }
         if let Some(slave) = &slave
-            && let Err(e) = pty::attach(slave.as_fd())
+            && let Err(e) = pty::attach(slave.as_fd(), led)
         {
             fds::send_status(&StatusMessage::ExecFailed {
                 error: format!("cannot attach the command to its terminal: {e}"),

@@ -162,12 +162,32 @@ pub fn open_pair(size: TerminalPlan) -> Result<Pair, Errno> {
     Ok(Pair { master, slave })
 }
 
-/// In the command's process, after fork and before exec: a new session whose controlling
-/// terminal is `slave`, on stdin, stdout and stderr. The caller closes `slave` (it is
-/// close-on-exec).
-pub fn attach(slave: BorrowedFd<'_>) -> Result<(), Errno> {
+/// In the init, before it forks the command: a new session whose controlling terminal is
+/// `slave`. The init leads the session so the command's process group has a parent in the
+/// same session: the kernel discards terminal stop signals (Ctrl-Z's SIGTSTP) sent to an
+/// orphaned group, which a session leader's own group always is.
+pub fn lead(slave: BorrowedFd<'_>) -> Result<(), Errno> {
     rustix::process::setsid()?;
-    rustix::process::ioctl_tiocsctty(slave)?;
+    rustix::process::ioctl_tiocsctty(slave)
+}
+
+/// In the command's process, after fork and before exec: `slave` on stdin, stdout and
+/// stderr and, when the init leads the terminal's session (`led`), a process group of its
+/// own in the terminal's foreground; otherwise a new session whose controlling terminal is
+/// `slave`. The caller closes `slave` (it is close-on-exec).
+pub fn attach(slave: BorrowedFd<'_>, led: bool) -> Result<(), Errno> {
+    if led {
+        rustix::process::setpgid(None, None)?;
+        // SIGTTOU is ignored only around tcsetpgrp (a background group taking the
+        // foreground would otherwise be stopped), then set to its default before exec.
+        crate::sigaction::ignore(libc::SIGTTOU)?;
+        let fg = rustix::termios::tcsetpgrp(slave, rustix::process::getpid());
+        crate::sigaction::set_default(libc::SIGTTOU)?;
+        fg?;
+    } else {
+        rustix::process::setsid()?;
+        rustix::process::ioctl_tiocsctty(slave)?;
+    }
     rustix::stdio::dup2_stdin(slave)?;
     rustix::stdio::dup2_stdout(slave)?;
     rustix::stdio::dup2_stderr(slave)?;

@@ -241,6 +241,9 @@ pub(crate) struct OutPipe {
     pub(crate) sink: Option<Sink>,
     /// Still trying `splice(2)` (no capture, and the caller's descriptor has not refused it).
     splice: bool,
+    /// The caller's stream was full with bytes waiting here: poll it for room instead of
+    /// this pipe for data, so the loop keeps serving signals, the status and the timeout.
+    blocked: bool,
 }
 
 impl OutPipe {
@@ -249,6 +252,7 @@ impl OutPipe {
         prepare_pipe(&fd);
         OutPipe {
             splice: sink.is_none(),
+            blocked: false,
             fd,
             to,
             sink,
@@ -295,6 +299,8 @@ enum Pumped {
     Closed,
     /// The caller's descriptor does not take `splice(2)`: copy by `read`/`write`.
     Refused,
+    /// Bytes are waiting but the caller's stream is full (a pipe it reads slowly).
+    Blocked,
 }
 
 /// The loop's inputs.
@@ -405,7 +411,8 @@ fn splice_out(p: &OutPipe) -> Pumped {
             Ok(_) | Err(Errno::INTR) => {}
             Err(Errno::AGAIN) => {
                 // The pipe is empty, or the caller's stream is full (a pipe it reads
-                // slowly): then wait for it, as a blocking write would.
+                // slowly): then the loop waits for it, as a blocking write would, without
+                // stalling the rest of the loop.
                 let mut pf = [PollFd::new(&p.fd, PollFlags::IN)];
                 let zero = Timespec {
                     tv_sec: 0,
@@ -413,14 +420,11 @@ fn splice_out(p: &OutPipe) -> Pumped {
                 };
                 let has_data = matches!(rustix::event::poll(&mut pf, Some(&zero)), Ok(1..))
                     && pf[0].revents().contains(PollFlags::IN);
-                if !has_data {
-                    return Pumped::Open;
-                }
-                let mut po = [PollFd::from_borrowed_fd(to, PollFlags::OUT)];
-                match rustix::event::poll(&mut po, None) {
-                    Ok(_) | Err(Errno::INTR) => {}
-                    Err(_) => return Pumped::Closed,
-                }
+                return if has_data {
+                    Pumped::Blocked
+                } else {
+                    Pumped::Open
+                };
             }
             Err(e) if splice_refused(e) => return Pumped::Refused,
             // EPIPE and the rest: the caller's stream is gone.
@@ -581,11 +585,12 @@ impl Loop {
                     want.push((std_fd(0), PollFlags::IN, Role::Stdin));
                 }
             }
-            if let Some(p) = &self.out {
-                want.push((p.fd.as_fd(), PollFlags::IN, Role::Out));
-            }
-            if let Some(p) = &self.err {
-                want.push((p.fd.as_fd(), PollFlags::IN, Role::Err));
+            for (p, role) in [(&self.out, Role::Out), (&self.err, Role::Err)] {
+                match p {
+                    Some(p) if p.blocked => want.push((std_fd(p.to), PollFlags::OUT, role)),
+                    Some(p) => want.push((p.fd.as_fd(), PollFlags::IN, role)),
+                    None => {}
+                }
             }
             if want.is_empty() {
                 // The caller's stdin keeps nothing alive: a command that never reads it ends
@@ -662,7 +667,10 @@ impl Loop {
             }
             if self.status.is_none() {
                 match exited_at {
-                    Some(t) if t.elapsed() >= DRAIN_AFTER_EXIT => return Ok(()),
+                    // A caller reading slowly still gets every byte the command wrote.
+                    Some(t) if t.elapsed() >= DRAIN_AFTER_EXIT && !self.output_blocked() => {
+                        return Ok(());
+                    }
                     Some(_) => {}
                     None => {
                         if child.try_wait().ok().flatten().is_some() {
@@ -888,6 +896,7 @@ impl Loop {
     fn relay_pipe(&mut self, stdout: bool) {
         let pipe = if stdout { &mut self.out } else { &mut self.err };
         let Some(p) = pipe else { return };
+        p.blocked = false;
         let mut pumped = if p.splice {
             splice_out(p)
         } else {
@@ -896,6 +905,9 @@ impl Loop {
         if let Pumped::Refused = pumped {
             p.splice = false;
             pumped = copy_out(p, &mut self.buf);
+        }
+        if let Pumped::Blocked = pumped {
+            p.blocked = true;
         }
         if let Pumped::Closed = pumped
             && let Some(p) = pipe.take()
@@ -909,6 +921,14 @@ impl Loop {
             };
             *slot = p.sink;
         }
+    }
+
+    /// Whether an output pipe has bytes the caller's full stream has not taken yet.
+    fn output_blocked(&self) -> bool {
+        [&self.out, &self.err]
+            .into_iter()
+            .flatten()
+            .any(|p| p.blocked)
     }
 
     /// The caller's stdin has data (or its end): move it into the command's stdin pipe.

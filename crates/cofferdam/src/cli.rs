@@ -207,7 +207,8 @@ pub struct PolicyArgs {
     /// CPU share, e.g. 1.5.
     #[arg(long, value_name = "FLOAT")]
     pub cpus: Option<f64>,
-    /// Wall-clock limit, e.g. 30m.
+    /// Wall-clock limit, e.g. 30m. Time suspended by Ctrl-Z counts: a run resumed past its
+    /// deadline ends then (exit 124).
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
     /// CPU-time limit, e.g. 1h.
