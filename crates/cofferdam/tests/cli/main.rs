@@ -28,6 +28,7 @@ mod review_output;
 mod review_scale;
 mod run;
 mod scope;
+mod scope_agrees;
 mod store;
 mod tiers;
 mod trust;
