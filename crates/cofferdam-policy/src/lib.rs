@@ -35,6 +35,7 @@ pub mod outcome;
 pub mod plan;
 pub mod profiles;
 pub mod provenance;
+pub mod refusal;
 pub mod resources;
 pub mod scoped_plan;
 pub mod trust;

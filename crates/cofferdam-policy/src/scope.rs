@@ -44,7 +44,12 @@ pub struct ScopeInputs<'a> {
 pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
     let p = inp.policy;
     let f = inp.facts;
-    let decision = decide_containment_capped(f, p.floor, inp.cap);
+    let mut decision = decide_containment_capped(f, p.floor, inp.cap);
+    // What `run` refuses is what the report calls a shortfall: one decision for both.
+    if let Err(refusal) = crate::refusal::check_run(p, &decision) {
+        decision.floor_met = false;
+        decision.shortfall_reason = Some(refusal.to_string());
+    }
     let tier = decision.tier;
     let abi = match tier {
         EnforcementTier::None => None,
@@ -73,6 +78,22 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
             .filter(|m| m.mode == MountMode::Hide)
             .map(|m| display(&m.source)),
     );
+    // The advisory tier hides nothing and filters no network: no grant is listed as holding.
+    // The scoped tier cannot hide what lies beneath a system directory Landlock grants (the
+    // "reads:" line of Not protected here says so): it is not listed as hidden either.
+    match tier {
+        EnforcementTier::None => hidden_paths.clear(),
+        EnforcementTier::LandlockSeccomp => hidden_paths.retain(|h| {
+            !crate::plan::SYSTEM_DIRS
+                .iter()
+                .any(|d| Path::new(h).starts_with(d))
+        }),
+        _ => {}
+    }
+    let network_mode = match tier {
+        EnforcementTier::None => NetworkMode::Host,
+        _ => p.network.mode,
+    };
 
     ScopeReport {
         declared_containment: decision.declared,
@@ -89,7 +110,7 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
         read_only_paths: p.read_only.clone(),
         read_only_advisory_for: Vec::new(),
         hidden_paths,
-        network_mode: p.network.mode.wire_name().to_owned(),
+        network_mode: network_mode.wire_name().to_owned(),
         network_allow: p.network.allow.iter().map(ToString::to_string).collect(),
         unix_sockets: tier == EnforcementTier::None || abi.is_none_or(|a| a < 9),
         shell_allow: p.exec_allow.clone(),
@@ -114,7 +135,7 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
                 source: display(&m.source),
                 target: display(&m.target),
                 mode: m.mode.wire_name().to_owned(),
-                effect: mount_effect(tier, m.mode, m.source != m.target),
+                effect: mount_effect(tier, m.mode),
             })
             .chain(p.skipped_mounts.iter().map(|m| HostPathReport {
                 source: display(&m.source),
@@ -195,38 +216,25 @@ fn routes(tier: EnforcementTier, allow: bool) -> Vec<RouteReport> {
 /// The effect of an optional mount whose source does not exist.
 pub const SKIPPED_EFFECT: &str = "skipped: optional, and the source does not exist";
 
-fn mount_effect(tier: EnforcementTier, mode: MountMode, remapped: bool) -> String {
-    let remap = if remapped && tier != EnforcementTier::MountnsPivotRootLandlockSeccomp {
-        " (the target is not remapped on this tier: the command sees it at the source path)"
-    } else {
-        ""
-    };
+/// What a lent path gets on `tier`: only the sealed tier lends host paths, and no tier
+/// carries mode `stage` (`crate::refusal` refuses both, and this says so).
+fn mount_effect(tier: EnforcementTier, mode: MountMode) -> String {
     let what = match (tier, mode) {
-        (EnforcementTier::None, _) => {
-            "visible at the source path with your full rights: nothing is enforced"
+        (EnforcementTier::None | EnforcementTier::LandlockSeccomp, _) => {
+            "refused on this tier (run exits 125): lending a host path needs the sealed tier's \
+             mount namespace"
         }
-        (EnforcementTier::MountnsPivotRootLandlockSeccomp, MountMode::Read) => {
-            "bind-mounted read-only at the target"
+        (_, MountMode::Stage) => {
+            "refused (run exits 125): mode `stage` is not supported by this build; use `read`, \
+             `write` or `hide`"
         }
-        (EnforcementTier::MountnsPivotRootLandlockSeccomp, MountMode::Stage) => {
-            "overlaid at the target: writes are staged in the job for review"
-        }
-        (EnforcementTier::MountnsPivotRootLandlockSeccomp, MountMode::Write) => {
+        (_, MountMode::Read) => "bind-mounted read-only at the target",
+        (_, MountMode::Write) => {
             "bind-mounted writable at the target: writes land on the host directly"
         }
-        (EnforcementTier::MountnsPivotRootLandlockSeccomp, MountMode::Hide) => {
-            "masked: invisible inside the sandbox"
-        }
-        (EnforcementTier::LandlockSeccomp, MountMode::Read) => "Landlock grants read access",
-        (EnforcementTier::LandlockSeccomp, MountMode::Stage) => {
-            "Landlock grants read access only: staging a lent path needs the sealed tier's overlay"
-        }
-        (EnforcementTier::LandlockSeccomp, MountMode::Write) => {
-            "Landlock grants read and write access: writes land on the host directly"
-        }
-        (EnforcementTier::LandlockSeccomp, MountMode::Hide) => "no Landlock access: unreadable",
+        (_, MountMode::Hide) => "masked: invisible inside the sandbox",
     };
-    format!("{what}{remap}")
+    what.to_owned()
 }
 
 fn manifest_files(p: &Policy) -> Vec<ManifestFileReport> {

@@ -26,10 +26,11 @@ pub struct ScopeReport {
     /// the host offers, so this equals `achieved_containment`; both are kept for consumers
     /// of the spec.
     pub host_containment: ContainmentClass,
-    /// `achieved_containment >= declared_containment`. `false` means `cofferdam run` refuses
-    /// (exit 125).
+    /// `achieved_containment >= declared_containment` and the tier carries every grant
+    /// asked for. `false` means `cofferdam run` refuses (exit 125).
     pub floor_met: bool,
-    /// When `floor_met` is false: the missing mechanism and how to get it. `null` otherwise.
+    /// When `floor_met` is false: why `run` refuses (the missing mechanism, or what this tier
+    /// cannot carry) and how to fix it. `null` otherwise.
     pub shortfall_reason: Option<String>,
     /// The tier the run would install, by its stable wire name.
     pub enforcement_tier: EnforcementTier,

@@ -175,9 +175,10 @@ pub struct PolicyArgs {
     /// scoped, when neither declares one).
     #[arg(long, value_name = "CLASS", value_parser = parse_class)]
     pub containment: Option<ContainmentClass>,
-    /// Lend a host path: SRC[:TGT][:MODE][?], MODE one of read (default), stage, write,
-    /// hide; a trailing ? makes it optional (a missing source is skipped and recorded, not
-    /// an error; quote it from the shell).
+    /// Lend a host path (sealed tier only): SRC[:TGT][:MODE][?], MODE one of read
+    /// (default), write, hide (stage is parsed but refused: not supported by this build);
+    /// a trailing ? makes it optional (a missing source is skipped and recorded, not an
+    /// error; quote it from the shell).
     #[arg(long = "mount", value_name = "SPEC")]
     pub mounts: Vec<String>,
     /// Make a workdir subtree read-only (kernel-enforced).

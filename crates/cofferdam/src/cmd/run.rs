@@ -59,15 +59,17 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     let early_facts =
         cofferdam_sandbox::probe::probe_host_cached(&store.root().join("host-facts.json"));
     let decision = early_facts.decide(policy.floor, args.tier);
-    if let Some(reason) = &decision.shortfall_reason {
-        return Err(Failure::setup(format!("refusing to run: {reason}")));
+    // The one decision `scope` reports too: what this tier cannot carry is refused here.
+    cofferdam_policy::refusal::check_run(&policy, &decision)
+        .map_err(|r| Failure::setup(format!("refusing to run: {r}")))?;
+    if policy.network.mode == cofferdam_net::NetworkMode::Host {
+        eprintln!(
+            "cofferdam: warning: network mode host: the command shares the host's network; \
+             egress is neither filtered nor recorded"
+        );
     }
     // Scoped and advisory: the workdir is staged by a copy (`copy`), not an overlay.
     let copy_tier = decision.tier != EnforcementTier::MountnsPivotRootLandlockSeccomp;
-    if copy_tier {
-        copy::refuse_unsupported(&policy, decision.tier)?;
-    }
-    refuse_unsupported(&policy)?;
 
     // The init starts now: on the sealed tier it makes its namespaces at once, then waits
     // for its plan and the go, so its start-up overlaps the job's creation here; it touches
@@ -464,29 +466,6 @@ fn store_full_warning(job: &cofferdam_stage::Job) -> (Option<String>, bool) {
     );
     eprintln!("cofferdam: warning: {w}");
     (Some(w), true)
-}
-
-/// Refuse what this build cannot honour, before anything is created: a run must never get
-/// silently less (or more) than it asked for.
-fn refuse_unsupported(policy: &cofferdam_policy::Policy) -> Result<(), Failure> {
-    if policy.network.mode == cofferdam_net::NetworkMode::Host {
-        eprintln!(
-            "cofferdam: warning: network mode host: the command shares the host's network; \
-             egress is neither filtered nor recorded"
-        );
-    }
-    if let Some(m) = policy
-        .mounts
-        .iter()
-        .find(|m| m.mode == cofferdam_policy::MountMode::Stage)
-    {
-        return Err(Failure::setup(format!(
-            "refusing to run: {} ({}) asks for mode `stage`, which this build does not support \
-             yet; use `read`, `write` or `hide`",
-            m.written, m.origin
-        )));
-    }
-    Ok(())
 }
 
 /// `run.output` and the `capture` artifacts from what `--capture` saved. In pty mode stdout

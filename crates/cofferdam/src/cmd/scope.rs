@@ -152,12 +152,17 @@ pub fn render(r: &ScopeReport, s: Style) -> String {
             ),
         );
     }
-    row(
-        &mut o,
-        "hidden",
-        &format!("{} paths (secrets and the job store)", r.hidden_paths.len()),
-    );
+    let advisory = r.enforcement_tier == cofferdam_record::EnforcementTier::None;
+    let hidden = if advisory {
+        "none: nothing is hidden on the advisory tier".to_owned()
+    } else {
+        format!("{} paths (secrets and the job store)", r.hidden_paths.len())
+    };
+    row(&mut o, "hidden", &hidden);
     let net = match r.network_mode.as_str() {
+        _ if advisory => "host: the host's network, unfiltered (nothing is enforced on the \
+                          advisory tier)"
+            .to_owned(),
         "none" => "none: loopback only".to_owned(),
         "allow" => format!("allow: {}", list(&r.network_allow)),
         other => format!("{other}: the host's network, unfiltered"),

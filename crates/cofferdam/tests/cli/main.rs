@@ -29,6 +29,7 @@ mod review_output;
 mod review_scale;
 mod run;
 mod scope;
+mod scope_agrees;
 mod slow_reader;
 mod store;
 mod suspend;

@@ -1,5 +1,5 @@
 //! The run's parts that differ on the tiers without namespaces (scoped `landlock+seccomp`,
-//! advisory `none`): what those tiers refuse, the workdir copy in the job with its HOME stage
+//! advisory `none`; what they refuse is `cofferdam_policy::refusal`'s): the workdir copy in the job with its HOME stage
 //! and temp directory, the plan, and, after the command, turning the copy into the stage
 //! the seal reads. The launch, the observations, the seal and the records are the sealed
 //! run's (`super::run`).
@@ -29,52 +29,6 @@ use std::path::{Path, PathBuf};
 pub const ADVISORY_WARNING: &str = "advisory tier: the command ran as a host process with \
      nothing enforced; it could read and write anything this user can, reach the network, \
      and see other processes. Only its writes inside the workdir copy were staged";
-
-/// Refuse what the copy tiers cannot honour, before anything is created.
-pub fn refuse_unsupported(policy: &Policy, tier: EnforcementTier) -> Result<(), Failure> {
-    if let Some(p) = policy.read_only.first() {
-        return Err(Failure::setup(format!(
-            "refusing to run: read-only paths (here `{p}`) need the sealed tier's read-only \
-             mounts, and this run is on the {tier} tier, where Landlock cannot take writes \
-             away beneath the writable copy; drop --read-only and [filesystem] read_only, or \
-             run on a host with user namespaces (`cofferdam doctor` shows how)"
-        )));
-    }
-    if policy.network.mode == cofferdam_net::NetworkMode::Allow {
-        let from = match policy
-            .grant_sources
-            .iter()
-            .find(|g| g.grant == "network.mode")
-        {
-            Some(g) if g.profile.is_some() => {
-                format!("{}, which --no-agent-defaults turns off", g.shown_source())
-            }
-            _ => "--allow-net, [network] allow".to_owned(),
-        };
-        return Err(Failure::setup(format!(
-            "refusing to run: network mode `allow` ({from}) is enforced \
-             from a network namespace, and this run is on the {tier} tier, which has none; \
-             use `--network none` (no network, Landlock refuses TCP), or `--network host` to \
-             accept an unfiltered network, or run on a host with user namespaces (`cofferdam \
-             doctor` shows how)"
-        )));
-    }
-    if let Some(m) = policy.mounts.first() {
-        return Err(Failure::setup(format!(
-            "refusing to run: {} ({}) lends a host path, which needs the sealed tier's mount \
-             namespace; this run is on the {tier} tier. Drop --mount and [filesystem] mounts, \
-             or run on a host with user namespaces (`cofferdam doctor` shows how){}",
-            m.written,
-            m.origin,
-            if m.origin.starts_with("profile:") {
-                "; --no-agent-defaults drops the agent profile's paths"
-            } else {
-                ""
-            }
-        )));
-    }
-    Ok(())
-}
 
 /// The copy stage of one run.
 pub struct CopyStage {
