@@ -24,7 +24,6 @@ KNOWN = {
     ("cofferdam", "context", "cmd"),
     ("cofferdam-policy", "scope", "plan"),
     ("cofferdam-policy", "provenance", "policy"),
-    ("cofferdam-record", "bundle::requirements", "bundle::executor"),
 }
 
 
