@@ -23,7 +23,6 @@ KNOWN = {
     ("cofferdam", "egress", "cmd"),
     ("cofferdam", "context", "cmd"),
     ("cofferdam-policy", "scope", "plan"),
-    ("cofferdam-policy", "provenance", "policy"),
 }
 
 
