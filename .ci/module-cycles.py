@@ -21,7 +21,6 @@ import sys
 KNOWN = {
     ("cofferdam-sandbox", "scoped", "init"),
     ("cofferdam", "egress", "cmd"),
-    ("cofferdam", "context", "cmd"),
     ("cofferdam-policy", "scope", "plan"),
 }
 
