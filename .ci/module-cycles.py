@@ -21,10 +21,7 @@ import sys
 KNOWN = {
     ("cofferdam-sandbox", "scoped", "init"),
     ("cofferdam", "egress", "cmd"),
-    ("cofferdam", "context", "cmd"),
     ("cofferdam-policy", "scope", "plan"),
-    ("cofferdam-policy", "provenance", "policy"),
-    ("cofferdam-record", "bundle::requirements", "bundle::executor"),
 }
 
 

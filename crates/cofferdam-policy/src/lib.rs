@@ -34,7 +34,6 @@ pub mod cgroup_plan;
 pub mod outcome;
 pub mod plan;
 pub mod profiles;
-pub mod provenance;
 pub mod refusal;
 pub mod resources;
 pub mod scoped_plan;

@@ -15,6 +15,8 @@ use cofferdam_record::bundle::ResourceDimension;
 use cofferdam_record::scope::{GrantSource, GrantSourceReport};
 use std::path::{Component, Path, PathBuf};
 
+pub mod provenance;
+
 /// The default floor when neither the manifest nor a flag declares one.
 pub const DEFAULT_FLOOR: ContainmentClass = ContainmentClass::Scoped;
 
@@ -224,7 +226,7 @@ pub struct Policy {
     pub resources: ResourceRequest,
     /// The manifest, when one was used.
     pub manifest_path: Option<PathBuf>,
-    /// Where each grant came from (`crate::provenance`); the manifest's grants are labelled
+    /// Where each grant came from ([`provenance`]); the manifest's grants are labelled
     /// narrowing until the caller marks them trusted ([`Policy::mark_manifest_trusted`]).
     pub grant_sources: Vec<GrantSourceReport>,
 }
@@ -375,7 +377,7 @@ pub fn resolve_layered(
         manifest_path: manifest.map(|l| l.path.clone()),
         grant_sources: Vec::new(),
     };
-    policy.grant_sources = crate::provenance::grant_sources(
+    policy.grant_sources = provenance::grant_sources(
         user.map(|l| &l.manifest),
         manifest.map(|l| &l.manifest),
         flags,

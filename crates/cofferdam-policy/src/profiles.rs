@@ -498,7 +498,10 @@ pub fn apply(policy: &mut Policy, x: &Expansion) {
             // rather than refusing the agent.
             optional: true,
         };
-        added.push(("filesystem.mounts", crate::provenance::mount_value(&m)));
+        added.push((
+            "filesystem.mounts",
+            crate::policy::provenance::mount_value(&m),
+        ));
         policy.mounts.push(m);
     }
     for (grant, value) in added {

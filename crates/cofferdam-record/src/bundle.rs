@@ -13,6 +13,7 @@
 //! (no `deny_unknown_fields`): see `docs/run-bundle.md`, "Unknown fields".
 
 mod context;
+mod control;
 mod executor;
 mod filesystem;
 mod network;
@@ -26,10 +27,11 @@ pub use context::{
     BundleArtifact, EnvironmentProjection, Operation, OperationKind, OperationObservation,
     RunLineage,
 };
+pub use control::{ControlDimension, ControlMechanism};
 pub use executor::{
-    ControlDimension, ControlMechanism, ControlObservation, ControlStatus, ExecutorIdentity,
-    ExecutorObservations, ExecutorPlan, OBSERVATION_CONTRACT, PlannedControl, SummaryDisagreement,
-    missing_rows, summarize_controls, summarize_for_tier,
+    ControlObservation, ControlStatus, ExecutorIdentity, ExecutorObservations, ExecutorPlan,
+    OBSERVATION_CONTRACT, PlannedControl, SummaryDisagreement, missing_rows, summarize_controls,
+    summarize_for_tier,
 };
 pub use filesystem::{
     ChangeEntry, ChangeEntryType, ChangeKind, FileAccessPolicy, FilesystemSummary, MountGrant,

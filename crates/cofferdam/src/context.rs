@@ -113,7 +113,7 @@ pub fn policy(args: &PolicyArgs, env: &Env, program: Option<&str>) -> Result<Pol
     let user = crate::config_files::load_user_config(&env.places.home)?;
     let mut policy = layered_policy(args, env, user.as_ref())?;
     let profiles = cofferdam_policy::profiles::with_user(user.as_ref().map(|u| &u.manifest));
-    crate::cmd::agents::apply_profile(&mut policy, args, &profiles, &env.places.home, program)?;
+    crate::profile_apply::apply_profile(&mut policy, args, &profiles, &env.places.home, program)?;
     Ok(policy)
 }
 

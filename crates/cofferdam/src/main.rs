@@ -13,6 +13,7 @@ mod entry;
 mod exit;
 mod manual;
 mod pager;
+mod profile_apply;
 mod signals;
 mod style;
 mod trace_append;

@@ -5,7 +5,7 @@
 //! `OperationObservation` and `BundleArtifact`. None of these is enforcement evidence; that
 //! lives only in `executor_observations`. It may not read the environment or any file.
 
-use super::executor::ControlMechanism;
+use super::control::ControlMechanism;
 use crate::containment::ContainmentClass;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -7,7 +7,7 @@
 //! decide admission: it only says, for a tier, which rows a complete set of observations
 //! holds and which mechanisms the tier cannot install at all.
 
-use super::executor::{ControlDimension as D, ControlMechanism as M};
+use super::control::{ControlDimension as D, ControlMechanism as M};
 use crate::containment::EnforcementTier;
 
 /// How a tier depends on a control.

@@ -6,7 +6,8 @@
 //! the plan contributes only `safe_profile_requested` and the stage only
 //! `filesystem_changes_staged`. It may not look at the host.
 
-use super::executor::{ControlDimension, ExecutorObservations, ExecutorPlan};
+use super::control::ControlDimension;
+use super::executor::{ExecutorObservations, ExecutorPlan};
 use super::filesystem::{FilesystemSummary, OverlayState};
 use crate::containment::ContainmentClass;
 use schemars::JsonSchema;

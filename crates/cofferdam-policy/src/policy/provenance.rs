@@ -1,17 +1,19 @@
 //! Where each grant of a resolved policy came from: a flag, the user config, the manifest
 //! (narrowing, or trusted to widen) or cofferdam's default (issue 19).
 //!
-//! Pure: it reads the layers as given and the policy `crate::policy` resolved from them;
-//! it decides nothing. A grant several layers name is credited to the user's own first (flag,
-//! then user config), since the manifest did not widen it.
+//! Part of resolving (`super::resolve_layered` fills `Policy::grant_sources` with it), so it
+//! lives under `policy` and reads its types from there. Pure: it reads the layers as given
+//! and the policy resolved from them; it decides nothing. A grant several layers name is
+//! credited to the user's own first (flag, then user config), since the manifest did not
+//! widen it.
 
+use super::{Mount, Policy, RunFlags, USER_CONFIG_ORIGIN};
 use crate::allow::AllowEntry;
 use crate::manifest::Manifest;
-use crate::policy::{Policy, RunFlags, USER_CONFIG_ORIGIN};
 use cofferdam_record::scope::{GrantSource, GrantSourceReport};
 
 /// A mount as its grant is shown: `SRC -> TGT (MODE)`.
-pub fn mount_value(m: &crate::policy::Mount) -> String {
+pub fn mount_value(m: &Mount) -> String {
     format!(
         "{} -> {} ({})",
         m.source.display(),
