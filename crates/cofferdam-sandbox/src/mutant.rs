@@ -50,6 +50,9 @@ pub const NO_NEW_PRIVS: &str = "no_new_privs";
 /// The init's join of the run's cgroups (the write of its pid to `cgroup.procs`).
 pub const CGROUP_JOIN: &str = "cgroup_join";
 
+/// The IPC namespace (left out of the sealed tier's `unshare`).
+pub const IPC_NS: &str = "ipc_namespace";
+
 /// Every mutant.
 pub const MUTANTS: &[Mutant] = &[
     Mutant {
@@ -124,26 +127,42 @@ pub const MUTANTS: &[Mutant] = &[
         scoped: true,
         skips: "the write of the init's pid to each cgroup.procs",
     },
+    Mutant {
+        name: IPC_NS,
+        mechanism: ControlMechanism::Ipcns,
+        dimension: ControlDimension::Process,
+        sealed: true,
+        scoped: false,
+        skips: "CLONE_NEWIPC in the sealed tier's unshare",
+    },
 ];
 
 /// Mechanisms of the observation vocabulary without a mutant, each with the reason.
 pub const EXEMPT: &[(ControlMechanism, &str)] = &[
     (
         ControlMechanism::Userns,
-        "created by unshare, which either succeeds or fails the run",
+        "read back (ns inode before/after, as ipcns); without it the uid map and every later step fail",
     ),
     (
         ControlMechanism::Mountns,
-        "created by unshare; every mount read back depends on it",
+        "read back (ns inode, as ipcns); without it pivot_root fails and the run refuses",
     ),
     (
         ControlMechanism::Pidns,
-        "created by unshare; the command's pid 1 is the reaper",
+        "read back (pid_for_children, as ipcns); the command's pid 1 is the reaper",
     ),
-    (ControlMechanism::Netns, "created by unshare"),
-    (ControlMechanism::Ipcns, "created by unshare"),
-    (ControlMechanism::Utsns, "created by unshare"),
-    (ControlMechanism::Cgroupns, "created by unshare"),
+    (
+        ControlMechanism::Netns,
+        "reported by netif once the loopback of the new namespace is up",
+    ),
+    (
+        ControlMechanism::Utsns,
+        "read like ipcns (inode of /proc/self/ns/uts before and after), whose mutant covers the code",
+    ),
+    (
+        ControlMechanism::Cgroupns,
+        "read back (ns inode before/after, as ipcns)",
+    ),
     (
         ControlMechanism::Overlay,
         "without it the workdir is not mounted and the command cannot start in it",
