@@ -767,8 +767,14 @@ struct Masker {
 
 impl Masker {
     /// Hide `name` in `dir` (`""`: `dir` itself). Returns false when there was nothing to
-    /// hide (absent, or a symlink: its target is hidden on its own).
-    fn mask(&mut self, at: (BorrowedFd<'_>, &Path), shown: &Path) -> Result<bool, SetupError> {
+    /// hide (absent, or a symlink: its target is hidden on its own). With `mutant` (a
+    /// test-only mutant, [`crate::mutant`]) nothing is mounted but the answer is the same.
+    fn mask(
+        &mut self,
+        at: (BorrowedFd<'_>, &Path),
+        shown: &Path,
+        mutant: bool,
+    ) -> Result<bool, SetupError> {
         let (dir, name) = at;
         let flags = if name.as_os_str().is_empty() {
             AtFlags::SYMLINK_NOFOLLOW | AtFlags::EMPTY_PATH
@@ -787,7 +793,7 @@ impl Masker {
         };
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Symlink => Ok(false),
-            _ if crate::mutant::active(crate::mutant::SECRET_MASKS) => Ok(true),
+            _ if mutant => Ok(true),
             FileType::Directory => {
                 tmpfs(at, shown, "mode=000,size=4k", MASK)?;
                 Ok(true)
@@ -835,7 +841,8 @@ impl Masker {
                 });
             }
         };
-        self.mask((fd.as_fd(), Path::new("")), &root.shown(rel))
+        let mutant = crate::mutant::active(crate::mutant::SECRET_MASKS);
+        self.mask((fd.as_fd(), Path::new("")), &root.shown(rel), mutant)
     }
 }
 
@@ -1159,6 +1166,7 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                 }
             }
             ControlMechanism::PivotRoot => read_only_back(mounts, o),
+            ControlMechanism::ProcMask => proc_mask_back(mounts, o),
             ControlMechanism::SecretsHidden => {
                 let masked: Vec<String> = o
                     .details
@@ -1215,30 +1223,55 @@ fn reads_read_only(mounts: &[MountLine], path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The paths listed under `key` in an observation's details.
+fn detail_paths(o: &ControlObservation, key: &str) -> Vec<String> {
+    o.details
+        .get(key)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The new /proc's masks read back: every masked path must be a mount point in mountinfo
+/// and every read-only directory must read back read-only, or `proc_mask` is `failed`.
+fn proc_mask_back(mounts: &[MountLine], o: &mut ControlObservation) {
+    let mut wrong: Vec<String> = detail_paths(o, "masked")
+        .into_iter()
+        .filter(|p| !mounts.iter().any(|m| m.point == Path::new(p)))
+        .map(|p| format!("{p} is not a mount point in mountinfo"))
+        .collect();
+    wrong.extend(not_read_only(mounts, o, "read_only"));
+    fail_unless_read_back(o, "read_back", "/proc masks read back missing", wrong);
+}
+
 /// The composed root's read-only binds read back: every `system_read_only` and `read_only`
 /// path of the `pivot_root` observation must read back read-only, or it is `failed`.
 fn read_only_back(mounts: &[MountLine], o: &mut ControlObservation) {
     let mut wrong = Vec::new();
     for key in ["system_read_only", "read_only"] {
-        let paths: Vec<String> = o
-            .details
-            .get(key)
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default();
-        wrong.extend(
-            paths
-                .iter()
-                .filter_map(|p| reads_read_only(mounts, Path::new(p)).err()),
-        );
+        wrong.extend(not_read_only(mounts, o, key));
     }
-    o.details
-        .insert("read_only_read_back".into(), json!(wrong.is_empty()));
+    fail_unless_read_back(
+        o,
+        "read_only_read_back",
+        "read-only binds read back writable",
+        wrong,
+    );
+}
+
+/// The paths under `key` in `o`'s details that do not read back read-only, each named.
+fn not_read_only(mounts: &[MountLine], o: &ControlObservation, key: &str) -> Vec<String> {
+    detail_paths(o, key)
+        .iter()
+        .filter_map(|p| reads_read_only(mounts, Path::new(p)).err())
+        .collect()
+}
+
+/// Record the read-back in `o` as `key`; anything `wrong` makes it `failed`, saying `what`.
+fn fail_unless_read_back(o: &mut ControlObservation, key: &str, what: &str, wrong: Vec<String>) {
+    o.details.insert(key.into(), json!(wrong.is_empty()));
     if !wrong.is_empty() {
         o.status = ControlStatus::Failed;
-        o.reason = Some(format!(
-            "read-only binds read back writable: {}",
-            wrong.join("; ")
-        ));
+        o.reason = Some(format!("{what}: {}", wrong.join("; ")));
     }
 }
 
@@ -1486,16 +1519,19 @@ fn new_proc(root: &Root<'_>, masker: &mut Masker) -> Result<ControlObservation, 
         Mode::empty(),
     )
     .step(|| format!("open {}", root.shown(Path::new("proc")).display()))?;
+    let skip = crate::mutant::active(crate::mutant::PROC_MASK);
     let mut masked = Vec::new();
     for name in PROC_MASKED_FILES.iter().chain(PROC_MASKED_DIRS) {
-        if masker.mask((proc.as_fd(), Path::new(name)), &shown(name))? {
+        if masker.mask((proc.as_fd(), Path::new(name)), &shown(name), skip)? {
             masked.push(format!("/proc/{name}"));
         }
     }
     let mut read_only = Vec::new();
     for name in PROC_READ_ONLY_DIRS {
         if rustix::fs::statat(proc.as_fd(), *name, AtFlags::empty()).is_ok() {
-            make_read_only((proc.as_fd(), Path::new(name)), &shown(name))?;
+            if !skip {
+                make_read_only((proc.as_fd(), Path::new(name)), &shown(name))?;
+            }
             read_only.push(format!("/proc/{name}"));
         }
     }
@@ -1945,6 +1981,26 @@ garbage line
         let reason = obs[0].reason.clone().unwrap_or_default();
         assert!(reason.contains("/home/u x/.vault-token"), "{reason}");
         assert!(!reason.contains(".npmrc"), "{reason}");
+    }
+
+    #[test]
+    fn a_proc_mask_missing_from_mountinfo_fails_the_row() {
+        let m = parse_mountinfo(
+            "22 1 0:5 / /proc rw,nosuid - proc proc rw\n\
+             23 22 0:6 / /proc/keys ro,nosuid - devtmpfs udev rw\n",
+        );
+        let mut o = observation(ControlMechanism::ProcMask, ControlDimension::KernelSurface);
+        o.details
+            .insert("masked".into(), json!(["/proc/keys", "/proc/kcore"]));
+        proc_mask_back(&m, &mut o);
+        assert_eq!(o.status, ControlStatus::Failed);
+        let reason = o.reason.clone().unwrap_or_default();
+        assert!(reason.contains("/proc/kcore"), "{reason}");
+        assert!(!reason.contains("/proc/keys"), "{reason}");
+        o.details.insert("masked".into(), json!(["/proc/keys"]));
+        o.status = ControlStatus::Enforced;
+        proc_mask_back(&m, &mut o);
+        assert_eq!(o.status, ControlStatus::Enforced);
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub const CGROUP_JOIN: &str = "cgroup_join";
 /// The IPC namespace (left out of the sealed tier's `unshare`).
 pub const IPC_NS: &str = "ipc_namespace";
 
+/// The new /proc's masks and read-only directories (sealed tier).
+pub const PROC_MASK: &str = "proc_mask";
+
 /// Every mutant.
 pub const MUTANTS: &[Mutant] = &[
     Mutant {
@@ -135,6 +138,14 @@ pub const MUTANTS: &[Mutant] = &[
         scoped: false,
         skips: "CLONE_NEWIPC in the sealed tier's unshare",
     },
+    Mutant {
+        name: PROC_MASK,
+        mechanism: ControlMechanism::ProcMask,
+        dimension: ControlDimension::KernelSurface,
+        sealed: true,
+        scoped: false,
+        skips: "the masks and read-only binds of the new /proc",
+    },
 ];
 
 /// Mechanisms of the observation vocabulary without a mutant, each with the reason.
@@ -171,7 +182,6 @@ pub const EXEMPT: &[(ControlMechanism, &str)] = &[
         ControlMechanism::WorkdirCopy,
         "without it the command has no workdir to start in",
     ),
-    (ControlMechanism::ProcMask, "no mutant yet (issue 17, open)"),
     (
         ControlMechanism::MinimalDev,
         "its /dev/shm size is read back from mountinfo",
