@@ -1156,6 +1156,12 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                     o.reason =
                         Some("a private tmpfs's size could not be read back from mountinfo".into());
                 }
+                let home = home.filter(|_| !home_covered);
+                let wrong: Vec<String> = [("/tmp", tmp), ("HOME", home)]
+                    .into_iter()
+                    .filter_map(|(what, read)| size_mismatch(what, read, plan.private_tmpfs_size))
+                    .collect();
+                fail_unless_read_back(o, "size_read_back", "private tmpfs sizes", wrong);
             }
             ControlMechanism::MinimalDev => {
                 let shm = tmpfs_size(mounts, Path::new("/dev/shm"));
@@ -1164,6 +1170,13 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                     o.status = ControlStatus::Partial;
                     o.reason = Some("the private /dev/shm's size could not be read back".into());
                 }
+                let wrong = size_mismatch("/dev/shm", shm, plan.private_tmpfs_size);
+                fail_unless_read_back(
+                    o,
+                    "size_read_back",
+                    "/dev/shm size",
+                    wrong.into_iter().collect(),
+                );
             }
             ControlMechanism::PivotRoot => read_only_back(mounts, o),
             ControlMechanism::ProcMask => proc_mask_back(mounts, o),
@@ -1221,6 +1234,18 @@ fn reads_read_only(mounts: &[MountLine], path: &Path) -> Result<(), String> {
         return Err(format!("statvfs {} lacks ST_RDONLY", path.display()));
     }
     Ok(())
+}
+
+/// The largest page the kernel may round a tmpfs `size=` up to (64 KiB pages on some
+/// arm64 and ppc64 kernels).
+const MAX_PAGE: u64 = 64 << 10;
+
+/// A tmpfs size read back (`Some`) that is not the planned one (the kernel rounds it up to
+/// whole pages: anything from `planned` to less than a largest page more is it); named
+/// with both sizes. Nothing read is not a mismatch (the row is `partial` for that already).
+fn size_mismatch(what: &str, read: Option<u64>, planned: u64) -> Option<String> {
+    read.filter(|r| !(planned..planned.saturating_add(MAX_PAGE)).contains(r))
+        .map(|r| format!("{what} reads back {r} bytes in mountinfo, planned {planned}"))
 }
 
 /// The paths listed under `key` in an observation's details.
@@ -1952,6 +1977,11 @@ garbage line
         assert_eq!(tmpfs_size(&m, Path::new("/dev/shm")), Some(2 << 30));
         assert_eq!(tmpfs_size(&m, Path::new("/")), None);
         assert_eq!(tmpfs_size(&m, Path::new("/home/u x/.npmrc")), None);
+        let tmpfs = observation(ControlMechanism::Tmpfs, ControlDimension::FilesystemWrite);
+        let dev = observation(
+            ControlMechanism::MinimalDev,
+            ControlDimension::KernelSurface,
+        );
         let mut o = observation(
             ControlMechanism::SecretsHidden,
             ControlDimension::FilesystemRead,
@@ -1975,12 +2005,23 @@ garbage line
             workdir_exec: true,
             resolv_conf: None,
         };
-        let mut obs = vec![o];
+        let mut obs = vec![o, tmpfs, dev];
         read_back(&m, &plan, &mut obs);
         assert_eq!(obs[0].status, ControlStatus::Failed);
         let reason = obs[0].reason.clone().unwrap_or_default();
         assert!(reason.contains("/home/u x/.vault-token"), "{reason}");
         assert!(!reason.contains(".npmrc"), "{reason}");
+        // Planned 1 GiB each: /tmp reads 1 MiB and /dev/shm 2 GiB, HOME as planned.
+        for (o, bad, good) in [(&obs[1], "/tmp", "HOME"), (&obs[2], "/dev/shm", "")] {
+            assert_eq!(o.status, ControlStatus::Failed, "{o:?}");
+            let reason = o.reason.clone().unwrap_or_default();
+            assert!(reason.contains(bad), "{reason}");
+            assert!(good.is_empty() || !reason.contains(good), "{reason}");
+        }
+        assert_eq!(size_mismatch("x", Some(1 << 30), 1 << 30), None);
+        assert_eq!(size_mismatch("x", None, 1 << 30), None);
+        assert_eq!(size_mismatch("x", Some(8192), 4097), None);
+        assert!(size_mismatch("x", Some(4096), 4097).is_some());
     }
 
     #[test]
