@@ -56,6 +56,9 @@ pub const IPC_NS: &str = "ipc_namespace";
 /// The new /proc's masks and read-only directories (sealed tier).
 pub const PROC_MASK: &str = "proc_mask";
 
+/// The scoped tier's metadata filter.
+pub const METADATA_FILTER: &str = "metadata_filter";
+
 /// Every mutant.
 pub const MUTANTS: &[Mutant] = &[
     Mutant {
@@ -145,6 +148,14 @@ pub const MUTANTS: &[Mutant] = &[
         sealed: true,
         scoped: false,
         skips: "the masks and read-only binds of the new /proc",
+    },
+    Mutant {
+        name: METADATA_FILTER,
+        mechanism: ControlMechanism::Seccomp,
+        dimension: ControlDimension::FilesystemWrite,
+        sealed: false,
+        scoped: true,
+        skips: "seccomp(SECCOMP_SET_MODE_FILTER) of the metadata filter",
     },
 ];
 
