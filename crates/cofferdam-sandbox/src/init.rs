@@ -324,12 +324,19 @@ fn plan_failed(error: String) -> i32 {
 fn sealed_main(early: EarlyNamespaces) -> i32 {
     die_with_parent();
     // Before the go: only this process's own namespaces, which touch nothing of the job.
-    match userns::enter_user_namespace(early.uid, early.gid) {
-        Ok(o) => report(o),
+    // Each namespace row is a reading; one that reads back as the host's refuses the run,
+    // after the go (the supervisor places the init in its cgroups first).
+    let mut not_new = match userns::enter_user_namespace(early.uid, early.gid) {
+        Ok(o) => unshared(o),
         Err(e) => return fail(&e),
-    }
+    };
     match userns::enter_namespaces(early.host_network) {
-        Ok(obs) => obs.into_iter().for_each(report),
+        Ok(obs) => {
+            for o in obs {
+                let refusal = unshared(o);
+                not_new = not_new.or(refusal);
+            }
+        }
         Err(e) => return fail(&e),
     }
     let mut channel = PlanChannel::open();
@@ -346,7 +353,27 @@ fn sealed_main(early: EarlyNamespaces) -> i32 {
             early.to_arg()
         ));
     }
+    if let Some((step, error)) = not_new {
+        if let Err(code) = await_go(channel) {
+            return code;
+        }
+        send(status_fd(), &StatusMessage::SetupFailed { step, error });
+        return SETUP_FAILED;
+    }
     run_init(&plan, channel)
+}
+
+/// Report a namespace row; the step and reason of a refusal when it does not read as new.
+fn unshared(o: ControlObservation) -> Option<(String, String)> {
+    let refusal = (o.status != ControlStatus::Enforced).then(|| {
+        let why = o.reason.clone();
+        (
+            format!("unshare ({})", o.mechanism),
+            why.unwrap_or_else(|| format!("{:?}", o.status)),
+        )
+    });
+    report(o);
+    refusal
 }
 
 /// Wait for the supervisor's go (closing the plan pipe); a missing go is not reported (the
@@ -371,7 +398,11 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
         return code;
     }
     match userns::enter_cgroup_namespace() {
-        Ok(o) => report(o),
+        Ok(o) => {
+            if let Err(code) = require(o, "unshare(CLONE_NEWCGROUP)") {
+                return code;
+            }
+        }
         Err(e) => return fail(&e),
     }
     // SAFETY: the init is single-threaded (a fresh exec that started no threads), so the

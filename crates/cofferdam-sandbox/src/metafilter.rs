@@ -174,19 +174,41 @@ pub fn install(root: bool) -> ControlObservation {
         );
     }
     o.details.insert("errno".into(), json!("EPERM"));
+    let before = crate::seccomp::filters_in_force();
     let failure = match build(root) {
         Err(e) => Some(e.to_string()),
+        Ok(_) if crate::mutant::active(crate::mutant::METADATA_FILTER) => None,
         Ok(p) => seccompiler::apply_filter(&p).err().map(|e| e.to_string()),
     };
-    o.reason = Some(match failure {
-        Some(e) => {
+    if let Some(e) = failure {
+        o.status = ControlStatus::Failed;
+        o.reason = Some(format!("install the metadata filter: {e}"));
+        return o;
+    }
+    // Read back: one more filter in /proc's Seccomp_filters, and the probe call refused.
+    let probe = "lremovexattr(\"\", \"user.x\") = EPERM";
+    let read = crate::seccomp::read_back_install(&mut o, before, 1, probe, probe_xattr);
+    o.reason = Some(match read {
+        Err(why) => {
             o.status = ControlStatus::Failed;
-            format!("install the metadata filter: {e}")
+            why
         }
-        None if root => ROOT_RESIDUAL.to_owned(),
-        None => USER_RESIDUAL.to_owned(),
+        Ok(()) if root => ROOT_RESIDUAL.to_owned(),
+        Ok(()) => USER_RESIDUAL.to_owned(),
     });
     o
+}
+
+/// The probe call: `lremovexattr` of an empty path, which the filter refuses (`EPERM`) in
+/// both modes and the kernel, unfiltered, answers `ENOENT` (nothing is named, nothing changes).
+fn probe_xattr() -> Result<(), String> {
+    match rustix::fs::lremovexattr("", "user.x") {
+        Err(rustix::io::Errno::PERM) => Ok(()),
+        other => Err(format!(
+            "the probe lremovexattr(\"\", \"user.x\") returned {other:?} after the \
+             metadata filter, not its EPERM"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -217,6 +239,14 @@ mod tests {
         for root in [false, true] {
             let p = build(root).unwrap();
             assert!(!p.is_empty() && p.len() < 400, "{}", p.len());
+        }
+    }
+
+    #[test]
+    fn the_probe_tells_the_filter_from_no_filter() {
+        assert!(probe_xattr().is_err(), "unfiltered, the probe is ENOENT");
+        for root in [true, false] {
+            assert_eq!(in_child(root, || i32::from(probe_xattr().is_ok())), 1);
         }
     }
 

@@ -767,8 +767,14 @@ struct Masker {
 
 impl Masker {
     /// Hide `name` in `dir` (`""`: `dir` itself). Returns false when there was nothing to
-    /// hide (absent, or a symlink: its target is hidden on its own).
-    fn mask(&mut self, at: (BorrowedFd<'_>, &Path), shown: &Path) -> Result<bool, SetupError> {
+    /// hide (absent, or a symlink: its target is hidden on its own). With `mutant` (a
+    /// test-only mutant, [`crate::mutant`]) nothing is mounted but the answer is the same.
+    fn mask(
+        &mut self,
+        at: (BorrowedFd<'_>, &Path),
+        shown: &Path,
+        mutant: bool,
+    ) -> Result<bool, SetupError> {
         let (dir, name) = at;
         let flags = if name.as_os_str().is_empty() {
             AtFlags::SYMLINK_NOFOLLOW | AtFlags::EMPTY_PATH
@@ -787,7 +793,7 @@ impl Masker {
         };
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Symlink => Ok(false),
-            _ if crate::mutant::active(crate::mutant::SECRET_MASKS) => Ok(true),
+            _ if mutant => Ok(true),
             FileType::Directory => {
                 tmpfs(at, shown, "mode=000,size=4k", MASK)?;
                 Ok(true)
@@ -835,7 +841,8 @@ impl Masker {
                 });
             }
         };
-        self.mask((fd.as_fd(), Path::new("")), &root.shown(rel))
+        let mutant = crate::mutant::active(crate::mutant::SECRET_MASKS);
+        self.mask((fd.as_fd(), Path::new("")), &root.shown(rel), mutant)
     }
 }
 
@@ -1149,6 +1156,12 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                     o.reason =
                         Some("a private tmpfs's size could not be read back from mountinfo".into());
                 }
+                let home = home.filter(|_| !home_covered);
+                let wrong: Vec<String> = [("/tmp", tmp), ("HOME", home)]
+                    .into_iter()
+                    .filter_map(|(what, read)| size_mismatch(what, read, plan.private_tmpfs_size))
+                    .collect();
+                fail_unless_read_back(o, "size_read_back", "private tmpfs sizes", wrong);
             }
             ControlMechanism::MinimalDev => {
                 let shm = tmpfs_size(mounts, Path::new("/dev/shm"));
@@ -1157,8 +1170,16 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                     o.status = ControlStatus::Partial;
                     o.reason = Some("the private /dev/shm's size could not be read back".into());
                 }
+                let wrong = size_mismatch("/dev/shm", shm, plan.private_tmpfs_size);
+                fail_unless_read_back(
+                    o,
+                    "size_read_back",
+                    "/dev/shm size",
+                    wrong.into_iter().collect(),
+                );
             }
             ControlMechanism::PivotRoot => read_only_back(mounts, o),
+            ControlMechanism::ProcMask => proc_mask_back(mounts, o),
             ControlMechanism::SecretsHidden => {
                 let masked: Vec<String> = o
                     .details
@@ -1215,30 +1236,67 @@ fn reads_read_only(mounts: &[MountLine], path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The largest page the kernel may round a tmpfs `size=` up to (64 KiB pages on some
+/// arm64 and ppc64 kernels).
+const MAX_PAGE: u64 = 64 << 10;
+
+/// A tmpfs size read back (`Some`) that is not the planned one (the kernel rounds it up to
+/// whole pages: anything from `planned` to less than a largest page more is it); named
+/// with both sizes. Nothing read is not a mismatch (the row is `partial` for that already).
+fn size_mismatch(what: &str, read: Option<u64>, planned: u64) -> Option<String> {
+    read.filter(|r| !(planned..planned.saturating_add(MAX_PAGE)).contains(r))
+        .map(|r| format!("{what} reads back {r} bytes in mountinfo, planned {planned}"))
+}
+
+/// The paths listed under `key` in an observation's details.
+fn detail_paths(o: &ControlObservation, key: &str) -> Vec<String> {
+    o.details
+        .get(key)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The new /proc's masks read back: every masked path must be a mount point in mountinfo
+/// and every read-only directory must read back read-only, or `proc_mask` is `failed`.
+fn proc_mask_back(mounts: &[MountLine], o: &mut ControlObservation) {
+    let mut wrong: Vec<String> = detail_paths(o, "masked")
+        .into_iter()
+        .filter(|p| !mounts.iter().any(|m| m.point == Path::new(p)))
+        .map(|p| format!("{p} is not a mount point in mountinfo"))
+        .collect();
+    wrong.extend(not_read_only(mounts, o, "read_only"));
+    fail_unless_read_back(o, "read_back", "/proc masks read back missing", wrong);
+}
+
 /// The composed root's read-only binds read back: every `system_read_only` and `read_only`
 /// path of the `pivot_root` observation must read back read-only, or it is `failed`.
 fn read_only_back(mounts: &[MountLine], o: &mut ControlObservation) {
     let mut wrong = Vec::new();
     for key in ["system_read_only", "read_only"] {
-        let paths: Vec<String> = o
-            .details
-            .get(key)
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default();
-        wrong.extend(
-            paths
-                .iter()
-                .filter_map(|p| reads_read_only(mounts, Path::new(p)).err()),
-        );
+        wrong.extend(not_read_only(mounts, o, key));
     }
-    o.details
-        .insert("read_only_read_back".into(), json!(wrong.is_empty()));
+    fail_unless_read_back(
+        o,
+        "read_only_read_back",
+        "read-only binds read back writable",
+        wrong,
+    );
+}
+
+/// The paths under `key` in `o`'s details that do not read back read-only, each named.
+fn not_read_only(mounts: &[MountLine], o: &ControlObservation, key: &str) -> Vec<String> {
+    detail_paths(o, key)
+        .iter()
+        .filter_map(|p| reads_read_only(mounts, Path::new(p)).err())
+        .collect()
+}
+
+/// Record the read-back in `o` as `key`; anything `wrong` makes it `failed`, saying `what`.
+fn fail_unless_read_back(o: &mut ControlObservation, key: &str, what: &str, wrong: Vec<String>) {
+    o.details.insert(key.into(), json!(wrong.is_empty()));
     if !wrong.is_empty() {
         o.status = ControlStatus::Failed;
-        o.reason = Some(format!(
-            "read-only binds read back writable: {}",
-            wrong.join("; ")
-        ));
+        o.reason = Some(format!("{what}: {}", wrong.join("; ")));
     }
 }
 
@@ -1486,16 +1544,19 @@ fn new_proc(root: &Root<'_>, masker: &mut Masker) -> Result<ControlObservation, 
         Mode::empty(),
     )
     .step(|| format!("open {}", root.shown(Path::new("proc")).display()))?;
+    let skip = crate::mutant::active(crate::mutant::PROC_MASK);
     let mut masked = Vec::new();
     for name in PROC_MASKED_FILES.iter().chain(PROC_MASKED_DIRS) {
-        if masker.mask((proc.as_fd(), Path::new(name)), &shown(name))? {
+        if masker.mask((proc.as_fd(), Path::new(name)), &shown(name), skip)? {
             masked.push(format!("/proc/{name}"));
         }
     }
     let mut read_only = Vec::new();
     for name in PROC_READ_ONLY_DIRS {
         if rustix::fs::statat(proc.as_fd(), *name, AtFlags::empty()).is_ok() {
-            make_read_only((proc.as_fd(), Path::new(name)), &shown(name))?;
+            if !skip {
+                make_read_only((proc.as_fd(), Path::new(name)), &shown(name))?;
+            }
             read_only.push(format!("/proc/{name}"));
         }
     }
@@ -1916,6 +1977,11 @@ garbage line
         assert_eq!(tmpfs_size(&m, Path::new("/dev/shm")), Some(2 << 30));
         assert_eq!(tmpfs_size(&m, Path::new("/")), None);
         assert_eq!(tmpfs_size(&m, Path::new("/home/u x/.npmrc")), None);
+        let tmpfs = observation(ControlMechanism::Tmpfs, ControlDimension::FilesystemWrite);
+        let dev = observation(
+            ControlMechanism::MinimalDev,
+            ControlDimension::KernelSurface,
+        );
         let mut o = observation(
             ControlMechanism::SecretsHidden,
             ControlDimension::FilesystemRead,
@@ -1939,12 +2005,43 @@ garbage line
             workdir_exec: true,
             resolv_conf: None,
         };
-        let mut obs = vec![o];
+        let mut obs = vec![o, tmpfs, dev];
         read_back(&m, &plan, &mut obs);
         assert_eq!(obs[0].status, ControlStatus::Failed);
         let reason = obs[0].reason.clone().unwrap_or_default();
         assert!(reason.contains("/home/u x/.vault-token"), "{reason}");
         assert!(!reason.contains(".npmrc"), "{reason}");
+        // Planned 1 GiB each: /tmp reads 1 MiB and /dev/shm 2 GiB, HOME as planned.
+        for (o, bad, good) in [(&obs[1], "/tmp", "HOME"), (&obs[2], "/dev/shm", "")] {
+            assert_eq!(o.status, ControlStatus::Failed, "{o:?}");
+            let reason = o.reason.clone().unwrap_or_default();
+            assert!(reason.contains(bad), "{reason}");
+            assert!(good.is_empty() || !reason.contains(good), "{reason}");
+        }
+        assert_eq!(size_mismatch("x", Some(1 << 30), 1 << 30), None);
+        assert_eq!(size_mismatch("x", None, 1 << 30), None);
+        assert_eq!(size_mismatch("x", Some(8192), 4097), None);
+        assert!(size_mismatch("x", Some(4096), 4097).is_some());
+    }
+
+    #[test]
+    fn a_proc_mask_missing_from_mountinfo_fails_the_row() {
+        let m = parse_mountinfo(
+            "22 1 0:5 / /proc rw,nosuid - proc proc rw\n\
+             23 22 0:6 / /proc/keys ro,nosuid - devtmpfs udev rw\n",
+        );
+        let mut o = observation(ControlMechanism::ProcMask, ControlDimension::KernelSurface);
+        o.details
+            .insert("masked".into(), json!(["/proc/keys", "/proc/kcore"]));
+        proc_mask_back(&m, &mut o);
+        assert_eq!(o.status, ControlStatus::Failed);
+        let reason = o.reason.clone().unwrap_or_default();
+        assert!(reason.contains("/proc/kcore"), "{reason}");
+        assert!(!reason.contains("/proc/keys"), "{reason}");
+        o.details.insert("masked".into(), json!(["/proc/keys"]));
+        o.status = ControlStatus::Enforced;
+        proc_mask_back(&m, &mut o);
+        assert_eq!(o.status, ControlStatus::Enforced);
     }
 
     #[test]

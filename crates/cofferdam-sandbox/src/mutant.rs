@@ -50,6 +50,15 @@ pub const NO_NEW_PRIVS: &str = "no_new_privs";
 /// The init's join of the run's cgroups (the write of its pid to `cgroup.procs`).
 pub const CGROUP_JOIN: &str = "cgroup_join";
 
+/// The IPC namespace (left out of the sealed tier's `unshare`).
+pub const IPC_NS: &str = "ipc_namespace";
+
+/// The new /proc's masks and read-only directories (sealed tier).
+pub const PROC_MASK: &str = "proc_mask";
+
+/// The scoped tier's metadata filter.
+pub const METADATA_FILTER: &str = "metadata_filter";
+
 /// Every mutant.
 pub const MUTANTS: &[Mutant] = &[
     Mutant {
@@ -124,26 +133,58 @@ pub const MUTANTS: &[Mutant] = &[
         scoped: true,
         skips: "the write of the init's pid to each cgroup.procs",
     },
+    Mutant {
+        name: IPC_NS,
+        mechanism: ControlMechanism::Ipcns,
+        dimension: ControlDimension::Process,
+        sealed: true,
+        scoped: false,
+        skips: "CLONE_NEWIPC in the sealed tier's unshare",
+    },
+    Mutant {
+        name: PROC_MASK,
+        mechanism: ControlMechanism::ProcMask,
+        dimension: ControlDimension::KernelSurface,
+        sealed: true,
+        scoped: false,
+        skips: "the masks and read-only binds of the new /proc",
+    },
+    Mutant {
+        name: METADATA_FILTER,
+        mechanism: ControlMechanism::Seccomp,
+        dimension: ControlDimension::FilesystemWrite,
+        sealed: false,
+        scoped: true,
+        skips: "seccomp(SECCOMP_SET_MODE_FILTER) of the metadata filter",
+    },
 ];
 
 /// Mechanisms of the observation vocabulary without a mutant, each with the reason.
 pub const EXEMPT: &[(ControlMechanism, &str)] = &[
     (
         ControlMechanism::Userns,
-        "created by unshare, which either succeeds or fails the run",
+        "read back (ns inode before/after, as ipcns); without it the uid map and every later step fail",
     ),
     (
         ControlMechanism::Mountns,
-        "created by unshare; every mount read back depends on it",
+        "read back (ns inode, as ipcns); without it pivot_root fails and the run refuses",
     ),
     (
         ControlMechanism::Pidns,
-        "created by unshare; the command's pid 1 is the reaper",
+        "read back (pid_for_children, as ipcns); the command's pid 1 is the reaper",
     ),
-    (ControlMechanism::Netns, "created by unshare"),
-    (ControlMechanism::Ipcns, "created by unshare"),
-    (ControlMechanism::Utsns, "created by unshare"),
-    (ControlMechanism::Cgroupns, "created by unshare"),
+    (
+        ControlMechanism::Netns,
+        "reported by netif once the loopback of the new namespace is up",
+    ),
+    (
+        ControlMechanism::Utsns,
+        "read like ipcns (inode of /proc/self/ns/uts before and after), whose mutant covers the code",
+    ),
+    (
+        ControlMechanism::Cgroupns,
+        "read back (ns inode before/after, as ipcns)",
+    ),
     (
         ControlMechanism::Overlay,
         "without it the workdir is not mounted and the command cannot start in it",
@@ -152,7 +193,6 @@ pub const EXEMPT: &[(ControlMechanism, &str)] = &[
         ControlMechanism::WorkdirCopy,
         "without it the command has no workdir to start in",
     ),
-    (ControlMechanism::ProcMask, "no mutant yet (issue 17, open)"),
     (
         ControlMechanism::MinimalDev,
         "its /dev/shm size is read back from mountinfo",

@@ -654,6 +654,25 @@ pub(crate) fn check_count(
     }
 }
 
+/// Read an install of `added` filters back into `o`: the count in `Seccomp_filters` against
+/// `before` (`seccomp_filters_read`) and then the probe call `call`, described as `probe`.
+/// `Err` with the reason when either says the filters are not in force.
+pub(crate) fn read_back_install(
+    o: &mut ControlObservation,
+    before: Option<u64>,
+    added: u64,
+    probe: &str,
+    call: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    let count = check_count(before, filters_in_force(), added);
+    o.details.insert(
+        "seccomp_filters_read".into(),
+        json!(count.as_ref().ok().copied().flatten()),
+    );
+    o.details.insert("probe".into(), json!(probe));
+    count.and_then(|_| call())
+}
+
 /// The probe call: `clone3(NULL, 0)`, which the filter answers `ENOSYS` and the kernel,
 /// unfiltered, rejects with `EINVAL` (a size below the first version of the arguments)
 /// before doing anything.

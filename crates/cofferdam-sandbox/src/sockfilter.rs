@@ -189,16 +189,8 @@ pub fn install(tcp: &TcpRules) -> ControlObservation {
         o.reason = Some(format!("install the socket filter: {e}"));
         return o;
     }
-    let count = crate::seccomp::check_count(before, crate::seccomp::filters_in_force(), 2);
-    o.details.insert(
-        "seccomp_filters_read".into(),
-        json!(count.as_ref().ok().copied().flatten()),
-    );
-    o.details.insert(
-        "probe".into(),
-        json!("socket(AF_INET, SOCK_DGRAM) = EAFNOSUPPORT"),
-    );
-    if let Err(why) = count.and_then(|_| probe_udp()) {
+    let probe = "socket(AF_INET, SOCK_DGRAM) = EAFNOSUPPORT";
+    if let Err(why) = crate::seccomp::read_back_install(&mut o, before, 2, probe, probe_udp) {
         o.status = ControlStatus::Failed;
         o.reason = Some(why);
     }

@@ -633,6 +633,10 @@ impl Ctx {
             .env("COFFERDAM_HOME", self.store())
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .current_dir(self.work());
+        // A debug build's mutant (`.ci/mutants-escape`) reaches the binary under test.
+        if let Some(m) = std::env::var_os(cofferdam_sandbox::mutant::ENV) {
+            c.env(cofferdam_sandbox::mutant::ENV, m);
+        }
         for (k, v) in self.vars.borrow().iter() {
             c.env(k, v);
         }
