@@ -357,7 +357,7 @@ fn sealed_main(early: EarlyNamespaces) -> i32 {
         if let Err(code) = await_go(channel) {
             return code;
         }
-        send(status_fd(), &StatusMessage::SetupFailed { step, error });
+        fds::send_status(&StatusMessage::SetupFailed { step, error });
         return SETUP_FAILED;
     }
     run_init(&plan, channel)
