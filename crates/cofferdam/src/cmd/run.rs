@@ -181,13 +181,19 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         .map_err(Failure::setup)?;
     // After the start time: a host edit after the copy is newer than the run's start, so
     // the apply-time conflict check catches it.
+    // Trace writes that failed: told at once, and carried into the bundle's warnings.
+    let mut trace_lost: Vec<String> = Vec::new();
     let copy_stage = match copy_paths {
         Some(paths) => Some(copy::prepare(&policy.workdir, paths, &plan)?),
         None => None,
     };
     if let Some(stage) = &copy_stage {
         let o = TraceEventKind::ControlInstalled(stage.observation.clone());
-        let _ = trace.append(now_ms(), o);
+        trace_lost.extend(crate::trace_append::append(
+            &mut trace,
+            vec![(now_ms(), o)],
+            "the workdir copy's control",
+        ));
     }
 
     let capture = args.capture.then(|| CaptureSpec {
@@ -276,7 +282,11 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             Err(line) => warnings.push(line),
         }
     }
-    let _ = trace.append_all(events);
+    trace_lost.extend(crate::trace_append::append(
+        &mut trace,
+        events,
+        "the run's controls and process events",
+    ));
     let egress = egress.map(|e| e.finish(&mut controls, &mut trace));
     let ending = match ending {
         Some(e) => e,
@@ -319,7 +329,8 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     }
     let (ending, hits) = limits.conclude(stop, ending, &controls);
     for (limit, message) in hits {
-        let _ = trace.append(finished, TraceEventKind::LimitHit { limit, message });
+        let hit = vec![(finished, TraceEventKind::LimitHit { limit, message })];
+        trace_lost.extend(crate::trace_append::append(&mut trace, hit, "a limit hit"));
     }
     if let Some(f) = cofferdam_policy::outcome::failure_of(&ending)
         && matches!(
@@ -360,13 +371,16 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         )
         .map_err(Failure::setup)?;
         warnings.extend(sealed.warnings);
-        let _ = trace.append(
-            now_ms(),
-            TraceEventKind::StageSealed {
-                changed_files: sealed.changes.len(),
-                whiteouts: sealed.whiteouts,
-            },
-        );
+        let sealed_event = TraceEventKind::StageSealed {
+            changed_files: sealed.changes.len(),
+            whiteouts: sealed.whiteouts,
+        };
+        trace_lost.extend(crate::trace_append::append(
+            &mut trace,
+            vec![(now_ms(), sealed_event)],
+            "the stage's seal",
+        ));
+        warnings.append(&mut trace_lost);
         let report = RunReport {
             run_id: run_id.clone(),
             started_at_unix_ms: started,
