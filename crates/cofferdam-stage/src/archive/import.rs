@@ -56,7 +56,18 @@ pub fn import(
 ) -> Result<Imported, ArchiveError> {
     let decoder = zstd::stream::Decoder::new(input)
         .map_err(|e| refuse(format!("it cannot be decompressed: {e}")))?;
-    let mut archive = tar::Archive::new(decoder);
+    import_tar(store, decoder, workdir, now_ms)
+}
+
+/// [`import`] of an archive already decompressed: `input` is the tar stream (the fuzz
+/// harness feeds it directly, so that its inputs reach past the decompressor).
+pub fn import_tar(
+    store: &JobStore,
+    input: impl Read,
+    workdir: Option<&Path>,
+    now_ms: u64,
+) -> Result<Imported, ArchiveError> {
+    let mut archive = tar::Archive::new(input);
     let mut entries = archive
         .entries()
         .map_err(|e| refuse(format!("it is not a tar archive: {e}")))?;
