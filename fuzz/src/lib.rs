@@ -639,3 +639,62 @@ pub fn status(data: &[u8]) -> usize {
     }
     read
 }
+
+/// Target `import`: bytes as an export archive (zstd-compressed when they start with the
+/// zstd magic number, else the tar stream itself) to `cofferdam_stage::archive::import`,
+/// into a fresh store, applying onto a fresh workdir beside a canary directory. Whether it
+/// was accepted. Checks: no panic; a refusal leaves no job (nor a hidden half-made one) in
+/// the store; accepted or not, the workdir and the canary stay empty and nothing appears
+/// beside the store; an accepted job is `staged` and its bundle reads.
+pub fn import(data: &[u8]) -> bool {
+    use cofferdam_stage::archive::import as imp;
+    let Ok(tmp) = tempfile::tempdir() else {
+        return false;
+    };
+    let (root, work, canary) = (
+        tmp.path().join("store"),
+        tmp.path().join("work"),
+        tmp.path().join("canary"),
+    );
+    for d in [&root, &work, &canary] {
+        if std::fs::create_dir(d).is_err() {
+            return false;
+        }
+    }
+    let Ok(store) = cofferdam_stage::job::JobStore::open(&root) else {
+        return false;
+    };
+    let result = if data.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        imp::import(&store, data, Some(&work), 1)
+    } else {
+        imp::import_tar(&store, data, Some(&work), 1)
+    };
+    let names = |p: &Path| -> Vec<std::ffi::OsString> {
+        let mut v: Vec<_> = std::fs::read_dir(p)
+            .map(|r| r.filter_map(|e| e.ok().map(|e| e.file_name())).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    assert!(names(&work).is_empty() && names(&canary).is_empty());
+    assert_eq!(names(tmp.path()), ["canary", "store", "work"]);
+    let jobs = names(store.jobs_dir());
+    match result {
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            assert!(jobs.is_empty(), "a refused import left {jobs:?}");
+            false
+        }
+        Ok(done) => {
+            assert_eq!(jobs.len(), 1);
+            let state = done.job.state().map(|s| s.state);
+            assert!(matches!(
+                state,
+                Ok(cofferdam_stage::job::StageState::Staged)
+            ));
+            let bundle = std::fs::read(done.job.bundle_path()).unwrap_or_default();
+            assert!(cofferdam_record::read_bundle(&bundle).is_ok());
+            true
+        }
+    }
+}

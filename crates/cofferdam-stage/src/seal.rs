@@ -437,7 +437,7 @@ fn lend_file(path: &Path, up: &Upper) -> io::Result<()> {
 }
 
 /// Whether the upper directory at `path` is marked opaque.
-fn is_opaque(path: &Path) -> bool {
+pub(crate) fn is_opaque(path: &Path) -> bool {
     OPAQUE_XATTRS.iter().any(|name| {
         let mut buf = [0u8; 8];
         // ENODATA, ENOTSUP, EPERM (trusted. without privilege), ERANGE: not opaque.

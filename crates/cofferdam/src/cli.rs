@@ -91,6 +91,10 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Discard a job's stage; the workdir is not touched.
     Drop(DropArgs),
+    /// Write a sealed job (bundle, trace, stage, fingerprints) to one archive (tar + zstd).
+    Export(ExportArgs),
+    /// Make an archive from `export` a local job, checked, whose apply checks this tree.
+    Import(ImportArgs),
     /// Stop a running job from another terminal (it ends `cancelled`, exit 130).
     Kill(KillArgs),
     /// A first run for newcomers: a scratch project, a scripted agent, its review.
@@ -425,6 +429,26 @@ pub struct KillArgs {
 pub struct DropArgs {
     /// The job: `last` (the newest job of this directory), an id prefix, or a path.
     pub job: String,
+}
+
+/// `cofferdam export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The job: `last` (the newest job of this directory), an id prefix, or a path.
+    pub job: String,
+    /// The archive to write (a new file); default `JOB-ID.tar.zst` in the current directory.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `cofferdam import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The archive `cofferdam export` wrote.
+    pub file: PathBuf,
+    /// The tree the job applies onto; default the exported job's workdir.
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -60,6 +60,10 @@ pub fn describe(code: u8, command: &str) -> (&'static str, String) {
             "usage",
             format!("`cofferdam {command} --help` shows the usage").replace("  ", " "),
         ),
+        INVALID if command == "import" => (
+            "invalid",
+            "the message names what is wrong with the archive; export the job again".to_owned(),
+        ),
         NOT_RUNNING => (
             "not_running",
             "`cofferdam status JOB` shows how the job ended".to_owned(),

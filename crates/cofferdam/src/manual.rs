@@ -29,6 +29,14 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
         "`kill`: the job is not running (its run has ended, or its supervisor is gone)",
     ),
     (
+        "1",
+        "`import`: the archive is refused (the message names the entry and what is wrong with it); no job is made",
+    ),
+    (
+        "2",
+        "`export`: the output file exists, or the stage holds a device, fifo or socket; `import`: the workdir is not a directory on this machine",
+    ),
+    (
         "4",
         "no such job (`status`, `diff`, `apply`, `drop`, `kill`, `logs`, `bundle verify last`)",
     ),

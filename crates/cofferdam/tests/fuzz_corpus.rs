@@ -115,3 +115,15 @@ fn status_corpus() {
     let read = replay("status", harness::status);
     assert!(read.iter().any(|&n| n >= 5), "{read:?}");
 }
+
+#[test]
+fn import_corpus() {
+    // The hostile archives (`cofferdam-stage/tests/hostile_archives.rs` writes them) are
+    // refused; the real exports are accepted.
+    let accepted = replay("import", harness::import);
+    assert!(
+        accepted.iter().filter(|&&a| a).count() >= 2
+            && accepted.iter().filter(|&&a| !a).count() >= 10,
+        "{accepted:?}"
+    );
+}

@@ -52,7 +52,7 @@ const CHMOD_MODES: &[u32] = &[
 
 /// A path in the workdir, by components.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct P(Vec<&'static str>);
+pub(crate) struct P(Vec<&'static str>);
 
 impl P {
     fn raw(&self) -> String {
@@ -65,7 +65,7 @@ impl P {
 
 /// A symlink target: always relative and downward, or unresolvable.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Target {
+pub(crate) enum Target {
     Sibling(&'static str),
     Down(&'static str, &'static str),
     Nowhere,
@@ -82,14 +82,14 @@ impl Target {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Init {
+pub(crate) enum Init {
     File(Vec<u8>, u32),
     Dir(u32),
     Link(Target),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Op {
+pub(crate) enum Op {
     Write(P, Vec<u8>),
     Append(P, Vec<u8>),
     Truncate(P, u8),
@@ -236,7 +236,7 @@ fn parse_dump(stdout: &[u8]) -> Tree {
 
 /// Make the initial tree: entries in order; a missing parent becomes a 0755 directory, an
 /// entry whose place is taken (or whose parent is not a directory) is left out.
-fn build(root: &Path, init: &[(P, Init)]) {
+pub(crate) fn build(root: &Path, init: &[(P, Init)]) {
     for (p, what) in init {
         let path = root.join(p.raw());
         if path.symlink_metadata().is_ok() {
@@ -334,7 +334,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn case() -> impl Strategy<Value = (Vec<(P, Init)>, Vec<Op>)> {
+pub(crate) fn case() -> impl Strategy<Value = (Vec<(P, Init)>, Vec<Op>)> {
     (
         prop::collection::vec(init_entry(), 0..10),
         prop::collection::vec(op(), 1..12),
@@ -366,13 +366,13 @@ pub(crate) fn text(out: &Output) -> String {
 
 /// One case made real: the sandbox after its run (the job is `last`), the original tree,
 /// and what the agent saw at exit.
-struct Ran {
-    s: Sandbox,
+pub(crate) struct Ran {
+    pub(crate) s: Sandbox,
     original: Tree,
-    seen: Tree,
+    pub(crate) seen: Tree,
 }
 
-fn run_case(init: &[(P, Init)], ops: &[Op]) -> Result<Ran, TestCaseError> {
+pub(crate) fn run_case(init: &[(P, Init)], ops: &[Op]) -> Result<Ran, TestCaseError> {
     let s = Sandbox::new();
     build(s.work.path(), init);
     let original = tree(s.work.path());
@@ -590,7 +590,7 @@ fn a_path_subset_applies_exactly_its_part(
 }
 
 /// The host check, once per test binary (it spawns probes).
-fn sealed() -> bool {
+pub(crate) fn sealed() -> bool {
     static SEALED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *SEALED.get_or_init(sealed_host)
 }

@@ -22,6 +22,7 @@ mod load;
 mod mounts;
 mod mutants;
 mod net;
+mod portable;
 mod pty;
 mod readme;
 mod review_json;
