@@ -73,8 +73,8 @@ pub(super) fn check_rows(bundle: &RunBundle) -> Result<(), BundleError> {
 }
 
 /// When the command ran, the rows are complete: every row the tier's table has is present
-/// (the conditional ones when the network was confined), and no `hard` one is `failed` or
-/// `unavailable` (the run would have been refused).
+/// (the conditional ones when the network was confined), and no `hard` one is `failed`,
+/// `unavailable` or `unknown` (the run would have been refused).
 pub(super) fn check_complete(bundle: &RunBundle) -> Result<(), BundleError> {
     if !command_ran(bundle) {
         return Ok(());
@@ -84,7 +84,12 @@ pub(super) fn check_complete(bundle: &RunBundle) -> Result<(), BundleError> {
     let confined = network_confined(bundle);
     for (i, c) in o.controls.iter().enumerate() {
         let hard = requirement_of(table, confined, c) == Some(Requirement::Hard);
-        if hard && matches!(c.status, ControlStatus::Failed | ControlStatus::Unavailable) {
+        if hard
+            && matches!(
+                c.status,
+                ControlStatus::Failed | ControlStatus::Unavailable | ControlStatus::Unknown
+            )
+        {
             return Err(inconsistent(
                 format!("executor_observations.controls[{i}].status"),
                 format!(
