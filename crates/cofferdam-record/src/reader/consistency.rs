@@ -331,24 +331,36 @@ fn failure_word(kind: FailureKind) -> &'static str {
     }
 }
 
+/// The detail flags that record a row's read-back: `true` read and as planned, `false`
+/// read otherwise, `null` not read (the row is then `unknown`).
+const READ_BACK_FLAGS: [&str; 4] = [
+    "verified",
+    "read_back",
+    "read_only_read_back",
+    "size_read_back",
+];
+
 /// Details that contradict an `enforced` status: a read-back flag that says the effect was
-/// not read back (`verified`, `read_back` false), or a Landlock restriction that is not
-/// `fully_enforced`.
+/// not read back as planned (`false`) or not read at all (`null`), or a Landlock
+/// restriction that is not `fully_enforced`.
 fn check_details(bundle: &RunBundle) -> Result<(), BundleError> {
     for (i, c) in bundle.executor_observations.controls.iter().enumerate() {
         if c.status != ControlStatus::Enforced {
             continue;
         }
-        for flag in ["verified", "read_back"] {
-            if c.details.get(flag).and_then(|v| v.as_bool()) == Some(false) {
-                return Err(inconsistent(
-                    format!("executor_observations.controls[{i}].details.{flag}"),
-                    format!(
-                        "is false, so {} ({}) was not read back, but its status is `enforced`",
-                        c.mechanism, c.dimension
-                    ),
-                ));
-            }
+        for flag in READ_BACK_FLAGS {
+            let said = match c.details.get(flag) {
+                Some(serde_json::Value::Bool(false)) => "false",
+                Some(serde_json::Value::Null) => "null",
+                _ => continue,
+            };
+            return Err(inconsistent(
+                format!("executor_observations.controls[{i}].details.{flag}"),
+                format!(
+                    "is {said}, so {} ({}) was not read back, but its status is `enforced`",
+                    c.mechanism, c.dimension
+                ),
+            ));
         }
         if let Some(restriction) = c.details.get("restriction").and_then(|v| v.as_str())
             && restriction != "fully_enforced"
