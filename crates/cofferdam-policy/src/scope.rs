@@ -664,12 +664,24 @@ fn not_protected(p: &Policy, tier: EnforcementTier, abi: Option<u32>) -> Vec<Str
         }
     }
     if abi.is_none_or(|a| a < 9) {
-        out.push(format!(
-            "pathname unix sockets inside visible paths: the command can connect to a host \
-             process listening on one (Landlock stops that only from ABI 9; this ruleset is \
-             at {})",
-            abi.map_or_else(|| "no ABI".to_owned(), |a| format!("ABI {a}"))
-        ));
+        let at = abi.map_or_else(|| "no ABI".to_owned(), |a| format!("ABI {a}"));
+        out.push(if sealed {
+            format!(
+                "pathname unix sockets inside visible paths: the command can connect to a host \
+                 process listening on one (Landlock stops that only from ABI 9; this ruleset is \
+                 at {at})"
+            )
+        } else {
+            // Landlock below ABI 9 does not look at connect(2) to a path, whatever the
+            // directory's grants, and the socket filter cannot see the path.
+            format!(
+                "pathname unix sockets anywhere on the host: the command can connect to any \
+                 host process listening on a socket file whose path it names (an ssh-agent, a \
+                 container runtime), even in a directory it cannot read (Landlock stops that \
+                 only from ABI 9; this ruleset is at {at}; the sealed tier shows none that is \
+                 not lent)"
+            )
+        });
     }
     for m in p.mounts.iter().filter(|m| m.mode == MountMode::Write) {
         out.push(format!(

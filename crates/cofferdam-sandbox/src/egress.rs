@@ -60,6 +60,10 @@ fn host_network() -> ControlObservation {
 
 fn allow(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
     let mut o = netif::loopback_up()?;
+    if o.status != ControlStatus::Enforced {
+        // Not a namespace of its own: nothing is routed or listened on (the run refuses).
+        return Ok(o);
+    }
     add_local_default_route().step(|| "route every IPv4 destination to lo (netlink)".into())?;
     let (mut infos, mut fds, v6) = listeners(plan)?;
     match catch_all(v6) {

@@ -282,6 +282,13 @@ pub fn init_main() -> ! {
         .nth(2)
         .map(|a| a.to_str().and_then(EarlyNamespaces::from_arg));
     let code = match early {
+        _ if crate::mutant::active(crate::mutant::INIT_EARLY_FAILURE) => {
+            fds::send_status(&StatusMessage::SetupFailed {
+                step: "start the sandbox init".into(),
+                error: "failed on purpose before the go (test switch init_early_failure)".into(),
+            });
+            SETUP_FAILED
+        }
         Some(None) => {
             fds::send_status(&StatusMessage::SetupFailed {
                 step: "start the sandbox init".into(),
@@ -330,7 +337,12 @@ fn sealed_main(early: EarlyNamespaces) -> i32 {
         Ok(o) => unshared(o),
         Err(e) => return fail(&e),
     };
-    match userns::enter_namespaces(early.host_network) {
+    // Without a user namespace of its own the others would be the host's to make: none is.
+    let namespaces = match not_new {
+        None => userns::enter_namespaces(early.host_network),
+        Some(_) => Ok(Vec::new()),
+    };
+    match namespaces {
         Ok(obs) => {
             for o in obs {
                 let refusal = unshared(o);
@@ -508,14 +520,20 @@ fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
         report(memfd::seal_exec(true));
     }
     // A mount that reads back weaker than planned (`failed`: a read-only bind found
-    // writable) refuses the run; `partial` ones are recorded as read.
+    // writable), or could not be read back (`unknown`), refuses the run; `partial` ones are
+    // recorded as read.
+    // Every row is reported first, then the first such one refuses.
+    let mut refusal = None;
     for o in mounts::compose_and_pivot(&plan.fs).map_err(|e| fail(&e))? {
-        if o.status == ControlStatus::Failed {
-            let step = format!("compose the root ({})", o.mechanism);
-            require(o, &step)?;
-        } else {
-            report(o);
+        if matches!(o.status, ControlStatus::Failed | ControlStatus::Unknown) && refusal.is_none() {
+            let why = o.reason.clone().unwrap_or_else(|| o.status.to_string());
+            refusal = Some((format!("compose the root ({})", o.mechanism), why));
         }
+        report(o);
+    }
+    if let Some((step, error)) = refusal {
+        fds::send_status(&StatusMessage::SetupFailed { step, error });
+        return Err(SETUP_FAILED);
     }
     rustix::system::sethostname(plan.hostname.as_bytes()).map_err(|e| {
         fail(&SetupError {
@@ -523,7 +541,13 @@ fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
             errno: e,
         })
     })?;
-    report(egress::configure(&plan.network).map_err(|e| fail(&e))?);
+    // The network namespace, read back by inode, must be new unless none was asked for.
+    let network = egress::configure(&plan.network).map_err(|e| fail(&e))?;
+    if plan.network.mode == cofferdam_policy::plan::PlanNetworkMode::Host {
+        report(network);
+    } else {
+        require(network, "unshare (netns)")?;
+    }
     for o in rlimit::apply(&plan.rlimits) {
         report(o);
     }

@@ -444,7 +444,14 @@ impl PendingInit {
         on_start: impl FnOnce(u32),
     ) -> Result<SealedOutcome, LaunchError> {
         // Outside the run's cgroups its limits would not apply: the init is killed (drop).
-        self.finish_join()?;
+        // An init that failed before the go has exited, which is why it could not be
+        // placed: its own reason is the one to tell, not the placement's.
+        if let Err(e) = self.finish_join() {
+            return match self.failed_before_go(&e) {
+                Some(outcome) => Ok(outcome),
+                None => Err(e),
+            };
+        }
         if let Some(spec) = capture {
             match std::fs::DirBuilder::new().mode(0o700).create(&spec.dir) {
                 Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
@@ -524,6 +531,62 @@ impl PendingInit {
             stop: relayed.stop,
         })
     }
+}
+
+impl PendingInit {
+    /// After the placement failed with `placement`: the init is stopped (the plan pipe
+    /// closed, then SIGKILL) and reaped, and what it had reported is read without waiting.
+    /// When it had reported a setup failure, that is the outcome (the placement's error a
+    /// warning after it); otherwise `None` and the placement error stands.
+    fn failed_before_go(&mut self, placement: &LaunchError) -> Option<SealedOutcome> {
+        drop(self.plan_w.take());
+        let mut child = self.child.take()?;
+        let _ = child.kill();
+        let _ = child.wait();
+        let stream = self
+            .status_r
+            .as_ref()
+            .map(|fd| drain(fd.as_fd()))
+            .unwrap_or_default();
+        let messages = parse(&stream);
+        let failed = messages
+            .iter()
+            .any(|m| matches!(m, Ok(StatusMessage::SetupFailed { .. })));
+        if !failed {
+            self.child = Some(child);
+            return None;
+        }
+        let mut warnings = std::mem::take(&mut self.warnings);
+        warnings.push(format!(
+            "{placement} (the sandbox init had already failed before the go)"
+        ));
+        Some(SealedOutcome {
+            messages,
+            init: InitProcess(child),
+            output: CapturedOutput::default(),
+            terminal: false,
+            warnings,
+            stop: None,
+        })
+    }
+}
+
+/// Everything `fd` (a pipe whose writers are gone) holds now, read without blocking.
+fn drain(fd: rustix::fd::BorrowedFd<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    if rustix::fs::fcntl_setfl(fd, rustix::fs::OFlags::NONBLOCK).is_err() {
+        return out;
+    }
+    let mut buf = [0u8; 4096];
+    loop {
+        match rustix::io::read(fd, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
+        }
+    }
+    out
 }
 
 impl Drop for PendingInit {

@@ -1073,9 +1073,65 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
     // The root tmpfs itself holds only mount points: make it read-only.
     mount_setattr(root.fd.as_fd(), RO, false).step(|| "make / read-only".into())?;
     rustix::process::chdir(&plan.workdir).step(|| format!("chdir {}", plan.workdir.display()))?;
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    read_back(&parse_mountinfo(&mountinfo), plan, &mut obs);
+    let mountinfo = if crate::mutant::active(crate::mutant::MOUNTINFO_UNREAD) {
+        Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+    } else {
+        std::fs::read_to_string("/proc/self/mountinfo")
+    };
+    match mountinfo {
+        Ok(text) => read_back(&parse_mountinfo(&text), plan, &mut obs),
+        Err(e) => not_read_back(&format!("/proc/self/mountinfo: {e}"), &mut obs),
+    }
     Ok(obs)
+}
+
+/// The detail keys each mount row records its read-back under.
+const READ_BACK_KEYS: [(ControlMechanism, &[&str]); 5] = [
+    (
+        ControlMechanism::Tmpfs,
+        &["size_read_back", "home_size_bytes", "tmp_size_read_back"],
+    ),
+    (
+        ControlMechanism::MinimalDev,
+        &["size_read_back", "shm_size_bytes"],
+    ),
+    (ControlMechanism::PivotRoot, &["read_only_read_back"]),
+    (ControlMechanism::ProcMask, &["read_back"]),
+    (ControlMechanism::SecretsHidden, &["read_back"]),
+];
+
+/// The composed root could not be read back (`why`): every row whose evidence is that
+/// reading says `unknown` with its read-back keys `null`; a row already `failed` (a secret
+/// lent by a mount) stays so. The mounts were made, but nothing shows that they hold.
+fn not_read_back(why: &str, obs: &mut [ControlObservation]) {
+    for o in obs.iter_mut() {
+        let Some((_, keys)) = READ_BACK_KEYS.iter().find(|(m, _)| *m == o.mechanism) else {
+            continue;
+        };
+        for key in *keys {
+            o.details.insert((*key).into(), serde_json::Value::Null);
+        }
+        unknown(
+            o,
+            format!(
+                "not read back ({why}): the mounts were made but nothing shows they hold, so \
+                 the run is refused; check that the sandbox's /proc is readable \
+                 (`cofferdam doctor`)"
+            ),
+        );
+    }
+}
+
+/// Mark `o` as not read back, saying `why` after any reason it has; `failed` stays `failed`.
+fn unknown(o: &mut ControlObservation, why: String) {
+    if o.status == ControlStatus::Failed {
+        return;
+    }
+    o.status = ControlStatus::Unknown;
+    o.reason = Some(match o.reason.take() {
+        Some(r) => format!("{r}; {why}"),
+        None => why,
+    });
 }
 
 /// One line of `/proc/self/mountinfo`: where, what filesystem, its superblock options.
@@ -1152,9 +1208,10 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                 let home_ok = home_covered || home.is_some();
                 let tmp_ok = tmp.is_some();
                 if !(home_ok && tmp_ok) {
-                    o.status = ControlStatus::Partial;
-                    o.reason =
-                        Some("a private tmpfs's size could not be read back from mountinfo".into());
+                    unknown(
+                        o,
+                        "a private tmpfs's size could not be read back from mountinfo".into(),
+                    );
                 }
                 let home = home.filter(|_| !home_covered);
                 let wrong: Vec<String> = [("/tmp", tmp), ("HOME", home)]
@@ -1167,8 +1224,10 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                 let shm = tmpfs_size(mounts, Path::new("/dev/shm"));
                 o.details.insert("shm_size_bytes".into(), json!(shm));
                 if shm.is_none() {
-                    o.status = ControlStatus::Partial;
-                    o.reason = Some("the private /dev/shm's size could not be read back".into());
+                    unknown(
+                        o,
+                        "the private /dev/shm's size could not be read back".into(),
+                    );
                 }
                 let wrong = size_mismatch("/dev/shm", shm, plan.private_tmpfs_size);
                 fail_unless_read_back(
@@ -1210,30 +1269,49 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
     }
 }
 
+/// What reading a path's mount for read-only found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ReadOnly {
+    /// `ro` in mountinfo and `ST_RDONLY` in `statvfs`.
+    Yes,
+    /// It reads back writable: the reading, named.
+    Writable(String),
+    /// It could not be read (the path, its mount or `statvfs`): why, named.
+    Unread(String),
+}
+
 /// Whether `path` (inside the new root) lies on a read-only mount, read two ways: the
 /// per-mount options of the last mountinfo line whose mount point contains it (its real
 /// path: a system symlink such as `/bin` is read where it leads), and `statvfs`'s
-/// `ST_RDONLY`. `Err` names what read back writable or could not be read.
-fn reads_read_only(mounts: &[MountLine], path: &Path) -> Result<(), String> {
-    let real = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let line = mounts
-        .iter()
-        .rev()
-        .find(|m| real.starts_with(&m.point))
-        .ok_or_else(|| format!("{}: no mount in mountinfo", path.display()))?;
+/// `ST_RDONLY`.
+fn reads_read_only(mounts: &[MountLine], path: &Path) -> ReadOnly {
+    let real = match std::fs::canonicalize(path) {
+        Ok(real) => real,
+        Err(e) => return ReadOnly::Unread(format!("{}: {e}", path.display())),
+    };
+    let Some(line) = mounts.iter().rev().find(|m| real.starts_with(&m.point)) else {
+        return ReadOnly::Unread(format!("{}: no mount in mountinfo", path.display()));
+    };
     if !line.options.split(',').any(|o| o == "ro") {
-        return Err(format!(
+        return ReadOnly::Writable(format!(
             "{} is mounted {} at {} in mountinfo",
             path.display(),
             line.options,
             line.point.display()
         ));
     }
-    let vfs = rustix::fs::statvfs(&real).map_err(|e| format!("statvfs {}: {e}", path.display()))?;
-    if !vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) {
-        return Err(format!("statvfs {} lacks ST_RDONLY", path.display()));
+    let statvfs = if crate::mutant::active(crate::mutant::STATVFS_UNREAD) {
+        Err(Errno::ACCESS)
+    } else {
+        rustix::fs::statvfs(&real)
+    };
+    match statvfs {
+        Err(e) => ReadOnly::Unread(format!("statvfs {}: {e}", path.display())),
+        Ok(vfs) if !vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) => {
+            ReadOnly::Writable(format!("statvfs {} lacks ST_RDONLY", path.display()))
+        }
+        Ok(_) => ReadOnly::Yes,
     }
-    Ok(())
 }
 
 /// The largest page the kernel may round a tmpfs `size=` up to (64 KiB pages on some
@@ -1257,24 +1335,31 @@ fn detail_paths(o: &ControlObservation, key: &str) -> Vec<String> {
 }
 
 /// The new /proc's masks read back: every masked path must be a mount point in mountinfo
-/// and every read-only directory must read back read-only, or `proc_mask` is `failed`.
+/// and every read-only directory must read back read-only, or `proc_mask` is `failed`
+/// (`unknown` when one could not be read).
 fn proc_mask_back(mounts: &[MountLine], o: &mut ControlObservation) {
     let mut wrong: Vec<String> = detail_paths(o, "masked")
         .into_iter()
         .filter(|p| !mounts.iter().any(|m| m.point == Path::new(p)))
         .map(|p| format!("{p} is not a mount point in mountinfo"))
         .collect();
-    wrong.extend(not_read_only(mounts, o, "read_only"));
+    let (writable, unread) = not_read_only(mounts, o, "read_only");
+    wrong.extend(writable);
+    unread_read_only(o, unread);
     fail_unless_read_back(o, "read_back", "/proc masks read back missing", wrong);
 }
 
 /// The composed root's read-only binds read back: every `system_read_only` and `read_only`
-/// path of the `pivot_root` observation must read back read-only, or it is `failed`.
+/// path of the `pivot_root` observation must read back read-only, or it is `failed`
+/// (`unknown` when one could not be read).
 fn read_only_back(mounts: &[MountLine], o: &mut ControlObservation) {
-    let mut wrong = Vec::new();
+    let (mut wrong, mut unread) = (Vec::new(), Vec::new());
     for key in ["system_read_only", "read_only"] {
-        wrong.extend(not_read_only(mounts, o, key));
+        let (w, u) = not_read_only(mounts, o, key);
+        wrong.extend(w);
+        unread.extend(u);
     }
+    unread_read_only(o, unread);
     fail_unless_read_back(
         o,
         "read_only_read_back",
@@ -1283,17 +1368,48 @@ fn read_only_back(mounts: &[MountLine], o: &mut ControlObservation) {
     );
 }
 
-/// The paths under `key` in `o`'s details that do not read back read-only, each named.
-fn not_read_only(mounts: &[MountLine], o: &ControlObservation, key: &str) -> Vec<String> {
-    detail_paths(o, key)
-        .iter()
-        .filter_map(|p| reads_read_only(mounts, Path::new(p)).err())
-        .collect()
+/// Paths whose read-only flag could not be read make `o` `unknown`, naming them.
+fn unread_read_only(o: &mut ControlObservation, unread: Vec<String>) {
+    if !unread.is_empty() {
+        unknown(
+            o,
+            format!(
+                "read-only not read back ({}): nothing shows these binds are read-only, so \
+                 the run is refused; check that the sandbox's /proc is readable \
+                 (`cofferdam doctor`)",
+                unread.join("; ")
+            ),
+        );
+    }
+}
+
+/// The paths under `key` in `o`'s details that read back writable, and those that could
+/// not be read, each named.
+fn not_read_only(
+    mounts: &[MountLine],
+    o: &ControlObservation,
+    key: &str,
+) -> (Vec<String>, Vec<String>) {
+    let (mut writable, mut unread) = (Vec::new(), Vec::new());
+    for p in detail_paths(o, key) {
+        match reads_read_only(mounts, Path::new(&p)) {
+            ReadOnly::Yes => {}
+            ReadOnly::Writable(w) => writable.push(w),
+            ReadOnly::Unread(u) => unread.push(u),
+        }
+    }
+    (writable, unread)
 }
 
 /// Record the read-back in `o` as `key`; anything `wrong` makes it `failed`, saying `what`.
+/// A reading already `unknown` (a size not found) leaves `key` `null` when nothing is wrong.
 fn fail_unless_read_back(o: &mut ControlObservation, key: &str, what: &str, wrong: Vec<String>) {
-    o.details.insert(key.into(), json!(wrong.is_empty()));
+    let read = if o.status == ControlStatus::Unknown && wrong.is_empty() {
+        serde_json::Value::Null
+    } else {
+        json!(wrong.is_empty())
+    };
+    o.details.insert(key.into(), read);
     if !wrong.is_empty() {
         o.status = ControlStatus::Failed;
         o.reason = Some(format!("{what}: {}", wrong.join("; ")));
@@ -2022,6 +2138,55 @@ garbage line
         assert_eq!(size_mismatch("x", None, 1 << 30), None);
         assert_eq!(size_mismatch("x", Some(8192), 4097), None);
         assert!(size_mismatch("x", Some(4096), 4097).is_some());
+    }
+
+    #[test]
+    fn an_unreadable_mountinfo_leaves_every_mount_row_unknown_not_failed() {
+        let mut lent = observation(
+            ControlMechanism::SecretsHidden,
+            ControlDimension::FilesystemRead,
+        );
+        lent.status = ControlStatus::Failed;
+        let mut obs = vec![
+            observation(
+                ControlMechanism::PivotRoot,
+                ControlDimension::FilesystemWrite,
+            ),
+            observation(ControlMechanism::Tmpfs, ControlDimension::FilesystemWrite),
+            observation(ControlMechanism::ProcMask, ControlDimension::KernelSurface),
+            lent,
+            observation(ControlMechanism::Mountns, ControlDimension::FilesystemRead),
+        ];
+        not_read_back("/proc/self/mountinfo: EACCES", &mut obs);
+        for o in &obs[..3] {
+            assert_eq!(o.status, ControlStatus::Unknown, "{o:?}");
+            let reason = o.reason.clone().unwrap_or_default();
+            assert!(reason.contains("/proc/self/mountinfo: EACCES"), "{reason}");
+        }
+        assert_eq!(
+            obs[0].details["read_only_read_back"],
+            serde_json::Value::Null
+        );
+        assert_eq!(obs[1].details["size_read_back"], serde_json::Value::Null);
+        // A reading that had already failed keeps saying so; a row read otherwise is left.
+        assert_eq!(obs[3].status, ControlStatus::Failed);
+        assert_eq!(obs[4].status, ControlStatus::Enforced);
+        // A read-only directory that cannot be read is unknown; one found writable fails.
+        let m = parse_mountinfo("22 1 0:5 / / rw - tmpfs none rw\n");
+        assert!(matches!(
+            reads_read_only(&m, Path::new("/nonexistent-cofferdam-path")),
+            ReadOnly::Unread(_)
+        ));
+        assert!(matches!(
+            reads_read_only(&m, Path::new("/")),
+            ReadOnly::Writable(_)
+        ));
+        let mut o = observation(ControlMechanism::ProcMask, ControlDimension::KernelSurface);
+        o.details
+            .insert("read_only".into(), json!(["/nonexistent-cofferdam-path"]));
+        proc_mask_back(&m, &mut o);
+        assert_eq!(o.status, ControlStatus::Unknown, "{o:?}");
+        assert_eq!(o.details["read_back"], serde_json::Value::Null);
     }
 
     #[test]

@@ -59,6 +59,34 @@ pub const PROC_MASK: &str = "proc_mask";
 /// The scoped tier's metadata filter.
 pub const METADATA_FILTER: &str = "metadata_filter";
 
+/// The user namespace (`CLONE_NEWUSER` left out).
+pub const USER_NS: &str = "user_namespace";
+/// The mount namespace (left out of the sealed tier's `unshare`).
+pub const MOUNT_NS: &str = "mount_namespace";
+/// The pid namespace (left out of the sealed tier's `unshare`).
+pub const PID_NS: &str = "pid_namespace";
+/// The network namespace (left out of the sealed tier's `unshare`).
+pub const NET_NS: &str = "net_namespace";
+/// The UTS namespace (left out of the sealed tier's `unshare`).
+pub const UTS_NS: &str = "uts_namespace";
+/// The cgroup namespace (its `unshare` skipped).
+pub const CGROUP_NS: &str = "cgroup_namespace";
+
+/// Not a control: the read of `/proc/self/mountinfo` after the pivot fails, so the mount
+/// rows must say `unknown` (not read back), never `enforced` or `failed`.
+pub const MOUNTINFO_UNREAD: &str = "mountinfo_unread";
+/// Not a control: `statvfs` of the read-only binds fails (`unknown` as above).
+pub const STATVFS_UNREAD: &str = "statvfs_unread";
+
+/// Not a control: the init reports a setup failure and exits at once, before the go, so the
+/// supervisor's placement of it in the run's cgroups finds it gone (issue 17: the init's
+/// reason, not the placement's, must reach the user and the bundle).
+pub const INIT_EARLY_FAILURE: &str = "init_early_failure";
+
+/// Test switches that are not mutants of a control (no row to take away), handed on to the
+/// init like the mutants.
+pub const SWITCHES: &[&str] = &[INIT_EARLY_FAILURE];
+
 /// Every mutant.
 pub const MUTANTS: &[Mutant] = &[
     Mutant {
@@ -157,34 +185,74 @@ pub const MUTANTS: &[Mutant] = &[
         scoped: true,
         skips: "seccomp(SECCOMP_SET_MODE_FILTER) of the metadata filter",
     },
+    Mutant {
+        name: USER_NS,
+        mechanism: ControlMechanism::Userns,
+        dimension: ControlDimension::Process,
+        sealed: true,
+        scoped: false,
+        skips: "unshare(CLONE_NEWUSER) (and so the uid and gid maps)",
+    },
+    Mutant {
+        name: MOUNT_NS,
+        mechanism: ControlMechanism::Mountns,
+        dimension: ControlDimension::FilesystemWrite,
+        sealed: true,
+        scoped: false,
+        skips: "CLONE_NEWNS in the sealed tier's unshare",
+    },
+    Mutant {
+        name: PID_NS,
+        mechanism: ControlMechanism::Pidns,
+        dimension: ControlDimension::Process,
+        sealed: true,
+        scoped: false,
+        skips: "CLONE_NEWPID in the sealed tier's unshare",
+    },
+    Mutant {
+        name: NET_NS,
+        mechanism: ControlMechanism::Netns,
+        dimension: ControlDimension::Network,
+        sealed: true,
+        scoped: false,
+        skips: "CLONE_NEWNET in the sealed tier's unshare",
+    },
+    Mutant {
+        name: UTS_NS,
+        mechanism: ControlMechanism::Utsns,
+        dimension: ControlDimension::Process,
+        sealed: true,
+        scoped: false,
+        skips: "CLONE_NEWUTS in the sealed tier's unshare",
+    },
+    Mutant {
+        name: CGROUP_NS,
+        mechanism: ControlMechanism::Cgroupns,
+        dimension: ControlDimension::Process,
+        sealed: true,
+        scoped: false,
+        skips: "unshare(CLONE_NEWCGROUP)",
+    },
+    Mutant {
+        name: MOUNTINFO_UNREAD,
+        mechanism: ControlMechanism::SecretsHidden,
+        dimension: ControlDimension::FilesystemRead,
+        sealed: true,
+        scoped: false,
+        skips: "the read of /proc/self/mountinfo after the pivot (it fails)",
+    },
+    Mutant {
+        name: STATVFS_UNREAD,
+        mechanism: ControlMechanism::PivotRoot,
+        dimension: ControlDimension::FilesystemWrite,
+        sealed: true,
+        scoped: false,
+        skips: "statvfs of each read-only bind (it fails)",
+    },
 ];
 
 /// Mechanisms of the observation vocabulary without a mutant, each with the reason.
 pub const EXEMPT: &[(ControlMechanism, &str)] = &[
-    (
-        ControlMechanism::Userns,
-        "read back (ns inode before/after, as ipcns); without it the uid map and every later step fail",
-    ),
-    (
-        ControlMechanism::Mountns,
-        "read back (ns inode, as ipcns); without it pivot_root fails and the run refuses",
-    ),
-    (
-        ControlMechanism::Pidns,
-        "read back (pid_for_children, as ipcns); the command's pid 1 is the reaper",
-    ),
-    (
-        ControlMechanism::Netns,
-        "reported by netif once the loopback of the new namespace is up",
-    ),
-    (
-        ControlMechanism::Utsns,
-        "read like ipcns (inode of /proc/self/ns/uts before and after), whose mutant covers the code",
-    ),
-    (
-        ControlMechanism::Cgroupns,
-        "read back (ns inode before/after, as ipcns)",
-    ),
     (
         ControlMechanism::Overlay,
         "without it the workdir is not mounted and the command cannot start in it",
@@ -237,9 +305,7 @@ pub const fn active(_name: &str) -> bool {
 #[cfg(debug_assertions)]
 pub fn handed_on() -> Option<std::ffi::CString> {
     let v = std::env::var(ENV).ok()?;
-    MUTANTS
-        .iter()
-        .any(|m| m.name == v)
+    (MUTANTS.iter().any(|m| m.name == v) || SWITCHES.contains(&v.as_str()))
         .then(|| std::ffi::CString::new(format!("{ENV}={v}")).ok())
         .flatten()
 }

@@ -1,10 +1,9 @@
 //! The sandbox's network namespace starts with `lo` down; this brings it up so loopback
-//! works inside (DESIGN.md §6, mode `none`). Owns only that interface flag.
+//! works inside (DESIGN.md §6, mode `none`). Owns only that interface flag; the row it
+//! reports is the namespace's inode reading (`userns::netns_reading`).
 
 use crate::setup_error::{SetupError, StepContext};
-use cofferdam_record::bundle::{
-    ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
-};
+use cofferdam_record::bundle::{ControlObservation, ControlStatus};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use serde_json::json;
@@ -20,8 +19,22 @@ fn ifreq_lo() -> libc::ifreq {
 }
 
 /// Bring `lo` up in the current network namespace and report the namespace as the network
-/// control (loopback only).
+/// control (loopback only). The row is the namespace read back by inode against the host's
+/// (`userns::netns_reading`): one that is not new is returned `failed` before anything is
+/// touched, and the caller refuses the run.
 pub fn loopback_up() -> Result<ControlObservation, SetupError> {
+    let mut o = crate::userns::netns_reading();
+    if o.status != ControlStatus::Enforced {
+        return Ok(o);
+    }
+    bring_lo_up()?;
+    o.details.insert("interfaces".into(), json!(["lo"]));
+    o.details.insert("mode".into(), json!("none"));
+    Ok(o)
+}
+
+/// Set `IFF_UP | IFF_RUNNING` on `lo` of the current network namespace.
+pub(crate) fn bring_lo_up() -> Result<(), SetupError> {
     let sock = rustix::net::socket_with(
         AddressFamily::INET,
         SocketType::DGRAM,
@@ -44,14 +57,7 @@ pub fn loopback_up() -> Result<ControlObservation, SetupError> {
     if r != 0 {
         return Err(last_errno()).step(|| "bring lo up (SIOCSIFFLAGS)".into());
     }
-    let mut o = ControlObservation::new(
-        ControlMechanism::Netns,
-        ControlDimension::Network,
-        ControlStatus::Enforced,
-    );
-    o.details.insert("interfaces".into(), json!(["lo"]));
-    o.details.insert("mode".into(), json!("none"));
-    Ok(o)
+    Ok(())
 }
 
 fn last_errno() -> Errno {

@@ -232,8 +232,10 @@ pub fn unix_sockets(abi: u32) -> ControlObservation {
     if !enforced {
         o.reason = Some(format!(
             "Landlock ABI {abi} does not confine connect(2) to pathname unix sockets (ABI \
-             {UNIX_CONNECT_ABI} does): a socket file the command can reach by path, such as an \
-             ssh-agent or a container runtime's socket, stays reachable"
+             {UNIX_CONNECT_ABI} does) and the socket filter cannot see the path: a socket file \
+             anywhere on the host, such as an ssh-agent's or a container runtime's, stays \
+             reachable; run on a kernel with Landlock ABI {UNIX_CONNECT_ABI} or use the sealed \
+             tier, whose root shows no host socket that is not lent"
         ));
     }
     o

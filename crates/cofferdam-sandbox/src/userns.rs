@@ -89,10 +89,24 @@ fn reading(
 }
 
 /// Create the user namespace and map `uid`/`gid` to themselves.
+/// A row that does not read as a new namespace is returned as read, without the maps: the
+/// caller refuses the run.
 pub fn enter_user_namespace(uid: u32, gid: u32) -> Result<ControlObservation, SetupError> {
     let before = ns_inode("user");
-    unshare(UnshareFlags::NEWUSER).step(|| "unshare(CLONE_NEWUSER)".into())?;
+    if !mutant::active(mutant::USER_NS) {
+        unshare(UnshareFlags::NEWUSER).step(|| "unshare(CLONE_NEWUSER)".into())?;
+    }
     let after = ns_inode("user");
+    let read = reading(
+        ControlMechanism::Userns,
+        ControlDimension::Process,
+        "user",
+        before,
+        after,
+    );
+    if read.status != ControlStatus::Enforced {
+        return Ok(read);
+    }
     match write_proc("/proc/self/setgroups", "deny") {
         Ok(()) => {}
         Err(e) if e.errno == Errno::NOENT => {}
@@ -100,13 +114,7 @@ pub fn enter_user_namespace(uid: u32, gid: u32) -> Result<ControlObservation, Se
     }
     write_proc("/proc/self/uid_map", &format!("{uid} {uid} 1\n"))?;
     write_proc("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))?;
-    let mut o = reading(
-        ControlMechanism::Userns,
-        ControlDimension::Process,
-        "user",
-        before,
-        after,
-    );
+    let mut o = read;
     o.details
         .insert("uid_map".into(), json!(format!("{uid} {uid} 1")));
     o.details
@@ -132,7 +140,8 @@ const NAMESPACES: [(UnshareFlags, ControlMechanism, ControlDimension, &str, &str
         "CLONE_NEWPID",
         "pid_for_children",
     ),
-    // Reported by `netif::loopback_up` once the namespace's loopback is configured.
+    // Reported by `netif::loopback_up` once the namespace's loopback is configured, read
+    // against the inode recorded here (`netns_reading`).
     (
         UnshareFlags::NEWNET,
         ControlMechanism::Netns,
@@ -168,13 +177,20 @@ pub fn enter_namespaces(host_network: bool) -> Result<Vec<ControlObservation>, S
         .filter(|(flag, ..)| !(host_network && *flag == UnshareFlags::NEWNET))
         .collect();
     let before: Vec<_> = wanted.iter().map(|(.., kind)| ns_inode(kind)).collect();
-    let all = wanted
+    if let Some((_, net)) = wanted.iter().zip(&before).find(|((.., k), _)| *k == "net") {
+        // Read against it once the namespace's loopback is configured (`netns_reading`).
+        let _ = NET_BEFORE.set(*net);
+    }
+    let wanted_now: Vec<_> = wanted
         .iter()
-        .filter(|(flag, ..)| !(*flag == UnshareFlags::NEWIPC && mutant::active(mutant::IPC_NS)))
+        .filter(|(flag, ..)| !skipped_by_mutant(*flag))
+        .collect();
+    let all = wanted_now
+        .iter()
         .fold(UnshareFlags::empty(), |acc, (flag, ..)| acc | *flag);
     if unshare(all).is_err() {
         // Nothing was changed by the failed call: find the one the host refuses.
-        for (flag, _, _, name, _) in &wanted {
+        for (flag, _, _, name, _) in &wanted_now {
             unshare(*flag).step(|| format!("unshare({name})"))?;
         }
     }
@@ -188,12 +204,44 @@ pub fn enter_namespaces(host_network: bool) -> Result<Vec<ControlObservation>, S
         .collect())
 }
 
+/// Whether a mutant leaves `flag` out of the `unshare` (debug builds only).
+fn skipped_by_mutant(flag: UnshareFlags) -> bool {
+    let name = match flag {
+        f if f == UnshareFlags::NEWIPC => mutant::IPC_NS,
+        f if f == UnshareFlags::NEWNS => mutant::MOUNT_NS,
+        f if f == UnshareFlags::NEWPID => mutant::PID_NS,
+        f if f == UnshareFlags::NEWNET => mutant::NET_NS,
+        f if f == UnshareFlags::NEWUTS => mutant::UTS_NS,
+        _ => return false,
+    };
+    mutant::active(name)
+}
+
+/// The host's network namespace, read by [`enter_namespaces`] before its `unshare`.
+static NET_BEFORE: std::sync::OnceLock<Result<u64, Errno>> = std::sync::OnceLock::new();
+
+/// The network namespace row read now, against the host's namespace read before the
+/// `unshare`: `enforced` only when `/proc/self/ns/net` names another namespace (`failed`
+/// when it is the host's, or either reading is missing).
+pub fn netns_reading() -> ControlObservation {
+    let before = NET_BEFORE.get().copied().unwrap_or(Err(Errno::NOENT));
+    reading(
+        ControlMechanism::Netns,
+        ControlDimension::Network,
+        "net",
+        before,
+        ns_inode("net"),
+    )
+}
+
 /// Create the cgroup namespace. It is made apart from the others, once the supervisor has
 /// moved the init into the run's cgroups: the namespace's root is the cgroup the caller is
 /// in when it is made, so the sandbox sees its own cgroup as `/` and nothing above it.
 pub fn enter_cgroup_namespace() -> Result<ControlObservation, SetupError> {
     let before = ns_inode("cgroup");
-    unshare(UnshareFlags::NEWCGROUP).step(|| "unshare(CLONE_NEWCGROUP)".into())?;
+    if !mutant::active(mutant::CGROUP_NS) {
+        unshare(UnshareFlags::NEWCGROUP).step(|| "unshare(CLONE_NEWCGROUP)".into())?;
+    }
     Ok(reading(
         ControlMechanism::Cgroupns,
         ControlDimension::Process,

@@ -82,8 +82,8 @@ pub struct ExecutorObservations {
     /// One entry per control the executor attempted, per dimension it serves, in setup
     /// order. A mechanism serving several dimensions (Landlock) appears once for each.
     pub controls: Vec<ControlObservation>,
-    /// Per-dimension status combined from `controls`: any `failed` gives `failed`, all
-    /// `enforced` gives `enforced`, all `unavailable` gives `unavailable`, any other mix gives
+    /// Per-dimension status combined from `controls`: any `failed` gives `failed`, else any
+    /// `unknown` gives `unknown`, all `enforced` gives `enforced`, all `unavailable` gives `unavailable`, any other mix gives
     /// `partial`. A dimension that is absent had no control at all.
     #[schemars(extend("propertyNames" = {"$ref": "#/$defs/ControlDimension"}))]
     pub summary: BTreeMap<ControlDimension, ControlStatus>,
@@ -157,7 +157,7 @@ pub struct SummaryDisagreement {
 }
 
 /// Combines controls into a per-dimension status. For each dimension that has controls:
-/// any `failed` → `failed`; all `enforced` → `enforced`; all `unavailable` → `unavailable`;
+/// any `failed` → `failed`; else any `unknown` → `unknown`; all `enforced` → `enforced`; all `unavailable` → `unavailable`;
 /// any other mix → `partial`. Dimensions without controls are absent.
 pub fn summarize_controls(
     controls: &[ControlObservation],
@@ -174,6 +174,8 @@ pub fn summarize_controls(
         };
         let combined = if statuses.contains(&ControlStatus::Failed) {
             ControlStatus::Failed
+        } else if statuses.contains(&ControlStatus::Unknown) {
+            ControlStatus::Unknown
         } else if statuses.iter().all(|&s| s == first) {
             first
         } else {
@@ -276,16 +278,22 @@ pub enum ControlStatus {
     Unavailable,
     /// Installing it was attempted and failed.
     Failed,
+    /// Installed, but its effect could not be read back (e.g. `/proc/self/mountinfo`
+    /// unreadable): not shown to hold, so never counted as enforced, and not shown to have
+    /// failed either.
+    Unknown,
 }
 
 impl ControlStatus {
-    /// Strength order: `failed` < `unavailable` < `partial` < `enforced`.
+    /// Strength order: `failed` < `unavailable` < `unknown` < `partial` < `enforced`. An
+    /// `unknown` row may hold or not; `partial` is a reading that it holds in part.
     pub fn rank(self) -> u8 {
         match self {
             Self::Failed => 0,
             Self::Unavailable => 1,
-            Self::Partial => 2,
-            Self::Enforced => 3,
+            Self::Unknown => 2,
+            Self::Partial => 3,
+            Self::Enforced => 4,
         }
     }
 
@@ -296,6 +304,7 @@ impl ControlStatus {
             Self::Partial => "partial",
             Self::Unavailable => "unavailable",
             Self::Failed => "failed",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -337,6 +346,34 @@ mod tests {
         assert_eq!(summary.get(&D::Network), Some(&S::Unavailable));
         assert_eq!(summary.get(&D::KernelSurface), Some(&S::Failed));
         assert_eq!(summary.get(&D::Process), None);
+    }
+
+    #[test]
+    fn an_unread_row_makes_its_dimension_unknown_never_enforced() {
+        let controls = vec![
+            obs(M::Mountns, D::FilesystemRead, S::Enforced),
+            obs(M::SecretsHidden, D::FilesystemRead, S::Unknown),
+            obs(M::PivotRoot, D::FilesystemWrite, S::Unknown),
+            obs(M::Overlay, D::FilesystemWrite, S::Failed),
+        ];
+        let summary = summarize_controls(&controls);
+        assert_eq!(summary.get(&D::FilesystemRead), Some(&S::Unknown));
+        assert_eq!(summary.get(&D::FilesystemWrite), Some(&S::Failed));
+        // A summary that turns an unread row into a partial reading overclaims.
+        let mut o = ExecutorObservations::new(
+            "cofferdam-sealed",
+            EnforcementTier::MountnsPivotRootLandlockSeccomp,
+            controls,
+        );
+        assert!(!o.is_enforced(D::FilesystemRead));
+        o.summary.insert(D::FilesystemRead, S::Partial);
+        assert_eq!(o.summary_disagreements().len(), 1);
+        assert_eq!(o.status_of(D::FilesystemRead), Some(S::Unknown));
+        assert_eq!(S::Unknown.wire_name(), "unknown");
+        assert_eq!(
+            serde_json::to_value(S::Unknown).ok(),
+            Some("unknown".into())
+        );
     }
 
     #[test]

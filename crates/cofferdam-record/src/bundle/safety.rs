@@ -305,6 +305,25 @@ mod tests {
     }
 
     #[test]
+    fn an_unread_control_never_counts_as_holding() {
+        let o = complete(&[
+            (M::SecretsHidden, D::FilesystemRead, S::Unknown),
+            (M::PivotRoot, D::FilesystemWrite, S::Unknown),
+        ]);
+        let s = SafetySummary::derive(&o, None, None);
+        assert!(!s.filesystem_read_non_bypassable);
+        assert!(!s.filesystem_write_non_bypassable);
+        assert!(!s.filesystem_non_bypassable);
+        assert!(s.network_non_bypassable);
+        assert!(
+            s.warnings.iter().any(|w| w
+                .starts_with("filesystem_read is unknown, not enforced: secrets_hidden unknown")),
+            "{:?}",
+            s.warnings
+        );
+    }
+
+    #[test]
     fn nothing_observed_means_nothing_guaranteed() {
         let s = SafetySummary::derive(&observations(&[]), None, None);
         assert!(!s.filesystem_non_bypassable);

@@ -73,8 +73,8 @@ pub(super) fn check_rows(bundle: &RunBundle) -> Result<(), BundleError> {
 }
 
 /// When the command ran, the rows are complete: every row the tier's table has is present
-/// (the conditional ones when the network was confined), and no `hard` one is `failed` or
-/// `unavailable` (the run would have been refused).
+/// (the conditional ones when the network was confined), and no `hard` one is `failed`,
+/// `unavailable` or `unknown` (the run would have been refused).
 pub(super) fn check_complete(bundle: &RunBundle) -> Result<(), BundleError> {
     if !command_ran(bundle) {
         return Ok(());
@@ -84,7 +84,12 @@ pub(super) fn check_complete(bundle: &RunBundle) -> Result<(), BundleError> {
     let confined = network_confined(bundle);
     for (i, c) in o.controls.iter().enumerate() {
         let hard = requirement_of(table, confined, c) == Some(Requirement::Hard);
-        if hard && matches!(c.status, ControlStatus::Failed | ControlStatus::Unavailable) {
+        if hard
+            && matches!(
+                c.status,
+                ControlStatus::Failed | ControlStatus::Unavailable | ControlStatus::Unknown
+            )
+        {
             return Err(inconsistent(
                 format!("executor_observations.controls[{i}].status"),
                 format!(
@@ -326,24 +331,36 @@ fn failure_word(kind: FailureKind) -> &'static str {
     }
 }
 
+/// The detail flags that record a row's read-back: `true` read and as planned, `false`
+/// read otherwise, `null` not read (the row is then `unknown`).
+const READ_BACK_FLAGS: [&str; 4] = [
+    "verified",
+    "read_back",
+    "read_only_read_back",
+    "size_read_back",
+];
+
 /// Details that contradict an `enforced` status: a read-back flag that says the effect was
-/// not read back (`verified`, `read_back` false), or a Landlock restriction that is not
-/// `fully_enforced`.
+/// not read back as planned (`false`) or not read at all (`null`), or a Landlock
+/// restriction that is not `fully_enforced`.
 fn check_details(bundle: &RunBundle) -> Result<(), BundleError> {
     for (i, c) in bundle.executor_observations.controls.iter().enumerate() {
         if c.status != ControlStatus::Enforced {
             continue;
         }
-        for flag in ["verified", "read_back"] {
-            if c.details.get(flag).and_then(|v| v.as_bool()) == Some(false) {
-                return Err(inconsistent(
-                    format!("executor_observations.controls[{i}].details.{flag}"),
-                    format!(
-                        "is false, so {} ({}) was not read back, but its status is `enforced`",
-                        c.mechanism, c.dimension
-                    ),
-                ));
-            }
+        for flag in READ_BACK_FLAGS {
+            let said = match c.details.get(flag) {
+                Some(serde_json::Value::Bool(false)) => "false",
+                Some(serde_json::Value::Null) => "null",
+                _ => continue,
+            };
+            return Err(inconsistent(
+                format!("executor_observations.controls[{i}].details.{flag}"),
+                format!(
+                    "is {said}, so {} ({}) was not read back, but its status is `enforced`",
+                    c.mechanism, c.dimension
+                ),
+            ));
         }
         if let Some(restriction) = c.details.get("restriction").and_then(|v| v.as_str())
             && restriction != "fully_enforced"

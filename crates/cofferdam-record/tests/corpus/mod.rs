@@ -35,7 +35,7 @@ pub const GOOD: [&str; 6] = [
 ];
 
 /// Every forgery, the JSON path its error names, and a word the message must contain.
-pub const FORGED: [(&str, &str, &str, Rule); 26] = [
+pub const FORGED: [(&str, &str, &str, Rule); 27] = [
     // Scoped: the non-enforced rows deleted, summary and safety set to true.
     (
         "forged_scoped_rows_deleted.json",
@@ -135,6 +135,13 @@ pub const FORGED: [(&str, &str, &str, Rule); 26] = [
         "forged_details_restriction.json",
         "executor_observations.controls[21].details.restriction",
         "partially_enforced",
+        Rule::ReaderOnly,
+    ),
+    // A row claiming `enforced` whose read-back was not read (`null`: it is `unknown`).
+    (
+        "forged_details_read_back_null.json",
+        "executor_observations.controls[13].details.read_back",
+        "is null",
         Rule::ReaderOnly,
     ),
     (

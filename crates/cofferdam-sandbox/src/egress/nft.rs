@@ -544,7 +544,7 @@ mod tests {
     #[test]
     #[ignore = "needs a fresh network namespace where it is root (unshare -Urn)"]
     fn in_a_fresh_namespace() {
-        crate::netif::loopback_up().unwrap();
+        crate::netif::bring_lo_up().unwrap();
         super::super::add_local_default_route().unwrap();
         let inner = TcpListener::bind("127.0.0.1:8080").unwrap();
         let listener = |addr: &str| {

@@ -85,6 +85,15 @@ fn safety_key(dimension: &str) -> Option<&'static str> {
     }
 }
 
+/// Whether this build has the mutant switch and the host runs the sealed tier (SKIP-HOST).
+fn mutants_can_run() -> bool {
+    if !mutant::COMPILED_IN {
+        println!("SKIP-HOST a release build has no mutant switch");
+        return false;
+    }
+    sealed_host()
+}
+
 #[test]
 fn every_control_mechanism_has_a_mutant_or_a_stated_exemption() {
     for mech in ControlMechanism::ALL {
@@ -103,11 +112,7 @@ fn every_control_mechanism_has_a_mutant_or_a_stated_exemption() {
 
 #[test]
 fn every_mutant_leaves_its_control_unclaimed_or_refuses_the_run() {
-    if !mutant::COMPILED_IN {
-        println!("SKIP-HOST a release build has no mutant switch");
-        return;
-    }
-    if !sealed_host() {
+    if !mutants_can_run() {
         return;
     }
     let root = rustix::process::geteuid().is_root();
@@ -170,4 +175,104 @@ fn every_mutant_leaves_its_control_unclaimed_or_refuses_the_run() {
         .iter()
         .map(|m| usize::from(m.sealed) + usize::from(m.scoped));
     assert_eq!(ran + skipped, every.sum::<usize>());
+}
+
+/// The rows of `mechanism` in a bundle.
+fn rows<'b>(b: &'b Value, mechanism: &str) -> Vec<&'b Value> {
+    b["executor_observations"]["controls"]
+        .as_array()
+        .map(|a| a.iter().filter(|c| c["mechanism"] == mechanism).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_mount_reading_that_fails_is_unknown_not_failed_and_refuses_the_run() {
+    if !mutants_can_run() {
+        return;
+    }
+    let by_name = |name: &str| MUTANTS.iter().find(|m| m.name == name).unwrap();
+    // /proc/self/mountinfo unreadable after the pivot: every mount row read from it.
+    let (code, b, text) = run("sealed", Some(by_name(mutant::MOUNTINFO_UNREAD)));
+    assert_eq!(code, Some(125), "{text}");
+    assert!(text.contains("/proc/self/mountinfo"), "{text}");
+    let b = b.expect("a bundle of the refused run");
+    for (mechanism, key) in [
+        ("pivot_root", "read_only_read_back"),
+        ("proc_mask", "read_back"),
+        ("secrets_hidden", "read_back"),
+        ("minimal_dev", "size_read_back"),
+        ("tmpfs", "size_read_back"),
+    ] {
+        let r = rows(&b, mechanism);
+        assert_eq!(r.len(), 1, "{mechanism}: {text}");
+        assert_eq!(r[0]["status"], "unknown", "{mechanism}: {}", r[0]);
+        assert_eq!(r[0]["details"][key], Value::Null, "{mechanism}: {}", r[0]);
+        let reason = r[0]["reason"].as_str().unwrap_or("");
+        assert!(reason.contains("not read back"), "{mechanism}: {reason}");
+    }
+    let summary = &b["executor_observations"]["summary"];
+    assert_eq!(summary["filesystem_read"], "unknown", "{summary}");
+    assert_eq!(summary["kernel_surface"], "unknown", "{summary}");
+    for key in [
+        "filesystem_non_bypassable",
+        "filesystem_read_non_bypassable",
+        "filesystem_write_non_bypassable",
+    ] {
+        assert_eq!(b["safety"][key], false, "{key}: {}", b["safety"]);
+    }
+    // The strict reader accepts it: an honest record of a refused run.
+    let text = serde_json::to_vec(&b).unwrap();
+    cofferdam_record::read_bundle(&text).unwrap_or_else(|e| panic!("{e}"));
+
+    // statvfs of the read-only binds failing: only pivot_root's read-only reading is unknown.
+    let (code, b, text) = run("sealed", Some(by_name(mutant::STATVFS_UNREAD)));
+    assert_eq!(code, Some(125), "{text}");
+    let b = b.expect("a bundle of the refused run");
+    let r = rows(&b, "pivot_root");
+    assert_eq!(r[0]["status"], "unknown", "{}", r[0]);
+    assert_eq!(r[0]["details"]["read_only_read_back"], Value::Null);
+    assert!(
+        r[0]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("statvfs /usr"),
+        "{}",
+        r[0]
+    );
+    assert_eq!(rows(&b, "secrets_hidden")[0]["status"], "enforced");
+}
+
+#[test]
+fn an_init_that_fails_before_the_go_is_told_with_its_own_reason() {
+    if !mutants_can_run() {
+        return;
+    }
+    for tier in ["sealed", "scoped"] {
+        let s = Sandbox::new();
+        let mut c = s.cmd();
+        c.env(mutant::ENV, mutant::INIT_EARLY_FAILURE);
+        c.args(["run", "-q", "--tier", tier]);
+        // The cgroup placement is what used to report instead (root: `pids.max`).
+        if rustix::process::geteuid().is_root() {
+            c.args(["--pids", "64"]);
+        }
+        let out = c.args(["--", "true"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{tier}: {err}");
+        assert!(
+            err.contains("failed on purpose before the go"),
+            "{tier}: the init's reason is lost: {err}"
+        );
+        assert!(
+            !err.contains("the sandbox could not be set up: cannot place"),
+            "{tier}: {err}"
+        );
+        let b = bundle(&s).unwrap_or_else(|| panic!("{tier}: a bundle: {err}"));
+        assert_eq!(b["run"]["state"], "failed", "{tier}: {}", b["run"]);
+        let failure = b["run"]["failure"].to_string();
+        assert!(
+            failure.contains("failed on purpose before the go"),
+            "{tier}: {failure}"
+        );
+    }
 }

@@ -2,7 +2,7 @@
 
 use crate::harness::{
     ALL_THREE, Attack, BOTH_MUST, Boundary::Network, Ctx, Outcome, Tier::Scoped, Tier::Sealed,
-    Verdict::Documented, check,
+    Verdict::Documented, Verdict::Must, check,
 };
 use std::io::ErrorKind;
 use std::os::linux::net::SocketAddrExt;
@@ -62,7 +62,7 @@ pub const ATTACKS: &[Attack] = &[
             ),
             (
                 Scoped,
-                Documented("pathname unix sockets inside visible paths"),
+                Documented("pathname unix sockets anywhere on the host"),
             ),
         ],
         probe: unix_socket_file,
@@ -76,6 +76,19 @@ pub const ATTACKS: &[Attack] = &[
             Documented("pathname unix sockets inside visible paths"),
         )],
         probe: unix_socket_lent,
+    },
+    Attack {
+        id: "net.unix-socket-file-outside",
+        boundary: Network,
+        description: "connect to the harness's canary listener on a socket file in a temp dir outside the workdir (as a docker or ssh-agent socket would be); the bundle must not claim the network",
+        on: &[
+            (Sealed, Must),
+            (
+                Scoped,
+                Documented("pathname unix sockets anywhere on the host"),
+            ),
+        ],
+        probe: unix_socket_outside,
     },
     Attack {
         id: "net.tcp-host-ipv6",
@@ -97,7 +110,7 @@ pub const ATTACKS: &[Attack] = &[
             ),
             (
                 Scoped,
-                Documented("pathname unix sockets inside visible paths"),
+                Documented("pathname unix sockets anywhere on the host"),
             ),
         ],
         probe: visible_sockets,
@@ -263,24 +276,72 @@ fn interfaces(ctx: &Ctx) -> Outcome {
     )
 }
 
+/// Connect to the unix socket at `$SOCK` and send a line: `connected=yes` or `refused=…`.
+const UNIX_CONNECT: &str = "import os, socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ntry:\n    s.connect(os.environ['SOCK'])\n    s.sendall(b'hello')\n    print('connected=yes')\nexcept OSError as e:\n    print('refused=%s' % e)";
+
+/// Whether the (non-blocking) listener has a connection waiting.
+fn unix_accepted(l: &UnixListener) -> bool {
+    match l.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+        Err(e) => panic!("{e}"),
+    }
+}
+
 fn unix_socket_file(ctx: &Ctx) -> Outcome {
     let path = ctx.work().join("agent.sock");
     let l = UnixListener::bind(&path).unwrap();
     l.set_nonblocking(true).unwrap();
-    let r = ctx.py(
-        "import socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ntry:\n    s.connect('agent.sock')\n    s.sendall(b'hello')\n    print('connected=yes')\nexcept OSError as e:\n    print('refused=%s' % e)",
-    );
+    ctx.var("SOCK", "agent.sock");
+    let r = ctx.py(UNIX_CONNECT);
     ctx.assert_boundary(&r);
-    let got = match l.accept() {
-        Ok(_) => true,
-        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
-        Err(e) => panic!("{e}"),
-    };
+    let got = unix_accepted(&l);
     let abi = crate::common::landlock_abi_independently();
     check(
         !got,
         format!("refused ({})", r.value("refused").unwrap_or("?")),
         format!("the host listener accepted a connection from inside (Landlock ABI {abi})"),
+    )
+}
+
+/// A host listener outside the workdir, never lent: the sealed tier's root does not show it;
+/// the scoped tier below Landlock ABI 9 cannot stop the connect, so its bundle must say so
+/// (network not claimed, the `unix_connect` row naming the cause and the fix).
+fn unix_socket_outside(ctx: &Ctx) -> Outcome {
+    let dir = ctx.outside();
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("agent.sock");
+    let l = UnixListener::bind(&path).unwrap();
+    l.set_nonblocking(true).unwrap();
+    ctx.var("SOCK", path.display().to_string());
+    let r = ctx.py(UNIX_CONNECT);
+    ctx.assert_boundary(&r);
+    let got = unix_accepted(&l);
+    let abi = crate::common::landlock_abi_independently();
+    if got || r.value("connected").is_some() {
+        // Reached: the record must not claim the network, and must say why and what fixes it.
+        assert_eq!(
+            r.safety("network_non_bypassable"),
+            false,
+            "{}",
+            r.bundle["safety"]
+        );
+        let row = r
+            .control_with("landlock", "control", "unix_connect")
+            .unwrap_or_else(|| panic!("no unix_connect row: {}", r.bundle));
+        let reason = row["reason"].as_str().unwrap_or("");
+        assert!(
+            row["status"] != "enforced" && reason.contains("ABI 9") && reason.contains("sealed"),
+            "the unix_connect row: {row}"
+        );
+    }
+    check(
+        !got,
+        format!("refused ({})", r.value("refused").unwrap_or("?")),
+        format!(
+            "the host listener outside the workdir accepted a connection from inside (Landlock \
+             ABI {abi}); the bundle says network_non_bypassable false"
+        ),
     )
 }
 
