@@ -11,6 +11,7 @@ mod context;
 mod egress;
 mod entry;
 mod exit;
+mod lifecycle;
 mod manual;
 mod pager;
 mod profile_apply;
@@ -161,6 +162,13 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> 
         },
         None => write_stdout(text.as_bytes()),
     }
+}
+
+/// Milliseconds since the Unix epoch, for records (0 before 1970).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A message shown over several lines with every workload-controlled character escaped

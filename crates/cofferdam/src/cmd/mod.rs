@@ -12,7 +12,6 @@ pub mod gc;
 pub mod jobref;
 pub mod jobrules;
 pub mod kill;
-pub mod limits;
 pub mod logs;
 pub mod man;
 pub mod preflight;

@@ -7,6 +7,8 @@
 use crate::cli::RunArgs;
 use crate::context;
 use crate::exit::Failure;
+use crate::lifecycle::{copy, limits};
+use crate::now_ms;
 use cofferdam_policy::outcome::{Ending, RunReport, assemble_bundle, exit_code_of};
 use cofferdam_policy::plan::{Invoker, JobPaths, build_plan};
 use cofferdam_policy::{ScopeInputs, build_scope_report};
@@ -22,15 +24,6 @@ use cofferdam_sandbox::status::StatusMessage;
 use cofferdam_stage::job::{Durability, JobStore, StageState};
 use cofferdam_stage::trace_log::TraceLog;
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
-
-mod copy;
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// Run the command; returns the exit code (the command's, or 125/126/127).
 pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
@@ -152,7 +145,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     // Cgroup, timeout and stage cap; the cgroup is removed when `limits` drops, at the end.
     // On the copy tiers the changes reach `upper/` only when the run ends, so the stage cap
     // is checked then, not polled.
-    let limits = super::limits::prepare(&policy, &facts, &mut plan, &job.upper(), !copy_tier);
+    let limits = limits::prepare(&policy, &facts, &mut plan, &job.upper(), !copy_tier);
     for warning in &limits.warnings {
         eprintln!("cofferdam: warning: {}", crate::shown_text(warning));
     }
