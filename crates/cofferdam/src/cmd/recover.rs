@@ -9,7 +9,7 @@
 //! way. Its stage is intact but was never sealed, and it has no Run Bundle.
 //! `status --review` and `apply` seal it on demand with [`seal_interrupted`]: the
 //! stage is classified and fingerprinted as at the end of a run, and the provisional bundle
-//! the run wrote when it started ([`write_provisional`]: the policy, the plan, what the
+//! the run wrote when it started (`lifecycle::records::write_provisional`: the policy, the plan, what the
 //! supervisor itself installed) becomes the Run Bundle, with the filesystem filled in and a
 //! `run.failure` that says the supervisor ended abruptly and nothing is known about how the
 //! command ended. The sandbox's own observations never reached the supervisor, so none are
@@ -17,7 +17,7 @@
 
 use crate::cmd::jobrules::{job_failure, now_ms};
 use crate::exit::Failure;
-use cofferdam_policy::outcome::{Ending, RunReport, assemble_bundle};
+use crate::lifecycle::records::provisional_path;
 use cofferdam_record::bundle::{
     ControlMechanism, FailureKind, RunFailure, RunState, SafetySummary,
 };
@@ -25,7 +25,6 @@ use cofferdam_record::trace::TraceEventKind;
 use cofferdam_record::{read_bundle, write_bundle_json};
 use cofferdam_stage::job::{Job, JobLock, JobState, StageState};
 use cofferdam_stage::trace_log::TraceLog;
-use std::path::PathBuf;
 
 /// Read `job.json`; with the lock held, an `active` job has lost its supervisor: mark it
 /// `interrupted`, and seal an interrupted job on demand ([`seal_interrupted`]).
@@ -41,65 +40,6 @@ pub(crate) fn settled_state(job: &Job, lock: &JobLock) -> Result<JobState, Failu
     }
     // Sealed on demand from the provisional bundle, when the run left one.
     seal_interrupted(job, lock, state)
-}
-
-/// Where the provisional bundle lives while the run is live.
-fn provisional_path(job: &Job) -> PathBuf {
-    job.dir().join("run-bundle.provisional.json")
-}
-
-/// What a run knows when it starts, for [`write_provisional`].
-pub(crate) struct Start<'a> {
-    pub policy: &'a cofferdam_policy::Policy,
-    pub plan: &'a cofferdam_policy::plan::SandboxPlan,
-    pub decision: &'a cofferdam_policy::ContainmentDecision,
-    pub job: &'a Job,
-    pub started: u64,
-    pub argv: &'a [String],
-    /// What the supervisor installed before the launch.
-    pub controls: &'a [cofferdam_record::bundle::ControlObservation],
-}
-
-/// Write the bundle a supervisor that dies mid-run leaves behind: the policy, the plan and
-/// the supervisor's own controls, no sandbox observation, no change, no ending yet. A
-/// failure only costs the on-demand seal; the caller warns.
-pub(crate) fn write_provisional(s: &Start<'_>) -> Result<(), String> {
-    let report = RunReport {
-        run_id: s.job.id().to_owned(),
-        started_at_unix_ms: s.started,
-        finished_at_unix_ms: s.started,
-        argv: s.argv.to_vec(),
-        controls: s.controls.to_vec(),
-        // Not an ending: the run has not reached its command, so the record must not read as
-        // one that completed with every control of its tier installed (the strict reader
-        // requires those rows of a completed run). `seal_interrupted` replaces the failure.
-        ending: Ending::SetupFailed {
-            step: "provisional".into(),
-            error: "written when the run started; the run's own Run Bundle replaces it".into(),
-        },
-        changes: Vec::new(),
-        whiteouts: 0,
-        upper: s.job.upper(),
-        trace_path: s.job.trace_path(),
-        warnings: Vec::new(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-    };
-    let bundle = assemble_bundle(s.policy, s.plan, s.decision, &report);
-    let text = write_bundle_json(&bundle).map_err(|e| e.to_string())?;
-    // Not flushed, like the job's other in-run records: the stage it describes is not
-    // flushed either (see "Durability" in `cofferdam_stage::job`).
-    cofferdam_stage::write_atomic_with(
-        &provisional_path(s.job),
-        text.as_bytes(),
-        0o600,
-        cofferdam_stage::Durability::Volatile,
-    )
-    .map_err(|e| format!("cannot write the provisional bundle: {e}"))
-}
-
-/// Remove the provisional bundle once the real one is written.
-pub(crate) fn remove_provisional(job: &Job) {
-    let _ = std::fs::remove_file(provisional_path(job));
 }
 
 /// Seal an interrupted job (the caller holds its lock and found it `interrupted`): returns
@@ -205,7 +145,7 @@ pub(crate) fn seal_interrupted(
     cofferdam_stage::write_atomic(&job.bundle_path(), text.as_bytes(), 0o600).map_err(|e| {
         Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
     })?;
-    remove_provisional(job);
+    let _ = std::fs::remove_file(provisional_path(job));
     job.update(|s| {
         s.state = StageState::Staged;
         s.pid = None;
