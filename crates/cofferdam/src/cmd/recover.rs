@@ -17,13 +17,12 @@
 
 use crate::cmd::jobrules::{job_failure, now_ms};
 use crate::exit::Failure;
-use crate::lifecycle::records::provisional_path;
+use crate::lifecycle::records::{self, provisional_path};
 use cofferdam_record::bundle::{
-    ControlMechanism, FailureKind, RunFailure, RunState, SafetySummary,
+    ControlMechanism, FailureKind, RunBundle, RunFailure, RunState, SafetySummary,
 };
-use cofferdam_record::trace::TraceEventKind;
-use cofferdam_record::{read_bundle, write_bundle_json};
-use cofferdam_stage::job::{Job, JobLock, JobState, StageState};
+use cofferdam_record::read_bundle;
+use cofferdam_stage::job::{Durability, Job, JobLock, JobState, StageState};
 use cofferdam_stage::trace_log::TraceLog;
 
 /// Read `job.json`; with the lock held, an `active` job has lost its supervisor: mark it
@@ -55,7 +54,7 @@ pub(crate) fn seal_interrupted(
     let Ok(bytes) = std::fs::read(provisional_path(job)) else {
         return Ok(state);
     };
-    let mut bundle = read_bundle(&bytes).map_err(|e| {
+    let bundle = read_bundle(&bytes).map_err(|e| {
         Failure::setup(format!(
             "{}: invalid provisional bundle: {e}",
             provisional_path(job).display()
@@ -74,15 +73,39 @@ pub(crate) fn seal_interrupted(
             let _ = cofferdam_sandbox::cgroup::remove_dir(std::path::Path::new(path));
         }
     }
-    let sealed =
-        cofferdam_stage::seal::seal(&job.upper(), &state.workdir).map_err(Failure::setup)?;
-    let mut fingerprints = sealed.fingerprints;
-    fingerprints.run_started_at_unix_ms = state
+    let now = now_ms();
+    let started = state
         .started_at_unix_ms
         .or(Some(bundle.run.started_at_unix_ms));
-    cofferdam_stage::fingerprint::write_fingerprints(&job.fingerprints_path(), &fingerprints)
-        .map_err(Failure::setup)?;
-    let now = now_ms();
+    let record_seal = |sealed_event| match TraceLog::open(&job.trace_path()) {
+        Ok(mut trace) => {
+            crate::trace_append::append(&mut trace, vec![(now, sealed_event)], RECOVERED_SEAL)
+        }
+        Err(e) => {
+            let w = format!(
+                "the job's trace could not record {RECOVERED_SEAL}: {e}; the trace is incomplete"
+            );
+            eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
+            Some(w)
+        }
+    };
+    let bundle = records::seal_and_write(
+        job,
+        &state.workdir,
+        started,
+        Durability::Durable,
+        record_seal,
+        |seal| interrupted_bundle(bundle, seal, now),
+    )?;
+    records::mark_staged(job, &bundle, Durability::Durable).map_err(job_failure)
+}
+
+/// What the trace calls the seal of an interrupted job.
+const RECOVERED_SEAL: &str = "the recovered seal";
+
+/// The provisional `bundle` completed by the on-demand seal at `now`: the filesystem, and a
+/// failure that says the supervisor died and nothing is known of the command's end.
+fn interrupted_bundle(mut bundle: RunBundle, seal: records::Seal, now: u64) -> RunBundle {
     let failure = RunFailure {
         kind: FailureKind::Signal,
         message: "the supervisor ended abruptly (killed or crashed) before recording how the \
@@ -104,17 +127,17 @@ pub(crate) fn seal_interrupted(
         .run
         .warnings
         .push("interrupted: sealed on demand after the supervisor died".into());
-    bundle.run.warnings.extend(sealed.warnings);
+    bundle.run.warnings.extend(seal.warnings);
     if let Some(fs) = &mut bundle.filesystem {
-        fs.changed_files = sealed.changes.len();
-        fs.whiteouts = sealed.whiteouts;
-        fs.sample_paths = sealed
+        fs.changed_files = seal.changes.len();
+        fs.whiteouts = seal.whiteouts;
+        fs.sample_paths = seal
             .changes
             .iter()
             .take(10)
             .map(|c| c.path.clone())
             .collect();
-        fs.changes = sealed.changes;
+        fs.changes = seal.changes;
     }
     let mut safety = SafetySummary::derive(
         &bundle.executor_observations,
@@ -125,33 +148,6 @@ pub(crate) fn seal_interrupted(
         .warnings
         .push("the sandbox's observations were lost with its supervisor: none is claimed".into());
     bundle.safety = safety;
-    // The trace before the bundle, so the bundle can say when the trace misses the seal.
-    let sealed_event = TraceEventKind::StageSealed {
-        changed_files: bundle.filesystem.as_ref().map_or(0, |f| f.changed_files),
-        whiteouts: bundle.filesystem.as_ref().map_or(0, |f| f.whiteouts),
-    };
-    let what = "the recovered seal";
-    let lost = match TraceLog::open(&job.trace_path()) {
-        Ok(mut trace) => crate::trace_append::append(&mut trace, vec![(now, sealed_event)], what),
-        Err(e) => {
-            let w =
-                format!("the job's trace could not record {what}: {e}; the trace is incomplete");
-            eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
-            Some(w)
-        }
-    };
-    bundle.run.warnings.extend(lost);
-    let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
-    cofferdam_stage::write_atomic(&job.bundle_path(), text.as_bytes(), 0o600).map_err(|e| {
-        Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
-    })?;
-    let _ = std::fs::remove_file(provisional_path(job));
-    job.update(|s| {
-        s.state = StageState::Staged;
-        s.pid = None;
-        s.run_state = Some(bundle.run.state);
-        s.finished_at_unix_ms = Some(now);
-        s.changed_files = bundle.filesystem.as_ref().map(|f| f.changed_files);
-    })
-    .map_err(job_failure)
+    bundle.run.warnings.extend(seal.lost);
+    bundle
 }
