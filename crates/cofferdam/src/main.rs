@@ -39,7 +39,7 @@ fn run() -> u8 {
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(cofferdam_sandbox::init::INIT_ARG))
     {
-        cofferdam_sandbox::init::init_main();
+        cofferdam_sandbox::entry::init_main();
     }
     let cli = cli::parse();
     match dispatch(&cli) {
