@@ -273,3 +273,91 @@ fn store_full_warning(job: &Job) -> (Option<String>, bool) {
     eprintln!("cofferdam: warning: {w}");
     (Some(w), true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cofferdam_record::bundle::{ControlDimension, ControlMechanism, ControlStatus};
+
+    fn control(m: ControlMechanism) -> ControlObservation {
+        ControlObservation::new(m, ControlDimension::Process, ControlStatus::Enforced)
+    }
+
+    #[test]
+    fn the_status_stream_folds_into_controls_events_and_the_first_ending() {
+        let messages = vec![
+            Ok(StatusMessage::Control {
+                observation: control(ControlMechanism::Seccomp),
+            }),
+            Err("garbled line".to_owned()),
+            Ok(StatusMessage::Ready),
+            Ok(StatusMessage::Started { pid: 2 }),
+            Ok(StatusMessage::Stopped { signal: 20 }),
+            Ok(StatusMessage::Exited {
+                code: Some(3),
+                signal: None,
+            }),
+            // A later ending never replaces the first one told.
+            Ok(StatusMessage::SetupFailed {
+                step: "late".into(),
+                error: "ignored".into(),
+            }),
+        ];
+        let r = fold(messages, 1_000, 1_500);
+        assert_eq!(r.controls, vec![control(ControlMechanism::Seccomp)]);
+        assert_eq!(
+            r.events,
+            vec![
+                (
+                    1_500,
+                    TraceEventKind::ControlInstalled(control(ControlMechanism::Seccomp))
+                ),
+                (1_500, TraceEventKind::ProcessStarted { pid: 2 }),
+                (
+                    1_500,
+                    TraceEventKind::ProcessExited {
+                        exit_code: Some(3),
+                        signal: None,
+                        duration_ms: 500,
+                    }
+                ),
+            ]
+        );
+        assert_eq!(
+            r.ending,
+            Some(Ending::Exited {
+                code: Some(3),
+                signal: None
+            })
+        );
+        assert!(r.command_started);
+        assert_eq!(r.unreadable, vec!["garbled line".to_owned()]);
+    }
+
+    #[test]
+    fn a_setup_failure_before_the_command_is_the_ending_and_nothing_started() {
+        let messages = vec![
+            Ok(StatusMessage::SetupFailed {
+                step: "mount".into(),
+                error: "EPERM".into(),
+            }),
+            Ok(StatusMessage::ExecFailed {
+                error: "not reached".into(),
+                code: 127,
+            }),
+        ];
+        let r = fold(messages, 0, 0);
+        assert!(matches!(r.ending, Some(Ending::SetupFailed { ref step, .. }) if step == "mount"));
+        assert!(!r.command_started);
+        assert!(r.events.is_empty() && r.controls.is_empty() && r.unreadable.is_empty());
+    }
+
+    #[test]
+    fn a_pid_out_of_range_is_recorded_as_zero_never_wrapped() {
+        let r = fold(vec![Ok(StatusMessage::Started { pid: -1 })], 0, 0);
+        assert_eq!(
+            r.events,
+            vec![(0, TraceEventKind::ProcessStarted { pid: 0 })]
+        );
+    }
+}
