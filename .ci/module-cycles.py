@@ -15,14 +15,10 @@ import re
 import sys
 
 # Edges of cycles that predate this check, each tolerated (left out of the graph) until the
-# work that removes it lands: the sandbox's init/scoped and the CLI's run/egress are being
-# rewritten (issue 18, step 3-4); the rest were found by this check and are listed so that
-# no new cycle gets in meanwhile. Delete an entry when its edge is gone (the check says so).
-KNOWN = {
-    ("cofferdam-sandbox", "scoped", "init"),
-    ("cofferdam", "egress", "cmd"),
-    ("cofferdam-policy", "scope", "plan"),
-}
+# work that removes it lands, as ("crate", "from", "to"). None is left: the last three (the
+# sandbox's init/scoped, the CLI's egress/cmd, the policy's plan/scope) went with the run
+# lifecycle (issue 18). Delete an entry when its edge is gone (the check says so).
+KNOWN = set()
 
 
 def strip(text):

@@ -7,12 +7,14 @@
 use crate::allow::NetworkMode;
 use crate::manifest::MountMode;
 use crate::policy::{DEFAULT_PROJECTED_ENV, PROXY_ENV, Policy};
-use crate::scope::LANDLOCK_TARGET_ABI;
 use crate::secrets::secret_paths;
 use crate::tier::decide_containment;
 use cofferdam_record::{EnforcementTier, HostFacts};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// The newest Landlock ABI cofferdam's ruleset is built for; the kernel's ABI is capped at it.
+pub const LANDLOCK_TARGET_ABI: u32 = 7;
 
 /// System directories bound read-only into the composed root (those that exist).
 pub const SYSTEM_DIRS: &[&str] = &[

@@ -8,6 +8,7 @@
 use crate::allow::NetworkMode;
 use crate::cgroup_plan::DEFAULT_PIDS_SKIPPED;
 use crate::manifest::MountMode;
+use crate::plan::LANDLOCK_TARGET_ABI;
 use crate::policy::{DEFAULT_PROJECTED_ENV, INJECTED_ENV, PROXY_ENV, Policy};
 use crate::secrets::secret_paths;
 use crate::tier::decide_containment_capped;
@@ -19,9 +20,6 @@ use cofferdam_record::scope::{
 };
 use cofferdam_record::{ContainmentClass, EnforcementTier, HostFacts};
 use std::path::{Path, PathBuf};
-
-/// The newest Landlock ABI cofferdam's ruleset is built for; the kernel's ABI is capped at it.
-pub const LANDLOCK_TARGET_ABI: u32 = 7;
 
 /// What the report is built from.
 #[derive(Debug, Clone)]

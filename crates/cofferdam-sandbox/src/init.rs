@@ -28,7 +28,8 @@
 //!
 //! Owns the order of effects only: every decision is in the plan, every mechanism in its own
 //! module. It must stay single-threaded. A plan for a tier without namespaces (scoped,
-//! advisory) is handed to `crate::scoped`, which reuses the command's exec and reaping here.
+//! advisory) is run by `crate::scoped`, which reuses the command's exec and reaping here;
+//! `crate::entry` chooses between the two, so this module does not import `scoped`.
 
 use crate::fds;
 use crate::setup_error::SetupError;
@@ -276,46 +277,43 @@ impl EarlyNamespaces {
     }
 }
 
-/// The init's entry point: never returns.
-pub fn init_main() -> ! {
-    let early = std::env::args_os()
-        .nth(2)
-        .map(|a| a.to_str().and_then(EarlyNamespaces::from_arg));
-    let code = match early {
-        _ if crate::mutant::active(crate::mutant::INIT_EARLY_FAILURE) => {
-            fds::send_status(&StatusMessage::SetupFailed {
-                step: "start the sandbox init".into(),
-                error: "failed on purpose before the go (test switch init_early_failure)".into(),
-            });
-            SETUP_FAILED
-        }
-        Some(None) => {
-            fds::send_status(&StatusMessage::SetupFailed {
-                step: "start the sandbox init".into(),
-                error: "unreadable namespace argument".into(),
-            });
-            SETUP_FAILED
-        }
-        Some(Some(early)) => sealed_main(early),
-        None => unsealed_main(),
-    };
-    std::process::exit(code)
+/// The test switch `init_early_failure`: the init reports a setup failure before the go,
+/// so that the supervisor's handling of an init that dies early can be checked.
+pub(crate) fn fail_early_on_purpose() -> i32 {
+    fds::send_status(&StatusMessage::SetupFailed {
+        step: "start the sandbox init".into(),
+        error: "failed on purpose before the go (test switch init_early_failure)".into(),
+    });
+    SETUP_FAILED
 }
 
-/// A plan without namespaces (scoped, advisory): read it, wait for the go, run it.
-fn unsealed_main() -> i32 {
+/// The sealed init's start (see `crate::entry`): the namespace argument the supervisor
+/// named, `None` when it cannot be read (reported here, as a setup failure).
+pub(crate) fn early_namespaces(arg: &std::ffi::OsStr) -> Option<EarlyNamespaces> {
+    let early = arg.to_str().and_then(EarlyNamespaces::from_arg);
+    if early.is_none() {
+        fds::send_status(&StatusMessage::SetupFailed {
+            step: "start the sandbox init".into(),
+            error: "unreadable namespace argument".into(),
+        });
+    }
+    early
+}
+
+/// A plan without namespaces (scoped, advisory): read it and wait for the go; the plan, or
+/// the init's exit code when there is none to run (`crate::scoped` runs it).
+pub(crate) fn unsealed_plan() -> Result<SandboxPlan, i32> {
     let mut channel = PlanChannel::open();
     match channel.plan() {
         Ok(plan)
             if plan.tier != cofferdam_record::EnforcementTier::MountnsPivotRootLandlockSeccomp =>
         {
-            match await_go(channel) {
-                Ok(()) => crate::scoped::run_scoped(&plan),
-                Err(code) => code,
-            }
+            await_go(channel).map(|()| plan)
         }
-        Ok(_) => plan_failed("a sealed plan reached an init started without namespaces".into()),
-        Err(e) => plan_failed(e),
+        Ok(_) => Err(plan_failed(
+            "a sealed plan reached an init started without namespaces".into(),
+        )),
+        Err(e) => Err(plan_failed(e)),
     }
 }
 
@@ -328,7 +326,7 @@ fn plan_failed(error: String) -> i32 {
 }
 
 /// The sealed tier: the namespaces first, then the plan (which must agree), the go, pid 1.
-fn sealed_main(early: EarlyNamespaces) -> i32 {
+pub(crate) fn sealed_main(early: EarlyNamespaces) -> i32 {
     die_with_parent();
     // Before the go: only this process's own namespaces, which touch nothing of the job.
     // Each namespace row is a reading; one that reads back as the host's refuses the run,

@@ -10,6 +10,7 @@ pub mod blockdev;
 pub mod caps;
 pub mod cgroup;
 pub mod egress;
+pub mod entry;
 pub mod fds;
 pub mod init;
 pub mod landlock;

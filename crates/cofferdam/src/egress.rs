@@ -58,7 +58,7 @@ impl Egress {
         let mut report = self.interceptor.finish();
         controls.push(report.observation.clone());
         let mut events = vec![(
-            crate::cmd::run::now_ms(),
+            crate::now_ms(),
             TraceEventKind::ControlInstalled(report.observation.clone()),
         )];
         events.extend(report.decisions.iter().map(|d| {

@@ -11,6 +11,7 @@ mod context;
 mod egress;
 mod entry;
 mod exit;
+mod lifecycle;
 mod manual;
 mod pager;
 mod profile_apply;
@@ -38,7 +39,7 @@ fn run() -> u8 {
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(cofferdam_sandbox::init::INIT_ARG))
     {
-        cofferdam_sandbox::init::init_main();
+        cofferdam_sandbox::entry::init_main();
     }
     let cli = cli::parse();
     match dispatch(&cli) {
@@ -165,6 +166,13 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> 
         },
         None => write_stdout(text.as_bytes()),
     }
+}
+
+/// Milliseconds since the Unix epoch, for records (0 before 1970).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A message shown over several lines with every workload-controlled character escaped

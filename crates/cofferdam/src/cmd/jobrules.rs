@@ -147,11 +147,7 @@ pub(crate) fn normalize_paths(
         .collect()
 }
 
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub(crate) use crate::now_ms;
 
 /// A change list's mode note (`  mode 0777 (world-writable, executable)`), painted loud
 /// when the mode stands out; empty when there is none to show

@@ -14,7 +14,6 @@ pub mod import;
 pub mod jobref;
 pub mod jobrules;
 pub mod kill;
-pub mod limits;
 pub mod logs;
 pub mod man;
 pub mod preflight;

@@ -9,7 +9,7 @@
 //! way. Its stage is intact but was never sealed, and it has no Run Bundle.
 //! `status --review` and `apply` seal it on demand with [`seal_interrupted`]: the
 //! stage is classified and fingerprinted as at the end of a run, and the provisional bundle
-//! the run wrote when it started ([`write_provisional`]: the policy, the plan, what the
+//! the run wrote when it started (`lifecycle::records::write_provisional`: the policy, the plan, what the
 //! supervisor itself installed) becomes the Run Bundle, with the filesystem filled in and a
 //! `run.failure` that says the supervisor ended abruptly and nothing is known about how the
 //! command ended. The sandbox's own observations never reached the supervisor, so none are
@@ -17,15 +17,13 @@
 
 use crate::cmd::jobrules::{job_failure, now_ms};
 use crate::exit::Failure;
-use cofferdam_policy::outcome::{Ending, RunReport, assemble_bundle};
+use crate::lifecycle::records::{self, provisional_path};
 use cofferdam_record::bundle::{
-    ControlMechanism, FailureKind, RunFailure, RunState, SafetySummary,
+    ControlMechanism, FailureKind, RunBundle, RunFailure, RunState, SafetySummary,
 };
-use cofferdam_record::trace::TraceEventKind;
-use cofferdam_record::{read_bundle, write_bundle_json};
-use cofferdam_stage::job::{Job, JobLock, JobState, StageState};
+use cofferdam_record::read_bundle;
+use cofferdam_stage::job::{Durability, Job, JobLock, JobState, StageState};
 use cofferdam_stage::trace_log::TraceLog;
-use std::path::PathBuf;
 
 /// Read `job.json`; with the lock held, an `active` job has lost its supervisor: mark it
 /// `interrupted`, and seal an interrupted job on demand ([`seal_interrupted`]).
@@ -43,65 +41,6 @@ pub(crate) fn settled_state(job: &Job, lock: &JobLock) -> Result<JobState, Failu
     seal_interrupted(job, lock, state)
 }
 
-/// Where the provisional bundle lives while the run is live.
-fn provisional_path(job: &Job) -> PathBuf {
-    job.dir().join("run-bundle.provisional.json")
-}
-
-/// What a run knows when it starts, for [`write_provisional`].
-pub(crate) struct Start<'a> {
-    pub policy: &'a cofferdam_policy::Policy,
-    pub plan: &'a cofferdam_policy::plan::SandboxPlan,
-    pub decision: &'a cofferdam_policy::ContainmentDecision,
-    pub job: &'a Job,
-    pub started: u64,
-    pub argv: &'a [String],
-    /// What the supervisor installed before the launch.
-    pub controls: &'a [cofferdam_record::bundle::ControlObservation],
-}
-
-/// Write the bundle a supervisor that dies mid-run leaves behind: the policy, the plan and
-/// the supervisor's own controls, no sandbox observation, no change, no ending yet. A
-/// failure only costs the on-demand seal; the caller warns.
-pub(crate) fn write_provisional(s: &Start<'_>) -> Result<(), String> {
-    let report = RunReport {
-        run_id: s.job.id().to_owned(),
-        started_at_unix_ms: s.started,
-        finished_at_unix_ms: s.started,
-        argv: s.argv.to_vec(),
-        controls: s.controls.to_vec(),
-        // Not an ending: the run has not reached its command, so the record must not read as
-        // one that completed with every control of its tier installed (the strict reader
-        // requires those rows of a completed run). `seal_interrupted` replaces the failure.
-        ending: Ending::SetupFailed {
-            step: "provisional".into(),
-            error: "written when the run started; the run's own Run Bundle replaces it".into(),
-        },
-        changes: Vec::new(),
-        whiteouts: 0,
-        upper: s.job.upper(),
-        trace_path: s.job.trace_path(),
-        warnings: Vec::new(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-    };
-    let bundle = assemble_bundle(s.policy, s.plan, s.decision, &report);
-    let text = write_bundle_json(&bundle).map_err(|e| e.to_string())?;
-    // Not flushed, like the job's other in-run records: the stage it describes is not
-    // flushed either (see "Durability" in `cofferdam_stage::job`).
-    cofferdam_stage::write_atomic_with(
-        &provisional_path(s.job),
-        text.as_bytes(),
-        0o600,
-        cofferdam_stage::Durability::Volatile,
-    )
-    .map_err(|e| format!("cannot write the provisional bundle: {e}"))
-}
-
-/// Remove the provisional bundle once the real one is written.
-pub(crate) fn remove_provisional(job: &Job) {
-    let _ = std::fs::remove_file(provisional_path(job));
-}
-
 /// Seal an interrupted job (the caller holds its lock and found it `interrupted`): returns
 /// its new state, `staged`, or the state unchanged when there is nothing to seal it from.
 pub(crate) fn seal_interrupted(
@@ -115,7 +54,7 @@ pub(crate) fn seal_interrupted(
     let Ok(bytes) = std::fs::read(provisional_path(job)) else {
         return Ok(state);
     };
-    let mut bundle = read_bundle(&bytes).map_err(|e| {
+    let bundle = read_bundle(&bytes).map_err(|e| {
         Failure::setup(format!(
             "{}: invalid provisional bundle: {e}",
             provisional_path(job).display()
@@ -134,15 +73,39 @@ pub(crate) fn seal_interrupted(
             let _ = cofferdam_sandbox::cgroup::remove_dir(std::path::Path::new(path));
         }
     }
-    let sealed =
-        cofferdam_stage::seal::seal(&job.upper(), &state.workdir).map_err(Failure::setup)?;
-    let mut fingerprints = sealed.fingerprints;
-    fingerprints.run_started_at_unix_ms = state
+    let now = now_ms();
+    let started = state
         .started_at_unix_ms
         .or(Some(bundle.run.started_at_unix_ms));
-    cofferdam_stage::fingerprint::write_fingerprints(&job.fingerprints_path(), &fingerprints)
-        .map_err(Failure::setup)?;
-    let now = now_ms();
+    let record_seal = |sealed_event| match TraceLog::open(&job.trace_path()) {
+        Ok(mut trace) => {
+            crate::trace_append::append(&mut trace, vec![(now, sealed_event)], RECOVERED_SEAL)
+        }
+        Err(e) => {
+            let w = format!(
+                "the job's trace could not record {RECOVERED_SEAL}: {e}; the trace is incomplete"
+            );
+            eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
+            Some(w)
+        }
+    };
+    let bundle = records::seal_and_write(
+        job,
+        &state.workdir,
+        started,
+        Durability::Durable,
+        record_seal,
+        |seal| interrupted_bundle(bundle, seal, now),
+    )?;
+    records::mark_staged(job, &bundle, Durability::Durable).map_err(job_failure)
+}
+
+/// What the trace calls the seal of an interrupted job.
+const RECOVERED_SEAL: &str = "the recovered seal";
+
+/// The provisional `bundle` completed by the on-demand seal at `now`: the filesystem, and a
+/// failure that says the supervisor died and nothing is known of the command's end.
+fn interrupted_bundle(mut bundle: RunBundle, seal: records::Seal, now: u64) -> RunBundle {
     let failure = RunFailure {
         kind: FailureKind::Signal,
         message: "the supervisor ended abruptly (killed or crashed) before recording how the \
@@ -164,17 +127,17 @@ pub(crate) fn seal_interrupted(
         .run
         .warnings
         .push("interrupted: sealed on demand after the supervisor died".into());
-    bundle.run.warnings.extend(sealed.warnings);
+    bundle.run.warnings.extend(seal.warnings);
     if let Some(fs) = &mut bundle.filesystem {
-        fs.changed_files = sealed.changes.len();
-        fs.whiteouts = sealed.whiteouts;
-        fs.sample_paths = sealed
+        fs.changed_files = seal.changes.len();
+        fs.whiteouts = seal.whiteouts;
+        fs.sample_paths = seal
             .changes
             .iter()
             .take(10)
             .map(|c| c.path.clone())
             .collect();
-        fs.changes = sealed.changes;
+        fs.changes = seal.changes;
     }
     let mut safety = SafetySummary::derive(
         &bundle.executor_observations,
@@ -185,33 +148,6 @@ pub(crate) fn seal_interrupted(
         .warnings
         .push("the sandbox's observations were lost with its supervisor: none is claimed".into());
     bundle.safety = safety;
-    // The trace before the bundle, so the bundle can say when the trace misses the seal.
-    let sealed_event = TraceEventKind::StageSealed {
-        changed_files: bundle.filesystem.as_ref().map_or(0, |f| f.changed_files),
-        whiteouts: bundle.filesystem.as_ref().map_or(0, |f| f.whiteouts),
-    };
-    let what = "the recovered seal";
-    let lost = match TraceLog::open(&job.trace_path()) {
-        Ok(mut trace) => crate::trace_append::append(&mut trace, vec![(now, sealed_event)], what),
-        Err(e) => {
-            let w =
-                format!("the job's trace could not record {what}: {e}; the trace is incomplete");
-            eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
-            Some(w)
-        }
-    };
-    bundle.run.warnings.extend(lost);
-    let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
-    cofferdam_stage::write_atomic(&job.bundle_path(), text.as_bytes(), 0o600).map_err(|e| {
-        Failure::setup(format!("cannot write {}: {e}", job.bundle_path().display()))
-    })?;
-    remove_provisional(job);
-    job.update(|s| {
-        s.state = StageState::Staged;
-        s.pid = None;
-        s.run_state = Some(bundle.run.state);
-        s.finished_at_unix_ms = Some(now);
-        s.changed_files = bundle.filesystem.as_ref().map(|f| f.changed_files);
-    })
-    .map_err(job_failure)
+    bundle.run.warnings.extend(seal.lost);
+    bundle
 }

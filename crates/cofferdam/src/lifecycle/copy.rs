@@ -2,7 +2,7 @@
 //! advisory `none`; what they refuse is `cofferdam_policy::refusal`'s): the workdir copy in the job with its HOME stage
 //! and temp directory, the plan, and, after the command, turning the copy into the stage
 //! the seal reads. The launch, the observations, the seal and the records are the sealed
-//! run's (`super::run`).
+//! run's (`super`).
 //!
 //! Without a mount namespace nothing can appear at the workdir's own path: the command runs
 //! in the copy (`<job>/copy`, its start directory mapped there), with HOME at `<job>/home`

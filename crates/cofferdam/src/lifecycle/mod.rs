@@ -1,0 +1,185 @@
+//! The run lifecycle: one run, from a validated [`RunRequest`] to its sealed records, in
+//! the one order of effects that [`run`] holds (each phase is a function of the modules
+//! below, with typed inputs and outputs). Owns that order and the supervisor's parts of a
+//! run (the copy stage of the copy tiers, the limits, the records of its end, which
+//! `cmd::recover` shares); may not parse arguments or render results (the commands in `cmd`
+//! do), and may not import `cmd`.
+
+pub mod copy;
+mod decide;
+mod launch;
+pub mod limits;
+pub mod records;
+mod supervise;
+
+use crate::context::Env;
+use crate::exit::Failure;
+use crate::now_ms;
+use cofferdam_policy::Policy;
+use cofferdam_policy::outcome::{Ending, exit_code_of};
+use cofferdam_record::trace::TraceEventKind;
+use cofferdam_record::{ContainmentClass, RunBundle};
+use cofferdam_stage::job::Durability;
+use cofferdam_stage::trace_log::TraceLog;
+use std::path::PathBuf;
+
+/// One run, validated: the resolved policy and what the caller asked of the run.
+pub struct RunRequest {
+    /// The resolved, checked policy (`cmd::preflight`).
+    pub policy: Policy,
+    /// The caller's places (current directory, home) and the storage root.
+    pub env: Env,
+    /// The command and its arguments; never empty.
+    pub argv: Vec<String>,
+    /// Keep the job in this directory instead of the store.
+    pub stage: Option<PathBuf>,
+    /// Run on at most this class's tier.
+    pub tier_cap: Option<ContainmentClass>,
+    /// A pseudo-terminal forced on (`Some(true)`) or off, or `None`: only when stdin and
+    /// stdout are terminals.
+    pub force_tty: Option<bool>,
+    /// Save the command's output in the job (`--capture`).
+    pub capture: bool,
+}
+
+/// A run that reached its records (sealed, bundle written, job `staged`).
+#[derive(Debug)]
+pub struct Finished {
+    /// The job's id.
+    pub run_id: String,
+    /// Where its Run Bundle is.
+    pub bundle_path: PathBuf,
+    /// The Run Bundle as written.
+    pub bundle: RunBundle,
+    /// How the run ended, with its cause.
+    pub ending: Ending,
+    /// The exit code the run stands for (the command's, or 125/126/127).
+    pub exit_code: i32,
+}
+
+/// Run `req` to its records. The order of effects is this function's: decide (refusing
+/// below the floor before touching anything), start the init, create the job, plan, install
+/// the limits, send the plan, write the trace's start, make the copy stage, write the
+/// provisional bundle, launch and supervise, judge the ending, seal and write the records,
+/// mark the job staged.
+pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
+    let decided = decide::decide(req)?;
+
+    // The init starts now: on the sealed tier it makes its namespaces at once, then waits
+    // for its plan and the go, so its start-up overlaps the job's creation here; it touches
+    // nothing of the job before the go (`PendingInit`), and it is killed if the setup stops
+    // first. The terminal's SIGINT/SIGQUIT are ignored from here on (with a pty they go to
+    // the command; without, to the sandbox's process group), and the supervisor must live
+    // to restore the terminal and write the records.
+    let quiet = crate::signals::IgnoreTerminalSignals::new();
+    let launch::Spawned {
+        mut init,
+        terminal,
+        net,
+    } = launch::spawn(req, &decided)?;
+    let decide::Decided {
+        store,
+        facts,
+        decision,
+        copy_tier,
+    } = decided;
+    let facts = facts.with_cgroups();
+    let launch::JobRun {
+        job,
+        lock,
+        mut trace,
+    } = launch::create_job(req, &store)?;
+    let inv = launch::invoker(&req.env, &facts);
+    let (mut plan, copy_paths) = launch::plan(req, &facts, &inv, &decision, &job, copy_tier);
+    plan.terminal = terminal;
+    // Cgroup, timeout and stage cap; the cgroup is removed when `limits` drops, at the end.
+    // On the copy tiers the changes reach `upper/` only when the run ends, so the stage cap
+    // is checked then, not polled.
+    let limits = limits::prepare(&req.policy, &facts, &mut plan, &job.upper(), !copy_tier);
+    for warning in &limits.warnings {
+        eprintln!("cofferdam: warning: {}", crate::shown_text(warning));
+    }
+    // Moving the init into the run's cgroups waits for the kernel, in the background, while
+    // the rest happens here. The go comes after both.
+    init.send_plan(&plan).map_err(Failure::setup)?;
+    init.join_cgroups(limits.watch.cgroup_procs.clone());
+    let started = launch::trace_start(req, &facts, &inv, &job, &mut trace)?;
+    let mut trace = TraceSink::new(trace);
+    // After the start time: a host edit after the copy is newer than the run's start, so
+    // the apply-time conflict check catches it.
+    let copy_stage = match copy_paths {
+        Some(paths) => Some(launch::copy_stage(req, paths, &plan, &mut trace)?),
+        None => None,
+    };
+    // What `status --review`/`apply` seal an interrupted job from if this process dies.
+    if let Err(e) = records::write_provisional(&records::Start {
+        policy: &req.policy,
+        plan: &plan,
+        decision: &decision,
+        job: &job,
+        started,
+        argv: &req.argv,
+        controls: &limits.controls,
+    }) {
+        eprintln!("cofferdam: warning: {e}; if cofferdam dies mid-run the job cannot be sealed");
+    }
+
+    // The go: the command runs, relayed and supervised until the status stream ends.
+    let ran = supervise::start(req, &job, net, init, &limits)?;
+    drop(quiet);
+    let finished = now_ms();
+    let (mut run, ending) = supervise::collect(ran, &limits, &job, started, finished, &mut trace);
+    let ending = supervise::settle(
+        &mut run, ending, copy_stage, &decision, &limits, &job, finished, &mut trace,
+    )?;
+
+    let bundle = records::write_run_records(
+        &records::RunRecords {
+            policy: &req.policy,
+            plan: &plan,
+            decision: &decision,
+            job: &job,
+            argv: &req.argv,
+            started,
+            finished,
+            ending: &ending,
+            wait_for_init: limits.has_cgroup(),
+        },
+        run,
+        trace,
+    )?;
+    // `staged` is the last change under the lock, which goes right after: a job listed as
+    // staged can be applied at once (`apply` waits a moment for a lock held on a job that
+    // is not active; the load test applies jobs the moment they are listed staged).
+    records::mark_staged(&job, &bundle, Durability::Prompt).map_err(Failure::setup)?;
+    drop(lock);
+    Ok(Finished {
+        run_id: job.id().to_owned(),
+        bundle_path: job.bundle_path(),
+        exit_code: exit_code_of(&ending),
+        bundle,
+        ending,
+    })
+}
+
+/// The run's trace once it has started: a write that fails is told at once
+/// (`trace_append`) and kept, for the bundle's warnings.
+pub(crate) struct TraceSink {
+    log: TraceLog,
+    lost: Vec<String>,
+}
+
+impl TraceSink {
+    fn new(log: TraceLog) -> Self {
+        Self {
+            log,
+            lost: Vec::new(),
+        }
+    }
+
+    /// Append `events` in one write; `what` names them in the warning if it fails.
+    fn append(&mut self, events: Vec<(u64, TraceEventKind)>, what: &str) {
+        self.lost
+            .extend(crate::trace_append::append(&mut self.log, events, what));
+    }
+}
