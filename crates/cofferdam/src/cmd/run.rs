@@ -62,6 +62,8 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     // The one decision `scope` reports too: what this tier cannot carry is refused here.
     cofferdam_policy::refusal::check_run(&policy, &decision)
         .map_err(|r| Failure::setup(format!("refusing to run: {r}")))?;
+    // `--publish`: the host ports are bound now, before anything exists.
+    let mut published = crate::publish::bind(&policy)?;
     if policy.network.mode == cofferdam_net::NetworkMode::Host {
         eprintln!(
             "cofferdam: warning: network mode host: the command shares the host's network; \
@@ -103,6 +105,9 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         },
         early,
         net_theirs,
+        published
+            .as_mut()
+            .and_then(crate::publish::Published::sandbox_end),
     )
     .map_err(Failure::setup)?;
     let facts = early_facts.with_cgroups();
@@ -214,6 +219,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         eprintln!("cofferdam: warning: {e}; if cofferdam dies mid-run the job cannot be sealed");
     }
     let egress = net_ours.map(|ours| crate::egress::start(&policy, ours));
+    let forwarder = published.map(crate::publish::Published::start);
     let outcome = init
         .start(capture.as_ref(), limits.watch.clone(), |pid| {
             if let Some(e) = &egress {
@@ -400,6 +406,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         if let Some(report) = egress {
             crate::egress::record(&mut bundle, report);
         }
+        crate::publish::record(&mut bundle, forwarder);
         bundle.run.warnings.extend(relay_warnings);
         let text = write_bundle_json(&bundle).map_err(Failure::setup)?;
         cofferdam_stage::write_atomic_with(

@@ -23,6 +23,7 @@ mod mounts;
 mod mutants;
 mod net;
 mod pty;
+mod publish;
 mod readme;
 mod review_json;
 mod review_output;
