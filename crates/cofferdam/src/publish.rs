@@ -64,3 +64,35 @@ pub fn record(bundle: &mut RunBundle, forwarder: Option<Forwarder>) {
     let reports: Vec<serde_json::Value> = f.finish().iter().map(|r| r.to_json()).collect();
     bundle.network.policy["publish"] = serde_json::Value::Array(reports);
 }
+
+/// The review's lines for the published ports: each mapping and what the relay counted.
+pub fn render_review(o: &mut String, n: &cofferdam_record::bundle::NetworkSummary) {
+    use cofferdam_record::shown::escape;
+    use std::fmt::Write as _;
+    let Some(list) = n
+        .policy
+        .get("publish")
+        .and_then(serde_json::Value::as_array)
+    else {
+        return;
+    };
+    let num = |p: &serde_json::Value, k: &str| {
+        p.get(k)
+            .and_then(serde_json::Value::as_u64)
+            .map_or_else(|| "unknown".to_owned(), |v| v.to_string())
+    };
+    for p in list {
+        let host = p
+            .get("host")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("?");
+        let _ = writeln!(
+            o,
+            "  publish   {} -> port {}: {} relayed, {} refused",
+            escape(host),
+            num(p, "port"),
+            num(p, "relayed"),
+            num(p, "refused")
+        );
+    }
+}

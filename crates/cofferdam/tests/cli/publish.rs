@@ -162,6 +162,16 @@ fn a_published_dev_server_serves_the_host_two_connections_at_once_and_is_recorde
     );
     assert!(p["bytes_out"].as_u64().unwrap() > 0, "{p}");
     assert_eq!(bundle["network"]["policy"]["mode"], "none");
+    let review = s
+        .cmd()
+        .args(["status", "--review", "last"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&review.stdout);
+    assert!(
+        text.contains(&format!("publish   127.0.0.1:{host} -> port 8000: ")),
+        "{text}"
+    );
     // The port is released with the run.
     assert!(TcpListener::bind(("127.0.0.1", host)).is_ok());
 }
