@@ -26,7 +26,9 @@ fn server_script(port: u16, connect_out: Option<u16>) -> String {
     let out = connect_out.map_or(String::new(), |p| {
         format!(
             "try:\n  socket.create_connection(('127.0.0.1', {p}), timeout=5); print('out=CONNECTED')\n\
-             except OSError as e:\n  print('out=' + type(e).__name__)\n"
+             except OSError as e:\n  print('out=' + type(e).__name__)\n\
+             import os\n\
+             print('fd7=' + ('open' if os.path.exists('/proc/self/fd/7') else 'absent'))\n"
         )
     });
     format!(
@@ -198,6 +200,9 @@ fn publish_opens_nothing_outbound_and_without_it_the_server_is_unreachable() {
     let spec = format!("{host}:8000");
     let mut run = start(&s, &["--publish", &spec], &server_script(8000, Some(cport)));
     assert_eq!(run.line(), "out=ConnectionRefusedError");
+    // The publish socket never reaches the command (pid 1 closes its copy; the init serving
+    // it is outside the command's pid namespace).
+    assert_eq!(run.line(), "fd7=absent");
     assert_eq!(run.line(), "listening");
     assert!(curl(host, "/").status.success());
     // The inside port is not the host's: nothing listens on it there.
