@@ -9,6 +9,7 @@
 //! `cofferdam_policy::allow` (so the policy crate needs no syscall crate); they are
 //! re-exported here under their old paths.
 
+pub mod forward;
 pub mod handover;
 pub mod proxy;
 

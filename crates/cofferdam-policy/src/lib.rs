@@ -34,6 +34,7 @@ pub mod cgroup_plan;
 pub mod outcome;
 pub mod plan;
 pub mod profiles;
+pub mod publish;
 pub mod refusal;
 pub mod resources;
 pub mod scoped_plan;

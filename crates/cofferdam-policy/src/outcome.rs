@@ -133,6 +133,24 @@ pub struct RunReport {
     pub version: String,
 }
 
+/// `network.policy`: the mode, the allowlist and, when any, the published ports
+/// (`{host, port}`; the forwarder adds what it counted once the run ends).
+fn network_policy_json(policy: &Policy) -> serde_json::Value {
+    let mut v = json!({
+        "mode": policy.network.mode.wire_name(),
+        "allow": policy.network.allow.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    });
+    if !policy.network.publish.is_empty() {
+        v["publish"] = policy
+            .network
+            .publish
+            .iter()
+            .map(|e| json!({"host": e.host().to_string(), "port": e.port}))
+            .collect();
+    }
+    v
+}
+
 /// Assemble the Run Bundle.
 pub fn assemble_bundle(
     policy: &Policy,
@@ -254,10 +272,7 @@ pub fn assemble_bundle(
         safety,
         filesystem: Some(filesystem),
         network: NetworkSummary {
-            policy: json!({
-                "mode": policy.network.mode.wire_name(),
-                "allow": policy.network.allow.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            }),
+            policy: network_policy_json(policy),
             interception: None,
             intercepted: None,
         },

@@ -82,6 +82,10 @@ pub struct NetworkPlan {
     /// `allow`: the HTTP proxy's port on 127.0.0.1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_port: Option<u16>,
+    /// The ports published on the host (`--publish`): the init serves the supervisor a new
+    /// TCP socket of this namespace per connection over fd 7 (`cofferdam_net::forward`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<u16>,
 }
 
 /// The HTTP proxy's port inside the sandbox in `allow` mode.
@@ -92,6 +96,12 @@ pub const ALLOW_RESOLV_CONF: &str = "nameserver 127.0.0.1\noptions attempts:1\n"
 
 /// The network plan of a policy.
 pub fn network_plan(policy: &Policy) -> NetworkPlan {
+    let mut plan = mode_plan(policy);
+    plan.publish = policy.network.publish.iter().map(|e| e.port).collect();
+    plan
+}
+
+fn mode_plan(policy: &Policy) -> NetworkPlan {
     match policy.network.mode {
         NetworkMode::None => NetworkPlan::default(),
         NetworkMode::Host => NetworkPlan {
@@ -111,6 +121,7 @@ pub fn network_plan(policy: &Policy) -> NetworkPlan {
                 mode: PlanNetworkMode::Allow,
                 tcp_ports: ports,
                 proxy_port: Some(PROXY_PORT),
+                publish: Vec::new(),
             }
         }
     }

@@ -83,6 +83,8 @@ pub struct RunFlags {
     pub network: Option<String>,
     /// `--allow-net HOST[:PORT]`, repeatable.
     pub allow_net: Vec<String>,
+    /// `--publish [HOST_ADDR:]HOST_PORT:PORT`, repeatable.
+    pub publish: Vec<String>,
     /// `--memory SIZE`.
     pub memory: Option<String>,
     /// `--pids N|none`.
@@ -196,6 +198,8 @@ pub struct NetworkPolicy {
     pub mode: NetworkMode,
     /// Allowed destinations (mode `allow`).
     pub allow: Vec<AllowEntry>,
+    /// Ports of the sandbox published on the host (`--publish`): inbound only.
+    pub publish: Vec<crate::publish::PublishEntry>,
 }
 
 /// The effective policy of one run.
@@ -500,7 +504,13 @@ fn resolve_network(m: &Manifest, flags: &RunFlags) -> Result<NetworkPolicy, Flag
     if mode != NetworkMode::Allow {
         allow.clear();
     }
-    Ok(NetworkPolicy { mode, allow })
+    let publish = crate::publish::parse_all(&flags.publish)
+        .map_err(|(v, e)| flag_err("--publish", &v, e.to_string()))?;
+    Ok(NetworkPolicy {
+        mode,
+        allow,
+        publish,
+    })
 }
 
 fn resolve_resources(m: &Manifest, f: &RunFlags) -> Result<ResourceRequest, FlagError> {

@@ -30,6 +30,8 @@ pub enum RefusalKind {
     MountOnCopyTier,
     /// A mount with mode `stage`.
     StageMount,
+    /// `--publish` where the workload has no network namespace of its own.
+    PublishWithoutNetns,
 }
 
 /// Why `run` will not carry this policy on this tier, and what to change.
@@ -72,6 +74,7 @@ pub fn check_run(policy: &Policy, decision: &ContainmentDecision) -> Result<(), 
     if tier != EnforcementTier::MountnsPivotRootLandlockSeccomp {
         copy_tier(policy, tier)?;
     }
+    publish(policy, tier)?;
     if let Some(m) = policy.mounts.iter().find(|m| m.mode == MountMode::Stage) {
         return Err(refusal(
             RefusalKind::StageMount,
@@ -83,6 +86,44 @@ pub fn check_run(policy: &Policy, decision: &ContainmentDecision) -> Result<(), 
         ));
     }
     Ok(())
+}
+
+/// `--publish` relays into the sealed tier's network namespace. Without one the workload
+/// shares the host's network: on the scoped tier its socket filter refuses TCP servers
+/// (`listen(2)`), on the advisory tier and in network mode `host` its ports are the host's
+/// already, so a relay would only contend with it for the port.
+fn publish(policy: &Policy, tier: EnforcementTier) -> Result<(), Refusal> {
+    let Some(first) = policy.network.publish.first() else {
+        return Ok(());
+    };
+    let (why, fix) = if tier == EnforcementTier::LandlockSeccomp {
+        (
+            format!(
+                "this run is on the {tier} tier, which has no network namespace to publish                  from, and its socket filter refuses TCP servers (listen(2))"
+            ),
+            "drop --publish, or run on a host with user namespaces (`cofferdam doctor` shows              how)",
+        )
+    } else if tier == EnforcementTier::None {
+        (
+            format!(
+                "this run is on the {tier} tier, where the command shares the host's network:                  its ports are the host's already"
+            ),
+            "drop --publish: the command's server is reachable at 127.0.0.1:PORT directly",
+        )
+    } else if policy.network.mode == NetworkMode::Host {
+        (
+            "network mode `host` makes no network namespace: the command's ports are the              host's already"
+                .to_owned(),
+            "drop --publish (the server is reachable at 127.0.0.1:PORT directly), or drop              --network host",
+        )
+    } else {
+        return Ok(());
+    };
+    Err(refusal(
+        RefusalKind::PublishWithoutNetns,
+        format!("--publish {first} relays into the sandbox's network namespace; {why}"),
+        fix.to_owned(),
+    ))
 }
 
 /// What the tiers without namespaces cannot honour.
@@ -189,6 +230,21 @@ mod tests {
 
     fn kind(p: &Policy, tier: EnforcementTier) -> Option<RefusalKind> {
         check_run(p, &decision(tier, None)).err().map(|r| r.kind)
+    }
+
+    #[test]
+    fn publish_needs_the_sealed_tiers_network_namespace() {
+        let mut p = base();
+        p.network.publish.push("8080:8000".parse().unwrap());
+        assert_eq!(kind(&p, SEALED), None);
+        assert_eq!(kind(&p, SCOPED), Some(RefusalKind::PublishWithoutNetns));
+        assert_eq!(kind(&p, NONE), Some(RefusalKind::PublishWithoutNetns));
+        p.network.mode = NetworkMode::Host;
+        let r = check_run(&p, &decision(SEALED, None)).unwrap_err();
+        assert_eq!(r.kind, RefusalKind::PublishWithoutNetns);
+        assert!(r.to_string().contains("127.0.0.1:8080:8000"), "{r}");
+        p.network.mode = NetworkMode::Allow;
+        assert_eq!(kind(&p, SEALED), None);
     }
 
     #[test]

@@ -15,8 +15,8 @@ use crate::tier::decide_containment_capped;
 use cofferdam_record::bundle::ResourceDimension;
 use cofferdam_record::scope::{
     CgroupScopeReport, FilesystemBoundaryReport, HostPathReport, IoMaxReport, ManifestFileReport,
-    ProcessViewReport, ResourceLimitReport, RouteReport, RuntimeDirReport, ScopeReport,
-    StateStoreReport, TempDirReport, UnconfinedReport,
+    ProcessViewReport, PublishReport, ResourceLimitReport, RouteReport, RuntimeDirReport,
+    ScopeReport, StateStoreReport, TempDirReport, UnconfinedReport,
 };
 use cofferdam_record::{ContainmentClass, EnforcementTier, HostFacts};
 use std::path::{Path, PathBuf};
@@ -100,7 +100,7 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
         floor_met: decision.floor_met,
         shortfall_reason: decision.shortfall_reason.clone(),
         enforcement_tier: tier,
-        routes: routes(tier, allow),
+        routes: routes(tier, allow, !p.network.publish.is_empty()),
         userns_grant: f.userns.grant,
         landlock_abi: abi,
         filesystem_scope: Some(display(&p.workdir)),
@@ -110,6 +110,7 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
         hidden_paths,
         network_mode: network_mode.wire_name().to_owned(),
         network_allow: p.network.allow.iter().map(ToString::to_string).collect(),
+        network_publish: publish_reports(p, tier, decision.floor_met),
         unix_sockets: tier == EnforcementTier::None || abi.is_none_or(|a| a < 9),
         shell_allow: p.exec_allow.clone(),
         env_allow: p.env_allow.clone(),
@@ -188,8 +189,8 @@ fn display(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-fn routes(tier: EnforcementTier, allow: bool) -> Vec<RouteReport> {
-    vec![
+fn routes(tier: EnforcementTier, allow: bool, publish: bool) -> Vec<RouteReport> {
+    let mut routes = vec![
         RouteReport {
             route: "command".into(),
             mechanism: match tier {
@@ -208,7 +209,52 @@ fn routes(tier: EnforcementTier, allow: bool) -> Vec<RouteReport> {
                    lines, and runs no code from the command"
                 .into(),
         },
-    ]
+    ];
+    if publish {
+        routes.push(RouteReport {
+            route: "publish".into(),
+            mechanism: "host-process".into(),
+            active: tier == EnforcementTier::MountnsPivotRootLandlockSeccomp,
+            note: "cofferdam's supervisor accepts connections on each --publish host address \
+                   and relays their bytes, unread, to the command's port inside the sandbox; \
+                   inbound only"
+                .into(),
+        });
+    }
+    routes
+}
+
+/// What each `--publish` mapping gets: relayed on the sealed tier with a network namespace;
+/// refused (with `run`) elsewhere.
+fn publish_reports(p: &Policy, tier: EnforcementTier, runs: bool) -> Vec<PublishReport> {
+    let netns = tier == EnforcementTier::MountnsPivotRootLandlockSeccomp
+        && p.network.mode != NetworkMode::Host;
+    p.network
+        .publish
+        .iter()
+        .map(|e| PublishReport {
+            host: e.host().to_string(),
+            port: e.port,
+            exposed: !e.is_loopback(),
+            effect: if netns && runs {
+                format!(
+                    "the supervisor listens on {} (bound before the run starts) and relays each \
+                     connection to 127.0.0.1:{} inside the sandbox's network namespace; a \
+                     connection made before the command listens is closed at once; inbound \
+                     only, the network mode ({}) still governs what the command reaches",
+                    e.host(),
+                    e.port,
+                    p.network.mode.wire_name()
+                )
+            } else if netns {
+                "not published: the run is refused (see shortfall_reason)".to_owned()
+            } else {
+                "refused on this tier (run exits 125): publishing needs the sealed tier's own \
+                 network namespace; without one the command's ports are the host's already"
+                    .to_owned()
+            },
+        })
+        .collect()
 }
 
 /// The effect of an optional mount whose source does not exist.

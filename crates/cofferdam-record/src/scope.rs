@@ -60,6 +60,10 @@ pub struct ScopeReport {
     pub network_mode: String,
     /// Allowed destinations, normalized (`host:ports`), not resolved addresses.
     pub network_allow: Vec<String>,
+    /// The sandbox's ports published on the host (`--publish`), inbound only, with what
+    /// each gets on this tier.
+    #[serde(default)]
+    pub network_publish: Vec<PublishReport>,
     /// Whether the command could connect to a host process's unix socket (a pathname
     /// socket inside a visible path; Landlock stops that only from ABI 9).
     pub unix_sockets: bool,
@@ -107,6 +111,19 @@ pub struct ScopeReport {
     pub process_view: ProcessViewReport,
     /// Who the command runs as when it is not contained; `null` on contained tiers.
     pub unconfined: Option<UnconfinedReport>,
+}
+
+/// One `--publish` mapping in the scope report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PublishReport {
+    /// The host address and port the supervisor listens on, e.g. `127.0.0.1:8080`.
+    pub host: String,
+    /// The port the workload listens on inside the sandbox (127.0.0.1).
+    pub port: u16,
+    /// Whether other machines can reach the host side (a non-loopback address).
+    pub exposed: bool,
+    /// What the mapping gets on this tier.
+    pub effect: String,
 }
 
 /// One route code could run on.

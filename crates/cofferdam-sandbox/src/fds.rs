@@ -18,6 +18,10 @@ pub const TERMINAL: RawFd = 5;
 /// The network socket (present only in network `allow` mode): pid 1 sends its listeners
 /// over it.
 pub const NET: RawFd = 6;
+/// The publish socket (present only when the plan publishes ports): the init serves the
+/// supervisor fresh TCP sockets of the sandbox's network namespace over it
+/// (`crate::publish`); pid 1 closes its copy with the other inherited descriptors.
+pub const PUBLISH: RawFd = 7;
 
 /// The init's status channel over its life: not yet taken from fd [`STATUS`], owned, or
 /// closed (after which nothing is sent and the number is never taken again).

@@ -454,6 +454,8 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
     // namespace is gone: the end of the status stream tells the supervisor that nothing of
     // the run is left, and it seals and writes the records while this process tears the
     // namespaces down.
+    // `--publish`: this process serves the supervisor sockets of the namespace meanwhile.
+    crate::publish::serve_until_exit(&plan.network.publish, pid);
     let code = wait_for(pid);
     // The exit below does not report.
     fds::close_status();

@@ -214,15 +214,19 @@ enum Joining {
 /// Start `exe` as the sandbox init (see [`PendingInit`]), its streams wired per `streams`;
 /// with `early` (the sealed tier) it makes its namespaces at once, before its plan comes;
 /// handing it `network` (the sandbox's end of the network socket) as fd
-/// [`fds::NET`]: in `allow` mode pid 1 sends its listeners over it.
+/// [`fds::NET`]: in `allow` mode pid 1 sends its listeners over it; and `publish` (the
+/// sandbox's end of the publish socket) as fd [`fds::PUBLISH`], served by the init.
 pub fn spawn_init(
     exe: &Path,
     streams: Streams,
     early: Option<EarlyNamespaces>,
     network: Option<OwnedFd>,
+    publish: Option<OwnedFd>,
 ) -> Result<PendingInit, LaunchError> {
     let network = network.map(raise).transpose()?;
     let nc = network.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+    let publish = publish.map(raise).transpose()?;
+    let uc = publish.as_ref().map_or(-1, AsRawFd::as_raw_fd);
     let (plan_r, plan_w) = pipe()?;
     let (status_r, status_w) = pipe()?;
     let plan_r = raise(plan_r)?;
@@ -244,7 +248,7 @@ pub fn spawn_init(
     };
     let tc = socket_child.as_ref().map_or(-1, AsRawFd::as_raw_fd);
 
-    // Every source below is raised above the targets (0 to 6), so no `dup2` in the child
+    // Every source below is raised above the targets (0 to 7), so no `dup2` in the child
     // clobbers another source or lands on itself.
     let mut fds = vec![(pr, fds::PLAN), (sw, fds::STATUS)];
     if tc >= 0 {
@@ -252,6 +256,9 @@ pub fn spawn_init(
     }
     if nc >= 0 {
         fds.push((nc, fds::NET));
+    }
+    if uc >= 0 {
+        fds.push((uc, fds::PUBLISH));
     }
     let mut out_pipes = Vec::new();
     let mut in_pipe = None;
@@ -337,6 +344,7 @@ pub fn spawn_init(
     drop(status_w);
     drop(socket_child);
     drop(network);
+    drop(publish);
     Ok(PendingInit {
         child: Some(child),
         plan_w: Some(std::fs::File::from(plan_w)),

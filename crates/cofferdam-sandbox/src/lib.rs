@@ -22,6 +22,7 @@ pub mod mutant;
 pub mod netif;
 pub mod probe;
 pub mod pty;
+pub mod publish;
 pub mod reaper;
 pub mod relay;
 pub mod rlimit;

@@ -203,6 +203,11 @@ pub struct PolicyArgs {
     /// Allow a destination HOST[:PORT] (implies --network allow; *.domain wildcards).
     #[arg(long = "allow-net", value_name = "HOST[:PORT]")]
     pub allow_net: Vec<String>,
+    /// Let the host reach a TCP port the command listens on inside the sandbox (sealed
+    /// tier): HOST_ADDR:HOST_PORT (HOST_ADDR 127.0.0.1 unless given; another address
+    /// warns) is relayed to 127.0.0.1:PORT inside. Inbound only; repeatable.
+    #[arg(long = "publish", value_name = "[HOST_ADDR:]HOST_PORT:PORT")]
+    pub publish: Vec<String>,
     /// Memory ceiling, e.g. 4GiB.
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,

@@ -146,6 +146,7 @@ fn layered_policy(
         env: args.env.clone(),
         network: args.network.clone(),
         allow_net: args.allow_net.clone(),
+        publish: args.publish.clone(),
         memory: args.memory.clone(),
         pids: args.pids.clone(),
         cpus: args.cpus,

@@ -100,6 +100,7 @@ pub fn render_review(o: &mut String, b: &RunBundle, s: crate::style::Style) {
         .unwrap_or("unknown");
     let _ = writeln!(o, "\n{}", s.heading("Network"));
     let _ = writeln!(o, "  mode      {}", escape(mode));
+    crate::publish::render_review(o, n);
     let Some(c) = &n.intercepted else {
         if mode == "allow" {
             let _ = writeln!(o, "  {}", s.bad("no counters: the driver did not report"));

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct NetworkSummary {
     /// The serialized base network policy. cofferdam writes
-    /// `{"mode": "none" | "allow" | "host", "allow": [...]}`.
+    /// `{"mode": "none" | "allow" | "host", "allow": [...]}`, and with `--publish` also
+    /// `"publish": [{host, port, accepted, relayed, refused, bytes_in, bytes_out}]` (the
+    /// mappings, inbound only, with what the forwarder counted).
     pub policy: serde_json::Value,
     /// The interception driver, when one ran (`allow` mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -168,6 +168,13 @@ pub fn render(r: &ScopeReport, s: Style) -> String {
         other => format!("{other}: the host's network, unfiltered"),
     };
     row(&mut o, "network", &net);
+    for p in &r.network_publish {
+        row(
+            &mut o,
+            "publish",
+            &format!("{} -> port {}: {}", p.host, p.port, p.effect),
+        );
+    }
     row(
         &mut o,
         "unix sockets",

@@ -32,7 +32,12 @@ pub(super) struct Spawned {
 /// Start the init. Terminals on stdin and stdout (or `--tty`): the command gets its own
 /// pseudo-terminal, relayed to the caller's; otherwise three pipes. Never a descriptor of
 /// the caller's.
-pub(super) fn spawn(req: &RunRequest, decided: &Decided) -> Result<Spawned, Failure> {
+/// `publish` is the sandbox's end of the `--publish` socket, when there is one.
+pub(super) fn spawn(
+    req: &RunRequest,
+    decided: &Decided,
+    publish: Option<std::os::fd::OwnedFd>,
+) -> Result<Spawned, Failure> {
     let terminal = cofferdam_sandbox::pty::caller_terminal(req.force_tty);
     let (net, net_theirs) = crate::egress::socket(&req.policy)
         .map_err(Failure::setup)?
@@ -51,6 +56,7 @@ pub(super) fn spawn(req: &RunRequest, decided: &Decided) -> Result<Spawned, Fail
         },
         early,
         net_theirs,
+        publish,
     )
     .map_err(Failure::setup)?;
     Ok(Spawned {

@@ -64,6 +64,8 @@ pub struct Finished {
 /// mark the job staged.
 pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     let decided = decide::decide(req)?;
+    // `--publish`: the host ports are bound now, before anything exists.
+    let mut published = crate::publish::bind(&req.policy)?;
 
     // The init starts now: on the sealed tier it makes its namespaces at once, then waits
     // for its plan and the go, so its start-up overlaps the job's creation here; it touches
@@ -76,7 +78,13 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
         mut init,
         terminal,
         net,
-    } = launch::spawn(req, &decided)?;
+    } = launch::spawn(
+        req,
+        &decided,
+        published
+            .as_mut()
+            .and_then(crate::publish::Published::sandbox_end),
+    )?;
     let decide::Decided {
         store,
         facts,
@@ -125,7 +133,7 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     }
 
     // The go: the command runs, relayed and supervised until the status stream ends.
-    let ran = supervise::start(req, &job, net, init, &limits)?;
+    let ran = supervise::start(req, &job, net, published, init, &limits)?;
     drop(quiet);
     let finished = now_ms();
     let (mut run, ending) = supervise::collect(ran, &limits, &job, started, finished, &mut trace);

@@ -182,6 +182,7 @@ pub(super) fn write_run_records(
         output,
         relay_warnings,
         egress,
+        forwarder,
         ..
     } = run;
     let job = r.job;
@@ -227,6 +228,7 @@ pub(super) fn write_run_records(
                 if let Some(report) = egress {
                     crate::egress::record(&mut bundle, report);
                 }
+                crate::publish::record(&mut bundle, forwarder);
                 bundle.run.warnings.extend(relay_warnings);
                 bundle
             },

@@ -26,6 +26,7 @@ use std::os::unix::net::UnixStream;
 pub(super) struct Ran {
     outcome: SealedOutcome,
     egress: Option<crate::egress::Egress>,
+    forwarder: Option<cofferdam_net::forward::Forwarder>,
 }
 
 /// Start the egress driver (in `allow` mode), send the go, and supervise the run until
@@ -34,6 +35,7 @@ pub(super) fn start(
     req: &RunRequest,
     job: &Job,
     net: Option<UnixStream>,
+    published: Option<crate::publish::Published>,
     init: PendingInit,
     limits: &Limits,
 ) -> Result<Ran, Failure> {
@@ -42,6 +44,7 @@ pub(super) fn start(
         limit: CAPTURE_LIMIT,
     });
     let egress = net.map(|ours| crate::egress::start(&req.policy, ours));
+    let forwarder = published.map(crate::publish::Published::start);
     let outcome = init
         .start(capture.as_ref(), limits.watch.clone(), |pid| {
             if let Some(e) = &egress {
@@ -49,7 +52,11 @@ pub(super) fn start(
             }
         })
         .map_err(Failure::setup)?;
-    Ok(Ran { outcome, egress })
+    Ok(Ran {
+        outcome,
+        egress,
+        forwarder,
+    })
 }
 
 /// What the run left for its records.
@@ -68,6 +75,8 @@ pub(super) struct Run {
     pub relay_warnings: Vec<String>,
     /// The egress driver's report (in `allow` mode).
     pub egress: Option<InterceptReport>,
+    /// The `--publish` forwarder, stopped when the records are written.
+    pub forwarder: Option<cofferdam_net::forward::Forwarder>,
     /// Why the supervisor stopped the run, if it did.
     stop: Option<Cause>,
 }
@@ -174,6 +183,7 @@ pub(super) fn collect(
         output,
         relay_warnings,
         egress,
+        forwarder: ran.forwarder,
         stop,
     };
     (run, ending)

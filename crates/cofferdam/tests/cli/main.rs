@@ -24,6 +24,7 @@ mod mutants;
 mod net;
 mod portable;
 mod pty;
+mod publish;
 mod readme;
 mod review_json;
 mod review_output;

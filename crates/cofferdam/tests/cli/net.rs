@@ -10,7 +10,8 @@ use std::net::{TcpListener, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-fn sealed_host() -> bool {
+/// Whether this host runs sealed network tests (also `publish`'s).
+pub(crate) fn sealed_host() -> bool {
     require("unprivileged user namespaces", userns_independently())
         && require("Landlock", landlock_abi_independently() > 0)
         && require(

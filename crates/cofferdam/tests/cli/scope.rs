@@ -22,6 +22,7 @@ const SCOPE_FIELDS: &[&str] = &[
     "hidden_paths",
     "network_mode",
     "network_allow",
+    "network_publish",
     "unix_sockets",
     "shell_allow",
     "env_allow",
