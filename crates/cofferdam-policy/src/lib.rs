@@ -37,6 +37,7 @@ pub mod profiles;
 pub mod refusal;
 pub mod resources;
 pub mod scoped_plan;
+pub mod toolchain;
 pub mod trust;
 pub mod verdict;
 pub mod widen;

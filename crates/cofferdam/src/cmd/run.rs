@@ -40,7 +40,12 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         ));
     }
     let env = context::env()?;
-    let mut policy = context::policy(&args.policy, &env, args.command.first().map(String::as_str))?;
+    let mut policy = context::policy(&args.policy, &env, &args.command)?;
+    // The command as it runs: with the arguments an agent profile adds, recorded as such.
+    let command = match &policy.command_patch {
+        Some(p) => p.apply(&args.command),
+        None => args.command.clone(),
+    };
     let skipped = super::preflight::skip_missing_optional(&mut policy);
     for warning in skipped
         .into_iter()
@@ -112,7 +117,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     // until the records give the run's own.
     let (job, lock) = store
         .create_locked_with(&policy.workdir, args.stage.as_deref(), |s| {
-            s.command = args.command.clone();
+            s.command = command.clone();
             s.pid = Some(std::process::id());
             s.started_at_unix_ms = Some(s.created_at_unix_ms);
         })
@@ -137,7 +142,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     };
     let copy_paths = copy_tier.then(|| copy::paths(&job, job_paths.clone()));
     let mut plan = match &copy_paths {
-        None => build_plan(&policy, &facts, &inv, &job_paths, args.command.clone()),
+        None => build_plan(&policy, &facts, &inv, &job_paths, command.clone()),
         Some(paths) => copy::plan(
             &policy,
             &facts,
@@ -145,7 +150,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             &decision,
             paths,
             &env.places.cwd,
-            args.command.clone(),
+            command.clone(),
         ),
     };
     plan.terminal = terminal;
@@ -174,7 +179,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             started,
             TraceEventKind::SessionStart {
                 run_id: run_id.clone(),
-                command: args.command.clone(),
+                command: command.clone(),
                 effective_grants: serde_json::to_value(&scope).unwrap_or_default(),
             },
         )
@@ -208,7 +213,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         decision: &decision,
         job: &job,
         started,
-        argv: &args.command,
+        argv: &command,
         controls: &limits.controls,
     }) {
         eprintln!("cofferdam: warning: {e}; if cofferdam dies mid-run the job cannot be sealed");
@@ -385,7 +390,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             run_id: run_id.clone(),
             started_at_unix_ms: started,
             finished_at_unix_ms: finished,
-            argv: args.command.clone(),
+            argv: command.clone(),
             controls,
             ending: ending.clone(),
             changes: sealed.changes,

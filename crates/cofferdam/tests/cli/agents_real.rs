@@ -149,6 +149,19 @@ fn agent_turn(s: &Sandbox, srv: &ModelServer, env: &[(&str, String)], argv: &[&s
     assert_staged_and_allowed(s, &out, srv);
 }
 
+/// The turn's shell command wrote `ran`: staged, not in the tree. Returns the bundle.
+fn ran_staged(s: &Sandbox, srv: &ModelServer, ran: &std::path::Path) -> serde_json::Value {
+    assert!(!ran.exists(), "the shell command's file landed in the tree");
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let changes = b["filesystem"]["changes"].to_string();
+    assert!(
+        changes.contains("agent-ran.txt"),
+        "{changes}\n{}",
+        srv.requests()
+    );
+    b
+}
+
 #[test]
 fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
     let Some(s) = ready("claude") else { return };
@@ -172,14 +185,7 @@ fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         &env,
         &["claude", "-p", &p, "--dangerously-skip-permissions"],
     );
-    assert!(!ran.exists(), "the shell command's file landed in the tree");
-    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
-    let changes = b["filesystem"]["changes"].to_string();
-    assert!(
-        changes.contains("agent-ran.txt"),
-        "{changes}\n{}",
-        srv.requests()
-    );
+    ran_staged(&s, &srv, &ran);
     // Its state persisted on the host, outside review.
     let state: Vec<_> = std::fs::read_dir(s.home.path().join(".claude"))
         .unwrap()
@@ -206,16 +212,32 @@ fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
     )
     .unwrap();
     let (_, p) = prompt(&s);
-    // Codex's own sandbox cannot nest inside ours (bubblewrap is refused a namespace) and
-    // then its tool calls fail while the turn exits 0: it runs with its sandbox off.
-    let argv = [
-        "codex",
-        "exec",
-        "--skip-git-repo-check",
-        "--dangerously-bypass-approvals-and-sandbox",
-        &p,
-    ];
+    // Then a shell command: Codex's own sandbox cannot nest inside ours, and without the
+    // profile's argument patch (its sandbox off) this tool call fails while the turn exits 0.
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={}", ran.display());
+    let argv = ["codex", "exec", "--skip-git-repo-check", &p];
     agent_turn(&s, &srv, &[("MOCK_API_KEY", "dummy-key".to_owned())], &argv);
+    let b = ran_staged(&s, &srv, &ran);
+    // The patch is recorded: the command as it ran, why, and the review says so.
+    let ran_argv = b["run"]["command"].as_array().unwrap().clone();
+    assert_eq!(ran_argv[1], "-c", "{ran_argv:?}");
+    assert_eq!(ran_argv[2], "sandbox_mode=\"danger-full-access\"");
+    assert_eq!(
+        b["orchestration"]["argument_patches"][0]["profile"], "codex",
+        "{}",
+        b["orchestration"]
+    );
+    let review = s
+        .cmd()
+        .args(["status", "--review", "last"])
+        .output()
+        .unwrap();
+    let review = String::from_utf8_lossy(&review.stdout);
+    assert!(
+        review.contains("profile:codex added `-c 'sandbox_mode=\"danger-full-access\"'`"),
+        "{review}"
+    );
     // Its session state persisted on the host, outside review.
     assert!(codex.join("sessions").exists(), "no ~/.codex/sessions");
 }
