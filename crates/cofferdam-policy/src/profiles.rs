@@ -237,6 +237,44 @@ const BUILTINS: &[Builtin] = &[
     },
 ];
 
+/// What a profile's read-only file would grant the next run, were a run to create it while
+/// it is absent (its state dir is writable, so it can): `(profile, file name, grants)`.
+const CREATED_GRANTS: &[(&str, &str, &str)] = &[(
+    "codex",
+    "config.toml",
+    "Codex reads it at its next start: a provider's base_url there becomes that run's \
+     allowed destination, its env_key a variable passed in, and its MCP servers programs \
+     Codex starts",
+)];
+
+/// What creating `path` (a read-only path of `profile`) would grant the next run.
+pub fn created_grants(profile: &str, path: &Path) -> &'static str {
+    CREATED_GRANTS
+        .iter()
+        .find(|(p, f, _)| *p == profile && path.file_name().is_some_and(|n| n == *f))
+        .map_or(
+            "the next run under this profile reads it as the agent's own",
+            |(_, _, g)| g,
+        )
+}
+
+/// The skipped mounts of `policy` a run can create: a profile's read-only path, absent, that
+/// lies inside a writable path the policy lends. The run's end sets aside what was created
+/// there (it would grant the run after it more, outside review).
+pub fn creatable(policy: &Policy) -> Vec<&Mount> {
+    policy
+        .skipped_mounts
+        .iter()
+        .filter(|m| m.origin.starts_with("profile:") && m.mode == MountMode::Read)
+        .filter(|m| {
+            policy
+                .mounts
+                .iter()
+                .any(|w| w.mode == MountMode::Write && m.target.starts_with(&w.target))
+        })
+        .collect()
+}
+
 fn owned(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -628,9 +666,34 @@ pub fn apply(policy: &mut Policy, x: &Expansion, argv: &[String]) {
             }
         }
     }
-    for p in x.paths.iter().filter(|p| p.present) {
+    // An absent read-only path inside a present state dir is kept (optional, so skipped and
+    // recorded) with what creating it would grant: the run can create it there.
+    let inside_state = |p: &ProfilePath| {
+        x.paths.iter().any(|w| {
+            w.present
+                && w.mode == MountMode::Write
+                && p.path.starts_with(&w.path)
+                && p.path != w.path
+        })
+    };
+    for p in x
+        .paths
+        .iter()
+        .filter(|p| p.present || (p.mode == MountMode::Read && inside_state(p)))
+    {
         if policy.mounts.iter().any(|m| m.target == p.path) {
             continue;
+        }
+        if !p.present {
+            added.push((
+                "filesystem.creatable",
+                format!(
+                    "{}: absent, and the run can create it in the writable state dir; {}; \
+                     what a run creates there is set aside when it ends",
+                    p.written,
+                    created_grants(&x.name, &p.path)
+                ),
+            ));
         }
         let m = Mount {
             source: p.path.clone(),
@@ -864,6 +927,51 @@ mod tests {
         let mut p = resolved(RunFlags::default());
         apply(&mut p, &claude, &argv(&["claude"]));
         assert!(p.command_patch.is_none());
+    }
+
+    #[test]
+    fn an_absent_config_inside_the_writable_state_is_reported_creatable() {
+        let codex = &table()[1];
+        let home = Path::new("/home/u");
+        // ~/.codex there, config.toml not: kept as an optional mount, with what it grants.
+        let x = expand(
+            codex,
+            home,
+            &[],
+            &|p| p == Path::new("/home/u/.codex"),
+            None,
+        );
+        let mut p = resolved(RunFlags::default());
+        apply(&mut p, &x, &[]);
+        let row = p
+            .grant_sources
+            .iter()
+            .find(|g| g.grant == "filesystem.creatable")
+            .unwrap();
+        assert!(
+            row.value.starts_with("~/.codex/config.toml: absent"),
+            "{}",
+            row.value
+        );
+        assert!(row.value.contains("allowed destination"), "{}", row.value);
+        p.skip_absent_optional(|s| s == Path::new("/home/u/.codex/config.toml"));
+        let c = creatable(&p);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].source, Path::new("/home/u/.codex/config.toml"));
+        // No state dir: nothing creatable, nothing kept; nor the absent git config.
+        let x = expand(codex, home, &[], &|_| false, None);
+        let mut p = resolved(RunFlags::default());
+        apply(&mut p, &x, &[]);
+        assert!(p.mounts.is_empty() || p.mounts.iter().all(|m| m.origin != "profile:codex"));
+        assert!(
+            !p.grant_sources
+                .iter()
+                .any(|g| g.grant == "filesystem.creatable")
+        );
+        assert_eq!(
+            created_grants("other", Path::new("/x/config.toml")),
+            "the next run under this profile reads it as the agent's own"
+        );
     }
 
     #[test]

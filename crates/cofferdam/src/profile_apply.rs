@@ -152,3 +152,42 @@ fn shebang(file: &Path) -> Option<PathBuf> {
     }
     Some(interp)
 }
+
+/// After the run: what it created where a profile's read-only file was absent (inside the
+/// agent's writable state dir, `profiles::creatable`) is renamed aside, so that it grants
+/// the next run nothing; one warning for each, naming it and how to take it back.
+pub fn set_aside_created(policy: &Policy, run_id: &str) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for m in profiles::creatable(policy) {
+        if std::fs::symlink_metadata(&m.source).is_err() {
+            continue;
+        }
+        let name = m
+            .source
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let aside = m
+            .source
+            .with_file_name(format!("{name}.set-aside-{run_id}"));
+        let profile = m.origin.strip_prefix("profile:").unwrap_or(&m.origin);
+        let grants = profiles::created_grants(profile, &m.source);
+        warnings.push(match std::fs::rename(&m.source, &aside) {
+            Ok(()) => format!(
+                "the run created {} in the agent state lent writable by {}, where it was \
+                 absent; {grants}: set aside as {} (read it; rename it back to use it)",
+                m.source.display(),
+                m.origin,
+                aside.display()
+            ),
+            Err(e) => format!(
+                "the run created {} in the agent state lent writable by {}, where it was \
+                 absent; {grants}; it could not be set aside ({e}): read it before the next \
+                 run, or remove it",
+                m.source.display(),
+                m.origin
+            ),
+        });
+    }
+    warnings
+}

@@ -332,6 +332,12 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         controls.insert(0, stage.observation.clone());
         stage.finish(&job.upper())?;
     }
+    // Every process of the run is gone: what it created that would grant the next run more
+    // (a profile's absent read-only file, in the agent's writable state) is set aside.
+    for w in crate::profile_apply::set_aside_created(&policy, &run_id) {
+        eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
+        warnings.push(w);
+    }
     let (ending, hits) = limits.conclude(stop, ending, &controls);
     for (limit, message) in hits {
         let hit = vec![(finished, TraceEventKind::LimitHit { limit, message })];
