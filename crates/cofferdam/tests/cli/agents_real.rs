@@ -346,3 +346,106 @@ fn a_codex_run_cannot_rewrite_the_config_that_names_its_next_destination() {
     assert!(grants.contains("127.0.0.1:9"), "{grants}");
     assert!(!grants.contains("exfil.example"), "{grants}");
 }
+
+/// Claude Code's interactive TUI in a real terminal (tmux): the prompt typed in, the edit
+/// staged, `/exit` ends the run with 0. The user's `~/.claude/.claude.json` says what a
+/// logged-in user's does: onboarding done, this key approved, this folder trusted.
+#[test]
+fn claude_code_tui_under_tmux_stages_the_edit_typed_in() {
+    if !require("tmux", Command::new("tmux").arg("-V").output().is_ok()) {
+        return;
+    }
+    let Some(s) = ready("claude") else { return };
+    let srv = ModelServer::start();
+    let key = "dummy-key-for-the-tui-test";
+    let claude = s.home.path().join(".claude");
+    std::fs::create_dir(&claude).unwrap();
+    std::fs::write(
+        claude.join(".claude.json"),
+        serde_json::json!({
+            "hasCompletedOnboarding": true,
+            "theme": "dark",
+            // Claude Code keeps the last 20 characters of an approved key.
+            "customApiKeyResponses": {"approved": [&key[key.len() - 20..]], "rejected": []},
+            "projects": {
+                s.work.path().display().to_string():
+                    {"hasTrustDialogAccepted": true, "hasCompletedProjectOnboarding": true}
+            },
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let t = crate::suspend::Tmux {
+        socket: dir.path().join("sock"),
+        _dir: dir,
+    };
+    let shell = format!(
+        "cd '{}' && env -i HOME='{}' COFFERDAM_HOME='{}' PATH='{}' TERM=xterm-256color \
+         ANTHROPIC_BASE_URL=http://127.0.0.1:{} ANTHROPIC_API_KEY={key} \
+         {} run -- claude --permission-mode acceptEdits; echo EXITED rc=$?; sleep 600",
+        s.work.path().display(),
+        s.home.path().display(),
+        s.store.path().display(),
+        std::env::var("PATH").unwrap_or_default(),
+        srv.port,
+        env!("CARGO_BIN_EXE_cofferdam"),
+    );
+    let st = t
+        .tmux()
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "150",
+            "-y",
+            "45",
+            &shell,
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let slow = std::time::Duration::from_secs(120);
+    t.expect_for("accept edits on", 1, slow);
+    let (file, p) = prompt(&s);
+    // Keys typed while the TUI is still starting can be lost: type until the input shows.
+    let shown = |what: &str| {
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_secs(10) {
+            if t.screen().contains(what) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        false
+    };
+    for _ in 0..5 {
+        t.send(&["-l", &p]);
+        if shown("TEXT=cofferdam") {
+            break;
+        }
+        t.send(&["C-u"]);
+    }
+    t.send(&["Enter"]);
+    t.expect_for("Wrote 1 line", 1, slow);
+    t.send(&["-l", "/exit"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    t.send(&["Enter"]);
+    let end = t.expect_for("EXITED rc=", 1, slow);
+    assert!(end.contains("EXITED rc=0"), "{end}\n{}", srv.requests());
+    assert!(!file.exists(), "the edit landed in the tree");
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let changes = b["filesystem"]["changes"].to_string();
+    assert!(changes.contains("agent-wrote.txt"), "{changes}");
+    let review = s.cmd().args(["diff", "last"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&review.stdout).contains("+cofferdam"));
+    let ds = network_decisions(&b);
+    assert!(
+        ds.iter().any(|d| d["host"] == "127.0.0.1"
+            && d["port"] == srv.port
+            && d["decision"] == "allowed"),
+        "{ds:?}"
+    );
+}
