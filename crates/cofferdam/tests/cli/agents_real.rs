@@ -391,22 +391,7 @@ fn claude_code_tui_under_tmux_stages_the_edit_typed_in() {
         srv.port,
         env!("CARGO_BIN_EXE_cofferdam"),
     );
-    let st = t
-        .tmux()
-        .args([
-            "new-session",
-            "-d",
-            "-s",
-            "t",
-            "-x",
-            "150",
-            "-y",
-            "45",
-            &shell,
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    t.new_session(150, 45, &shell);
     let slow = std::time::Duration::from_secs(120);
     t.expect_for("accept edits on", 1, slow);
     let (file, p) = prompt(&s);

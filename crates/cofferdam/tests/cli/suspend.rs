@@ -20,6 +20,17 @@ impl Tmux {
         c
     }
 
+    /// The session `t`, `width`x`height`, running `shell`.
+    pub(crate) fn new_session(&self, width: u16, height: u16, shell: &str) {
+        let (x, y) = (width.to_string(), height.to_string());
+        let st = self
+            .tmux()
+            .args(["new-session", "-d", "-s", "t", "-x", &x, "-y", &y, shell])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
     pub(crate) fn send(&self, keys: &[&str]) {
         let st = self
             .tmux()
@@ -99,22 +110,7 @@ fn suspend_and_continue(tier: &[&str]) {
         s.store.path().display(),
         std::env::var("PATH").unwrap_or_default(),
     );
-    let st = t
-        .tmux()
-        .args([
-            "new-session",
-            "-d",
-            "-s",
-            "t",
-            "-x",
-            "120",
-            "-y",
-            "40",
-            &shell,
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    t.new_session(120, 40, &shell);
     t.expect("PROMPT$ ", 1);
     let program = "for i in 1 2 3 4 5 6; do echo tick$i; sleep 0.5; done; echo all-$((6*7))";
     t.send(&[
