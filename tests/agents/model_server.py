@@ -21,7 +21,7 @@ LOG = sys.argv[1] if len(sys.argv) > 1 else "/dev/null"
 
 def ran_file(body_text):
     """`RUN=<absolute path>`: after the write, a shell command creates that file."""
-    r = re.search(r"RUN=(\S+)", body_text)
+    r = re.search(r"RUN=(/[A-Za-z0-9_./-]+)", body_text)
     return r.group(1) if r else None
 
 
@@ -175,6 +175,8 @@ class Handler(BaseHTTPRequestHandler):
         if not done and tools:
             path, word = target(text)
             script = f"printf '%s\\n' {word} > {path}"
+            if ran_file(text):
+                script += f" && echo ran > {ran_file(text)}"
             if "shell_command" in tools:
                 name, args = "shell_command", {"command": script}
             elif "exec_command" in tools:

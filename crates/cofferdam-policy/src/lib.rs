@@ -38,6 +38,7 @@ pub mod publish;
 pub mod refusal;
 pub mod resources;
 pub mod scoped_plan;
+pub mod toolchain;
 pub mod trust;
 pub mod verdict;
 pub mod widen;

@@ -222,6 +222,19 @@ pub fn assemble_bundle(
             ));
         }
     }
+    // The command ran with arguments a profile added (`run.command` is what ran).
+    let mut orchestration = BTreeMap::new();
+    if let Some(p) = &policy.command_patch {
+        safety.warnings.push(p.line());
+        orchestration.insert(
+            "argument_patches".to_owned(),
+            json!([{
+                "profile": p.profile,
+                "inserted_after_program": p.insert,
+                "why": p.why,
+            }]),
+        );
+    }
     let mut injected: Vec<String> = INJECTED_ENV.iter().map(|s| s.to_string()).collect();
     injected.extend(policy.env_set.iter().map(|(k, _)| k.clone()));
     if policy.network.mode == crate::allow::NetworkMode::Allow {
@@ -283,7 +296,7 @@ pub fn assemble_bundle(
         },
         resources: resources(policy, &r.controls),
         agentctl: AgentCtlSnapshot::default(),
-        orchestration: BTreeMap::new(),
+        orchestration,
         operation: None,
         run_observation: None,
         artifacts: vec![BundleArtifact {

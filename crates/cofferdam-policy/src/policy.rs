@@ -233,6 +233,40 @@ pub struct Policy {
     /// Where each grant came from ([`provenance`]); the manifest's grants are labelled
     /// narrowing until the caller marks them trusted ([`Policy::mark_manifest_trusted`]).
     pub grant_sources: Vec<GrantSourceReport>,
+    /// Arguments an agent profile adds to the command (`crate::profiles::apply`).
+    pub command_patch: Option<CommandPatch>,
+}
+
+/// Arguments an agent profile adds after the program (issue 19, "argument patches"): the
+/// run executes the patched command and records it, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandPatch {
+    /// The profile's name.
+    pub profile: String,
+    /// The arguments added after `argv[0]`.
+    pub insert: Vec<String>,
+    /// Them as one would type them.
+    pub shown: String,
+    /// Why the profile adds them.
+    pub why: String,
+}
+
+impl CommandPatch {
+    /// `argv` with the arguments after its program.
+    pub fn apply(&self, argv: &[String]) -> Vec<String> {
+        let mut out: Vec<String> = argv.iter().take(1).cloned().collect();
+        out.extend(self.insert.iter().cloned());
+        out.extend(argv.iter().skip(1).cloned());
+        out
+    }
+
+    /// One line for records and reviews.
+    pub fn line(&self) -> String {
+        format!(
+            "profile:{} added `{}` after the program: {} (--no-agent-defaults turns it off)",
+            self.profile, self.shown, self.why
+        )
+    }
 }
 
 impl Policy {
@@ -380,6 +414,7 @@ pub fn resolve_layered(
         resources,
         manifest_path: manifest.map(|l| l.path.clone()),
         grant_sources: Vec::new(),
+        command_patch: None,
     };
     policy.grant_sources = provenance::grant_sources(
         user.map(|l| &l.manifest),

@@ -38,6 +38,63 @@ pub struct Profile {
     /// A Codex-style `config.toml` (`~/…`) whose selected provider's `base_url` replaces
     /// `hosts` and whose `env_key` is passed; `None` for profiles without one.
     pub provider_config: Option<String>,
+    /// Where the agent's config dir comes from when a variable names it (`CODEX_HOME`): the
+    /// variable and the dir it replaces (`~/.codex`), in state dirs, read-only paths and
+    /// `provider_config` alike.
+    pub home_var: Option<(String, String)>,
+    /// Arguments added to the command, when the agent needs them inside cofferdam.
+    pub arg_patch: Option<ArgPatch>,
+}
+
+/// Arguments a profile adds right after the program, unless the command already chooses
+/// what they choose (the user's own flag wins).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgPatch {
+    /// The arguments added after `argv[0]`.
+    pub insert: Vec<String>,
+    /// Arguments that mean the command chose itself: one equal to an entry, or starting
+    /// with an entry and `=` (`--sandbox=…`, `sandbox_mode=…` as a `-c` value).
+    pub unless: Vec<String>,
+    /// Why, for the records.
+    pub why: String,
+}
+
+impl ArgPatch {
+    /// `argv` with the patch in it; `None` when the command already chooses (or is empty).
+    pub fn patched(&self, argv: &[String]) -> Option<Vec<String>> {
+        let (program, rest) = argv.split_first()?;
+        let chosen = rest.iter().any(|a| {
+            self.unless.iter().any(|u| {
+                a == u
+                    || a.strip_prefix(u.as_str())
+                        .is_some_and(|tail| tail.starts_with('='))
+            })
+        });
+        if chosen {
+            return None;
+        }
+        let mut out = vec![program.clone()];
+        out.extend(self.insert.iter().cloned());
+        out.extend(rest.iter().cloned());
+        Some(out)
+    }
+
+    /// The added arguments as one would type them.
+    pub fn shown(&self) -> String {
+        self.insert
+            .iter()
+            .map(|a| {
+                if a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_=./:".contains(c))
+                {
+                    a.clone()
+                } else {
+                    format!("'{}'", a.replace('\'', "'\\''"))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }
 
 /// Read-only paths every built-in lends: the user's git identity.
@@ -54,6 +111,13 @@ struct Builtin {
     base_url_vars: &'static [&'static str],
     state_dirs: &'static [&'static str],
     provider_config: Option<&'static str>,
+    home_var: Option<(&'static str, &'static str)>,
+    /// `(insert, unless, why)`, see [`ArgPatch`].
+    arg_patch: Option<(
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static str,
+    )>,
     /// Files inside a state dir kept read-only (lent over it): ones that grant the next run
     /// more (network destinations) or run code later.
     read_only: &'static [&'static str],
@@ -87,13 +151,20 @@ const BUILTINS: &[Builtin] = &[
         base_url_vars: &["ANTHROPIC_BASE_URL"],
         state_dirs: &["~/.claude"],
         provider_config: None,
+        home_var: None,
+        arg_patch: None,
         read_only: &[],
     },
     Builtin {
         name: "codex",
         programs: &["codex"],
         install_paths: &["node_modules/@openai/codex/"],
-        env_pass: &["CODEX_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"],
+        env_pass: &[
+            "CODEX_API_KEY",
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+            "CODEX_HOME",
+        ],
         env_set: &[],
         hosts: &["api.openai.com:443"],
         base_url_vars: &["OPENAI_BASE_URL"],
@@ -101,6 +172,24 @@ const BUILTINS: &[Builtin] = &[
         // `codex exec` ignores OPENAI_BASE_URL: a custom endpoint is a provider in its
         // config, whose `env_key` names the variable holding that provider's key.
         provider_config: Some("~/.codex/config.toml"),
+        // `CODEX_HOME` moves its config dir, config.toml with it.
+        home_var: Some(("CODEX_HOME", "~/.codex")),
+        // Codex's own sandbox (bubblewrap, else Landlock) cannot nest inside cofferdam's:
+        // its namespace creation is refused, every tool call fails and the turn still exits
+        // 0 having changed nothing. cofferdam's boundary replaces it. A command that picks
+        // its own sandbox mode keeps it.
+        arg_patch: Some((
+            &["-c", "sandbox_mode=\"danger-full-access\""],
+            &[
+                "-s",
+                "--sandbox",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "--yolo",
+                "sandbox_mode",
+            ],
+            "Codex's own sandbox cannot nest inside cofferdam's (its tool calls would fail \
+             while the turn exits 0); cofferdam's boundary replaces it",
+        )),
         // That file names the next run's allowed destination (and its MCP servers, which
         // run code): the agent may not rewrite it for the run after.
         read_only: &["~/.codex/config.toml"],
@@ -123,6 +212,8 @@ const BUILTINS: &[Builtin] = &[
         base_url_vars: &["GOOGLE_GEMINI_BASE_URL"],
         state_dirs: &["~/.gemini"],
         provider_config: None,
+        home_var: None,
+        arg_patch: None,
         read_only: &[],
     },
     Builtin {
@@ -140,9 +231,49 @@ const BUILTINS: &[Builtin] = &[
         base_url_vars: &["OPENAI_API_BASE"],
         state_dirs: &[],
         provider_config: None,
+        home_var: None,
+        arg_patch: None,
         read_only: &[],
     },
 ];
+
+/// What a profile's read-only file would grant the next run, were a run to create it while
+/// it is absent (its state dir is writable, so it can): `(profile, file name, grants)`.
+const CREATED_GRANTS: &[(&str, &str, &str)] = &[(
+    "codex",
+    "config.toml",
+    "Codex reads it at its next start: a provider's base_url there becomes that run's \
+     allowed destination, its env_key a variable passed in, and its MCP servers programs \
+     Codex starts",
+)];
+
+/// What creating `path` (a read-only path of `profile`) would grant the next run.
+pub fn created_grants(profile: &str, path: &Path) -> &'static str {
+    CREATED_GRANTS
+        .iter()
+        .find(|(p, f, _)| *p == profile && path.file_name().is_some_and(|n| n == *f))
+        .map_or(
+            "the next run under this profile reads it as the agent's own",
+            |(_, _, g)| g,
+        )
+}
+
+/// The skipped mounts of `policy` a run can create: a profile's read-only path, absent, that
+/// lies inside a writable path the policy lends. The run's end sets aside what was created
+/// there (it would grant the run after it more, outside review).
+pub fn creatable(policy: &Policy) -> Vec<&Mount> {
+    policy
+        .skipped_mounts
+        .iter()
+        .filter(|m| m.origin.starts_with("profile:") && m.mode == MountMode::Read)
+        .filter(|m| {
+            policy
+                .mounts
+                .iter()
+                .any(|w| w.mode == MountMode::Write && m.target.starts_with(&w.target))
+        })
+        .collect()
+}
 
 fn owned(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
@@ -171,6 +302,12 @@ pub fn builtins() -> Vec<Profile> {
                 .map(|s| (*s).to_owned())
                 .collect(),
             provider_config: b.provider_config.map(str::to_owned),
+            home_var: b.home_var.map(|(v, d)| (v.to_owned(), d.to_owned())),
+            arg_patch: b.arg_patch.map(|(insert, unless, why)| ArgPatch {
+                insert: owned(insert),
+                unless: owned(unless),
+                why: why.to_owned(),
+            }),
         })
         .collect()
 }
@@ -195,6 +332,8 @@ pub fn with_user(user: Option<&crate::manifest::Manifest>) -> Vec<Profile> {
             state_dirs: s.state_dirs.clone(),
             read_paths: s.read_paths.clone(),
             provider_config: None,
+            home_var: None,
+            arg_patch: None,
         };
         match table.iter_mut().find(|b| &b.name == name) {
             Some(b) => *b = p,
@@ -294,6 +433,8 @@ pub struct Expansion {
     pub allow_from: String,
     /// Lent paths, present or not.
     pub paths: Vec<ProfilePath>,
+    /// Arguments the profile adds to the command.
+    pub arg_patch: Option<ArgPatch>,
 }
 
 fn home_path(written: &str, home: &Path) -> PathBuf {
@@ -307,6 +448,30 @@ fn home_value(written: &str, home: &Path) -> String {
     match written.strip_prefix("~/") {
         Some(rest) => home.join(rest).to_string_lossy().into_owned(),
         None => written.to_owned(),
+    }
+}
+
+impl Profile {
+    /// A path the profile names, as written for the records and as it is on this host: under
+    /// the directory its `home_var` names when the caller set that variable to an absolute
+    /// path (`CODEX_HOME=/x` makes `~/.codex/config.toml` `$CODEX_HOME/config.toml`, i.e.
+    /// `/x/config.toml`), else against HOME.
+    pub fn place(&self, written: &str, home: &Path, env: &[(String, String)]) -> (String, PathBuf) {
+        if let Some((var, dir)) = &self.home_var
+            && let Some((_, value)) = env.iter().find(|(n, v)| n == var && v.starts_with('/'))
+            && let Some(rest) = written.strip_prefix(dir.as_str())
+            && (rest.is_empty() || rest.starts_with('/'))
+        {
+            let path = Path::new(value).join(rest.trim_start_matches('/'));
+            return (format!("${var}{rest}"), path);
+        }
+        (written.to_owned(), home_path(written, home))
+    }
+
+    /// Where its `provider_config` is on this host, when it has one.
+    pub fn provider_config_path(&self, home: &Path, env: &[(String, String)]) -> Option<PathBuf> {
+        let w = self.provider_config.as_deref()?;
+        Some(self.place(w, home, env).1)
     }
 }
 
@@ -391,7 +556,10 @@ pub fn expand(
     let provider = config.and_then(provider_config);
     let from_config = provider.as_ref().and_then(|p| {
         let hp = url_host_port(p.base_url.as_deref()?)?;
-        let file = profile.provider_config.as_deref().unwrap_or("config");
+        let file = profile
+            .provider_config
+            .as_deref()
+            .map_or_else(|| "config".to_owned(), |w| profile.place(w, home, env).0);
         Some((format!("{file} {}", p.key), hp))
     });
     let (allow, allow_from) = match from_url.or(from_config) {
@@ -416,9 +584,9 @@ pub fn expand(
         (&profile.read_paths, MountMode::Read),
     ] {
         for w in list {
-            let path = home_path(w, home);
+            let (written, path) = profile.place(w, home, env);
             paths.push(ProfilePath {
-                written: w.clone(),
+                written,
                 present: exists(&path),
                 path,
                 mode,
@@ -437,16 +605,30 @@ pub fn expand(
         allow,
         allow_from,
         paths,
+        arg_patch: profile.arg_patch.clone(),
     }
 }
 
 /// Add `x` to `policy`, crediting each grant to `profile:<name>`. The network becomes
 /// `allow` only when nobody chose a mode (its source is the default); a profile never gives
 /// `host`, and adds no destinations to `none`. Grants the policy already has are left to
-/// the layer that gave them.
-pub fn apply(policy: &mut Policy, x: &Expansion) {
+/// the layer that gave them. `argv` is the command (empty when there is none, as for
+/// `scope`): the profile's argument patch is added unless the command chose itself.
+pub fn apply(policy: &mut Policy, x: &Expansion, argv: &[String]) {
     let origin = format!("profile:{}", x.name);
     let mut added: Vec<(&str, String)> = Vec::new();
+    if let Some(p) = &x.arg_patch
+        && (argv.is_empty() || p.patched(argv).is_some())
+    {
+        let patch = crate::policy::CommandPatch {
+            profile: x.name.clone(),
+            insert: p.insert.clone(),
+            shown: p.shown(),
+            why: p.why.clone(),
+        };
+        added.push(("command.args", format!("{} ({})", patch.shown, patch.why)));
+        policy.command_patch = Some(patch);
+    }
     for n in &x.env_pass {
         if !policy.env_allow.contains(n) {
             policy.env_allow.push(n.clone());
@@ -484,9 +666,34 @@ pub fn apply(policy: &mut Policy, x: &Expansion) {
             }
         }
     }
-    for p in x.paths.iter().filter(|p| p.present) {
+    // An absent read-only path inside a present state dir is kept (optional, so skipped and
+    // recorded) with what creating it would grant: the run can create it there.
+    let inside_state = |p: &ProfilePath| {
+        x.paths.iter().any(|w| {
+            w.present
+                && w.mode == MountMode::Write
+                && p.path.starts_with(&w.path)
+                && p.path != w.path
+        })
+    };
+    for p in x
+        .paths
+        .iter()
+        .filter(|p| p.present || (p.mode == MountMode::Read && inside_state(p)))
+    {
         if policy.mounts.iter().any(|m| m.target == p.path) {
             continue;
+        }
+        if !p.present {
+            added.push((
+                "filesystem.creatable",
+                format!(
+                    "{}: absent, and the run can create it in the writable state dir; {}; \
+                     what a run creates there is set aside when it ends",
+                    p.written,
+                    created_grants(&x.name, &p.path)
+                ),
+            ));
         }
         let m = Mount {
             source: p.path.clone(),
@@ -636,6 +843,138 @@ mod tests {
     }
 
     #[test]
+    fn codex_home_moves_its_config_dir_and_the_config_it_reads() {
+        let codex = &table()[1];
+        let home = Path::new("/home/u");
+        let env = vec![("CODEX_HOME".to_owned(), "/srv/codex".to_owned())];
+        assert_eq!(
+            codex.provider_config_path(home, &env),
+            Some(PathBuf::from("/srv/codex/config.toml"))
+        );
+        let cfg = "openai_base_url = \"http://127.0.0.1:7001/v1\"\n";
+        let x = expand(codex, home, &env, &|_| true, Some(cfg));
+        assert_eq!(x.allow_from, "$CODEX_HOME/config.toml openai_base_url");
+        let lent: Vec<_> = x
+            .paths
+            .iter()
+            .map(|p| (p.written.as_str(), p.path.as_path(), p.mode))
+            .collect();
+        assert!(lent.contains(&("$CODEX_HOME", Path::new("/srv/codex"), MountMode::Write)));
+        assert!(lent.contains(&(
+            "$CODEX_HOME/config.toml",
+            Path::new("/srv/codex/config.toml"),
+            MountMode::Read
+        )));
+        assert!(!lent.iter().any(|(_, p, _)| p.starts_with("/home/u/.codex")));
+        assert!(x.env_pass.contains(&"CODEX_HOME".to_owned()));
+        // Unset or relative: HOME's.
+        for env in [vec![], vec![("CODEX_HOME".to_owned(), "rel".to_owned())]] {
+            assert_eq!(
+                codex.provider_config_path(home, &env),
+                Some(PathBuf::from("/home/u/.codex/config.toml"))
+            );
+        }
+    }
+
+    #[test]
+    fn codex_gets_its_own_sandbox_off_unless_the_command_chooses_one() {
+        let codex = &table()[1];
+        let patch = codex.arg_patch.as_ref().unwrap();
+        let argv = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            patch.patched(&argv(&["codex", "exec", "hi"])).unwrap(),
+            argv(&[
+                "codex",
+                "-c",
+                "sandbox_mode=\"danger-full-access\"",
+                "exec",
+                "hi"
+            ])
+        );
+        for own in [
+            &["codex", "exec", "-s", "read-only", "hi"][..],
+            &["codex", "--sandbox=workspace-write"],
+            &[
+                "codex",
+                "exec",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "x",
+            ],
+            &["codex", "-c", "sandbox_mode=read-only"],
+        ] {
+            assert_eq!(patch.patched(&argv(own)), None, "{own:?}");
+        }
+        assert_eq!(patch.patched(&[]), None);
+        assert_eq!(patch.shown(), "-c 'sandbox_mode=\"danger-full-access\"'");
+        // Applied: recorded as a grant of the profile and on the policy; not when the
+        // command chose, and never for another profile.
+        let home = Path::new("/home/u");
+        let x = expand(codex, home, &[], &|_| false, None);
+        let mut p = resolved(RunFlags::default());
+        apply(&mut p, &x, &argv(&["codex", "exec", "hi"]));
+        let cp = p.command_patch.clone().unwrap();
+        assert_eq!(cp.apply(&argv(&["codex", "x"]))[1], "-c");
+        assert!(cp.line().contains("profile:codex added `-c 'sandbox_mode="));
+        assert!(
+            p.grant_sources
+                .iter()
+                .any(|g| g.grant == "command.args" && g.profile.as_deref() == Some("codex"))
+        );
+        let mut p = resolved(RunFlags::default());
+        apply(&mut p, &x, &argv(&["codex", "-s", "read-only"]));
+        assert!(p.command_patch.is_none());
+        let claude = expand(&table()[0], home, &[], &|_| false, None);
+        let mut p = resolved(RunFlags::default());
+        apply(&mut p, &claude, &argv(&["claude"]));
+        assert!(p.command_patch.is_none());
+    }
+
+    #[test]
+    fn an_absent_config_inside_the_writable_state_is_reported_creatable() {
+        let codex = &table()[1];
+        let home = Path::new("/home/u");
+        // ~/.codex there, config.toml not: kept as an optional mount, with what it grants.
+        let x = expand(
+            codex,
+            home,
+            &[],
+            &|p| p == Path::new("/home/u/.codex"),
+            None,
+        );
+        let mut p = resolved(RunFlags::default());
+        apply(&mut p, &x, &[]);
+        let row = p
+            .grant_sources
+            .iter()
+            .find(|g| g.grant == "filesystem.creatable")
+            .unwrap();
+        assert!(
+            row.value.starts_with("~/.codex/config.toml: absent"),
+            "{}",
+            row.value
+        );
+        assert!(row.value.contains("allowed destination"), "{}", row.value);
+        p.skip_absent_optional(|s| s == Path::new("/home/u/.codex/config.toml"));
+        let c = creatable(&p);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].source, Path::new("/home/u/.codex/config.toml"));
+        // No state dir: nothing creatable, nothing kept; nor the absent git config.
+        let x = expand(codex, home, &[], &|_| false, None);
+        let mut p = resolved(RunFlags::default());
+        apply(&mut p, &x, &[]);
+        assert!(p.mounts.is_empty() || p.mounts.iter().all(|m| m.origin != "profile:codex"));
+        assert!(
+            !p.grant_sources
+                .iter()
+                .any(|g| g.grant == "filesystem.creatable")
+        );
+        assert_eq!(
+            created_grants("other", Path::new("/x/config.toml")),
+            "the next run under this profile reads it as the agent's own"
+        );
+    }
+
+    #[test]
     fn user_profiles_replace_builtins_of_their_name_and_add_new_ones() {
         let m = crate::manifest::parse_manifest(
             "config.toml",
@@ -670,7 +1009,7 @@ mod tests {
         let claude = &table()[0];
         let x = expand(claude, Path::new("/home/u"), &[], &|_| true, None);
         let mut p = resolved(RunFlags::default());
-        apply(&mut p, &x);
+        apply(&mut p, &x, &[]);
         assert_eq!(p.network.mode, NetworkMode::Allow);
         assert!(p.env_allow.contains(&"ANTHROPIC_API_KEY".to_owned()));
         assert!(p.mounts.iter().any(|m| m.mode == MountMode::Write
@@ -703,7 +1042,7 @@ mod tests {
             network: Some("none".into()),
             ..RunFlags::default()
         });
-        apply(&mut p, &x);
+        apply(&mut p, &x, &[]);
         assert_eq!(p.network.mode, NetworkMode::None);
         assert!(p.network.allow.is_empty());
         // `host` is never given, and kept when asked.
@@ -711,7 +1050,7 @@ mod tests {
             network: Some("host".into()),
             ..RunFlags::default()
         });
-        apply(&mut p, &x);
+        apply(&mut p, &x, &[]);
         assert_eq!(p.network.mode, NetworkMode::Host);
     }
 }

@@ -140,7 +140,11 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
                 source: display(&m.source),
                 target: display(&m.target),
                 mode: m.mode.wire_name().to_owned(),
-                effect: SKIPPED_EFFECT.to_owned(),
+                effect: if crate::profiles::creatable(p).contains(&m) {
+                    CREATABLE_EFFECT.to_owned()
+                } else {
+                    SKIPPED_EFFECT.to_owned()
+                },
             }))
             .collect(),
         state_stores: p
@@ -259,6 +263,12 @@ fn publish_reports(p: &Policy, tier: EnforcementTier, runs: bool) -> Vec<Publish
 
 /// The effect of an optional mount whose source does not exist.
 pub const SKIPPED_EFFECT: &str = "skipped: optional, and the source does not exist";
+
+/// The effect of a profile's absent read-only file inside its writable state dir
+/// (`crate::profiles::creatable`); what creating it grants is its `filesystem.creatable` grant.
+pub const CREATABLE_EFFECT: &str = "skipped: optional, and the source does not exist; the run can \
+     create it inside the writable agent state around it, and what it creates there is set \
+     aside when the run ends (see `filesystem.creatable` for what it would grant)";
 
 /// What a lent path gets on `tier`: only the sealed tier lends host paths, and no tier
 /// carries mode `stage` (`crate::refusal` refuses both, and this says so).

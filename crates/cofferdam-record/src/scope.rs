@@ -189,6 +189,9 @@ pub enum GrantSource {
     Manifest,
     /// A manifest the user trusted (`cofferdam trust`) that grants more than flags and config.
     TrustedManifest,
+    /// The command's own install under HOME (its program, symlinks and `#!` interpreter),
+    /// lent read-only so that it can start.
+    Toolchain,
 }
 
 impl GrantSource {
@@ -201,6 +204,7 @@ impl GrantSource {
             Self::Profile => "profile",
             Self::Manifest => "manifest (narrowing)",
             Self::TrustedManifest => "trusted manifest",
+            Self::Toolchain => "toolchain (the command's install under HOME)",
         }
     }
 }

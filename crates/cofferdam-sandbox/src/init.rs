@@ -713,7 +713,16 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
             last
         };
         let code = if err == libc::ENOENT { 127 } else { 126 };
-        let error = if err == libc::ENOENT && !plan.argv[0].contains('/') {
+        // ENOENT for a file that is there: its `#!` interpreter is what is missing.
+        let script = (err == libc::ENOENT)
+            .then(|| {
+                let refs: Vec<&std::ffi::CStr> = paths.iter().map(CString::as_c_str).collect();
+                crate::shebang::explain_enoent(&refs)
+            })
+            .flatten();
+        let error = if let Some(why) = script {
+            why
+        } else if err == libc::ENOENT && !plan.argv[0].contains('/') {
             format!(
                 "{}: command not found in the sandbox's PATH ({})",
                 plan.argv[0],

@@ -29,6 +29,7 @@ pub mod rlimit;
 pub mod scoped;
 pub mod seccomp;
 pub mod setup_error;
+pub mod shebang;
 pub mod sigaction;
 pub mod sockfilter;
 pub mod spawn;

@@ -109,11 +109,12 @@ pub fn host_facts(file: Option<&Path>) -> Result<HostFacts, Failure> {
 /// Resolve the policy from the user config, the manifest (given, or `cofferdam.toml` in the
 /// workdir) and flags. A manifest that widens what the flags and user config allow is refused
 /// unless the user trusted that exact content (`cofferdam trust`).
-pub fn policy(args: &PolicyArgs, env: &Env, program: Option<&str>) -> Result<Policy, Failure> {
+/// `command` is the run's (empty for `scope`): its program selects the agent profile.
+pub fn policy(args: &PolicyArgs, env: &Env, command: &[String]) -> Result<Policy, Failure> {
     let user = crate::config_files::load_user_config(&env.places.home)?;
     let mut policy = layered_policy(args, env, user.as_ref())?;
     let profiles = cofferdam_policy::profiles::with_user(user.as_ref().map(|u| &u.manifest));
-    crate::profile_apply::apply_profile(&mut policy, args, &profiles, &env.places.home, program)?;
+    crate::profile_apply::apply_profile(&mut policy, args, &profiles, &env.places.home, command)?;
     Ok(policy)
 }
 

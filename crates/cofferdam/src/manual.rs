@@ -49,7 +49,10 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
         "cofferdam failed before the command started: a floor the host cannot meet, a request this build cannot honour, or a sandbox setup step (the bundle names it); for `apply`, a write that failed part-way (what was written is recorded; run `apply` again to finish)",
     ),
     ("126", "the command is not executable"),
-    ("127", "the command was not found in the sandbox's `PATH`"),
+    (
+        "127",
+        "the command was not found in the sandbox's `PATH`, or it is a script whose `#!` interpreter is not visible inside (the message names it and the `--mount` that lends it)",
+    ),
     (
         "124",
         "`run`: the `--timeout` expired (`failure.kind` `timeout`)",

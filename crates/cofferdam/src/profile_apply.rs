@@ -2,6 +2,8 @@
 //! resolved), the profile that selects, and what that profile lends on this host. Used by
 //! `context` (building a run's policy) and `cmd::agents` (listing profiles); the decisions are
 //! `cofferdam_policy::profiles`, this only reads the environment and the disk for them.
+//! Also the toolchain the program needs: its symlinks and `#!` interpreters followed on the
+//! disk, for `cofferdam_policy::toolchain` to lend what of them lives under HOME.
 
 use crate::cli::PolicyArgs;
 use crate::exit::Failure;
@@ -49,32 +51,29 @@ fn choice(args: &PolicyArgs) -> Choice {
 pub fn expand(p: &profiles::Profile, home: &Path) -> Expansion {
     // The agent's own config, when its profile names one (an unreadable one is the
     // agent's to report; the vendor's host is used then).
-    let config = p.provider_config.as_deref().and_then(|w| {
-        let path = match w.strip_prefix("~/") {
-            Some(rest) => home.join(rest),
-            None => PathBuf::from(w),
-        };
-        std::fs::read_to_string(path).ok()
-    });
+    let env = host_env();
+    let config = p
+        .provider_config_path(home, &env)
+        .and_then(|path| std::fs::read_to_string(path).ok());
     profiles::expand(
         p,
         home,
-        &host_env(),
+        &env,
         &|path: &Path| std::fs::symlink_metadata(path).is_ok(),
         config.as_deref(),
     )
 }
 
-/// Add the profile `program` (or `--agent`) selects to `policy`; nothing with
-/// `--no-agent-defaults` or for a program no profile names.
+/// Add the profile the command's program (or `--agent`) selects to `policy`; nothing with
+/// `--no-agent-defaults` or for a program no profile names. `command` is empty for `scope`.
 pub fn apply_profile(
     policy: &mut Policy,
     args: &PolicyArgs,
     table: &[profiles::Profile],
     home: &Path,
-    program: Option<&str>,
+    command: &[String],
 ) -> Result<(), Failure> {
-    let located = program.map(locate);
+    let located = command.first().map(|p| locate(p));
     let chosen = profiles::select(
         table,
         &choice(args),
@@ -83,7 +82,112 @@ pub fn apply_profile(
     )
     .map_err(|e| Failure::usage(e.to_string()))?;
     if let Some(p) = chosen {
-        profiles::apply(policy, &expand(p, home));
+        let mut x = expand(p, home);
+        // Its arguments are the agent's: not added to another program run under its
+        // profile (`--agent codex -- sh`).
+        let by_program = profiles::select(
+            table,
+            &Choice::Auto,
+            located.as_ref().map(|(p, _)| p.as_path()),
+            located.as_ref().and_then(|(_, r)| r.as_deref()),
+        )
+        .ok()
+        .flatten()
+        .is_some_and(|q| q.name == p.name);
+        if !command.is_empty() && !by_program {
+            x.arg_patch = None;
+        }
+        profiles::apply(policy, &x, command);
+    }
+    if !args.no_agent_defaults
+        && let Some((invoked, _)) = &located
+    {
+        let trees =
+            cofferdam_policy::toolchain::trees(&toolchain_files(invoked), home, &policy.workdir);
+        cofferdam_policy::toolchain::apply(policy, &trees, home);
     }
     Ok(())
+}
+
+/// How many links and interpreters are followed before giving up (a loop, or a chain no
+/// install has).
+const CHAIN_LIMIT: usize = 16;
+
+/// Every file the kernel meets starting `program`: the path, each symlink hop, the file it
+/// leads to, and likewise for its `#!` interpreter (for `#!/usr/bin/env NAME`, NAME on PATH).
+fn toolchain_files(program: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut next = Some(program.to_path_buf());
+    while let Some(mut f) = next.take() {
+        if out.len() > CHAIN_LIMIT {
+            break;
+        }
+        // The hops: each link as named, then where it leads.
+        for _ in 0..CHAIN_LIMIT {
+            out.push(f.clone());
+            match std::fs::read_link(&f) {
+                Ok(t) => f = f.parent().unwrap_or(Path::new("/")).join(t),
+                Err(_) => break,
+            }
+        }
+        next = shebang(&f);
+    }
+    out
+}
+
+/// The interpreter `file`'s `#!` line runs: the path it names, or for `env NAME` the NAME
+/// found on PATH.
+fn shebang(file: &Path) -> Option<PathBuf> {
+    use std::io::Read as _;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(file).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = String::from_utf8_lossy(line.split(|b| *b == b'\n').next()?).into_owned();
+    let mut words = line.split_whitespace();
+    let interp = PathBuf::from(words.next()?);
+    if interp.file_name().is_some_and(|n| n == "env") {
+        let name = words.find(|w| !w.starts_with('-') && !w.contains('='))?;
+        let (found, real) = locate(name);
+        return real.map(|_| found);
+    }
+    Some(interp)
+}
+
+/// After the run: what it created where a profile's read-only file was absent (inside the
+/// agent's writable state dir, `profiles::creatable`) is renamed aside, so that it grants
+/// the next run nothing; one warning for each, naming it and how to take it back.
+pub fn set_aside_created(policy: &Policy, run_id: &str) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for m in profiles::creatable(policy) {
+        if std::fs::symlink_metadata(&m.source).is_err() {
+            continue;
+        }
+        let name = m
+            .source
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let aside = m
+            .source
+            .with_file_name(format!("{name}.set-aside-{run_id}"));
+        let profile = m.origin.strip_prefix("profile:").unwrap_or(&m.origin);
+        let grants = profiles::created_grants(profile, &m.source);
+        warnings.push(match std::fs::rename(&m.source, &aside) {
+            Ok(()) => format!(
+                "the run created {} in the agent state lent writable by {}, where it was \
+                 absent; {grants}: set aside as {} (read it; rename it back to use it)",
+                m.source.display(),
+                m.origin,
+                aside.display()
+            ),
+            Err(e) => format!(
+                "the run created {} in the agent state lent writable by {}, where it was \
+                 absent; {grants}; it could not be set aside ({e}): read it before the next \
+                 run, or remove it",
+                m.source.display(),
+                m.origin
+            ),
+        });
+    }
+    warnings
 }

@@ -20,6 +20,16 @@ struct Listed {
     network_allow: Vec<String>,
     network_allow_from: String,
     paths: Vec<ListedPath>,
+    /// Arguments added after the program (unless the command chooses itself), and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args_added: Option<ArgsAdded>,
+}
+
+#[derive(serde::Serialize)]
+struct ArgsAdded {
+    args: Vec<String>,
+    unless_the_command_has: Vec<String>,
+    why: String,
 }
 
 #[derive(serde::Serialize)]
@@ -59,6 +69,11 @@ pub fn list(json: bool) -> Result<u8, Failure> {
                         present: pp.present,
                     })
                     .collect(),
+                args_added: x.arg_patch.as_ref().map(|a| ArgsAdded {
+                    args: a.insert.clone(),
+                    unless_the_command_has: a.unless.clone(),
+                    why: a.why.clone(),
+                }),
             }
         })
         .collect();
@@ -83,6 +98,14 @@ pub fn list(json: bool) -> Result<u8, Failure> {
             escape(&l.network_allow.join(", ")),
             l.network_allow_from
         ));
+        if let Some(a) = &l.args_added {
+            o.push_str(&format!(
+                "  args added:  {} after the program, unless the command has {}: {}\n",
+                escape(&a.args.join(" ")),
+                a.unless_the_command_has.join(", "),
+                a.why
+            ));
+        }
         for pp in &l.paths {
             let how = if pp.persists_on_host {
                 "write, on the host, outside review"

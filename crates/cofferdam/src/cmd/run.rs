@@ -26,7 +26,12 @@ fn request(args: &RunArgs) -> Result<RunRequest, Failure> {
         ));
     }
     let env = context::env()?;
-    let mut policy = context::policy(&args.policy, &env, args.command.first().map(String::as_str))?;
+    let mut policy = context::policy(&args.policy, &env, &args.command)?;
+    // The command as it runs: with the arguments an agent profile adds, recorded as such.
+    let argv = match &policy.command_patch {
+        Some(p) => p.apply(&args.command),
+        None => args.command.clone(),
+    };
     let skipped = super::preflight::skip_missing_optional(&mut policy);
     for warning in skipped
         .into_iter()
@@ -42,7 +47,7 @@ fn request(args: &RunArgs) -> Result<RunRequest, Failure> {
     Ok(RunRequest {
         policy,
         env,
-        argv: args.command.clone(),
+        argv,
         stage: args.stage.clone(),
         tier_cap: args.tier,
         force_tty,

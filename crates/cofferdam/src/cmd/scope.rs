@@ -22,7 +22,7 @@ pub fn run(
     style: Style,
 ) -> Result<u8, Failure> {
     let env = context::env()?;
-    let mut policy = context::policy(args, &env, None)?;
+    let mut policy = context::policy(args, &env, &[])?;
     super::preflight::skip_missing_optional(&mut policy);
     let facts = context::host_facts(host_facts)?;
     let report = build_scope_report(&ScopeInputs {

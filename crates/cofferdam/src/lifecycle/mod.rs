@@ -29,7 +29,8 @@ pub struct RunRequest {
     pub policy: Policy,
     /// The caller's places (current directory, home) and the storage root.
     pub env: Env,
-    /// The command and its arguments; never empty.
+    /// The command and its arguments as they run (an agent profile's argument patch
+    /// applied); never empty.
     pub argv: Vec<String>,
     /// Keep the job in this directory instead of the store.
     pub stage: Option<PathBuf>,
@@ -137,6 +138,12 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     drop(quiet);
     let finished = now_ms();
     let (mut run, ending) = supervise::collect(ran, &limits, &job, started, finished, &mut trace);
+    // Every process of the run is gone: what it created that would grant the next run more
+    // (a profile's absent read-only file, in the agent's writable state) is set aside.
+    for w in crate::profile_apply::set_aside_created(&req.policy, job.id()) {
+        eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
+        run.warnings.push(w);
+    }
     let ending = supervise::settle(
         &mut run, ending, copy_stage, &decision, &limits, &job, finished, &mut trace,
     )?;

@@ -149,6 +149,19 @@ fn agent_turn(s: &Sandbox, srv: &ModelServer, env: &[(&str, String)], argv: &[&s
     assert_staged_and_allowed(s, &out, srv);
 }
 
+/// The turn's shell command wrote `ran`: staged, not in the tree. Returns the bundle.
+fn ran_staged(s: &Sandbox, srv: &ModelServer, ran: &std::path::Path) -> serde_json::Value {
+    assert!(!ran.exists(), "the shell command's file landed in the tree");
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let changes = b["filesystem"]["changes"].to_string();
+    assert!(
+        changes.contains("agent-ran.txt"),
+        "{changes}\n{}",
+        srv.requests()
+    );
+    b
+}
+
 #[test]
 fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
     let Some(s) = ready("claude") else { return };
@@ -172,14 +185,7 @@ fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         &env,
         &["claude", "-p", &p, "--dangerously-skip-permissions"],
     );
-    assert!(!ran.exists(), "the shell command's file landed in the tree");
-    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
-    let changes = b["filesystem"]["changes"].to_string();
-    assert!(
-        changes.contains("agent-ran.txt"),
-        "{changes}\n{}",
-        srv.requests()
-    );
+    ran_staged(&s, &srv, &ran);
     // Its state persisted on the host, outside review.
     let state: Vec<_> = std::fs::read_dir(s.home.path().join(".claude"))
         .unwrap()
@@ -206,16 +212,32 @@ fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
     )
     .unwrap();
     let (_, p) = prompt(&s);
-    // Codex's own sandbox cannot nest inside ours (bubblewrap is refused a namespace) and
-    // then its tool calls fail while the turn exits 0: it runs with its sandbox off.
-    let argv = [
-        "codex",
-        "exec",
-        "--skip-git-repo-check",
-        "--dangerously-bypass-approvals-and-sandbox",
-        &p,
-    ];
+    // Then a shell command: Codex's own sandbox cannot nest inside ours, and without the
+    // profile's argument patch (its sandbox off) this tool call fails while the turn exits 0.
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={}", ran.display());
+    let argv = ["codex", "exec", "--skip-git-repo-check", &p];
     agent_turn(&s, &srv, &[("MOCK_API_KEY", "dummy-key".to_owned())], &argv);
+    let b = ran_staged(&s, &srv, &ran);
+    // The patch is recorded: the command as it ran, why, and the review says so.
+    let ran_argv = b["run"]["command"].as_array().unwrap().clone();
+    assert_eq!(ran_argv[1], "-c", "{ran_argv:?}");
+    assert_eq!(ran_argv[2], "sandbox_mode=\"danger-full-access\"");
+    assert_eq!(
+        b["orchestration"]["argument_patches"][0]["profile"], "codex",
+        "{}",
+        b["orchestration"]
+    );
+    let review = s
+        .cmd()
+        .args(["status", "--review", "last"])
+        .output()
+        .unwrap();
+    let review = String::from_utf8_lossy(&review.stdout);
+    assert!(
+        review.contains("profile:codex added `-c 'sandbox_mode=\"danger-full-access\"'`"),
+        "{review}"
+    );
     // Its session state persisted on the host, outside review.
     assert!(codex.join("sessions").exists(), "no ~/.codex/sessions");
 }
@@ -323,4 +345,92 @@ fn a_codex_run_cannot_rewrite_the_config_that_names_its_next_destination() {
     let grants = v["grant_sources"].to_string();
     assert!(grants.contains("127.0.0.1:9"), "{grants}");
     assert!(!grants.contains("exfil.example"), "{grants}");
+}
+
+/// Claude Code's interactive TUI in a real terminal (tmux): the prompt typed in, the edit
+/// staged, `/exit` ends the run with 0. The user's `~/.claude/.claude.json` says what a
+/// logged-in user's does: onboarding done, this key approved, this folder trusted.
+#[test]
+fn claude_code_tui_under_tmux_stages_the_edit_typed_in() {
+    if !require("tmux", Command::new("tmux").arg("-V").output().is_ok()) {
+        return;
+    }
+    let Some(s) = ready("claude") else { return };
+    let srv = ModelServer::start();
+    let key = "dummy-key-for-the-tui-test";
+    let claude = s.home.path().join(".claude");
+    std::fs::create_dir(&claude).unwrap();
+    std::fs::write(
+        claude.join(".claude.json"),
+        serde_json::json!({
+            "hasCompletedOnboarding": true,
+            "theme": "dark",
+            // Claude Code keeps the last 20 characters of an approved key.
+            "customApiKeyResponses": {"approved": [&key[key.len() - 20..]], "rejected": []},
+            "projects": {
+                s.work.path().display().to_string():
+                    {"hasTrustDialogAccepted": true, "hasCompletedProjectOnboarding": true}
+            },
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let t = crate::suspend::Tmux {
+        socket: dir.path().join("sock"),
+        _dir: dir,
+    };
+    let shell = format!(
+        "cd '{}' && env -i HOME='{}' COFFERDAM_HOME='{}' PATH='{}' TERM=xterm-256color \
+         ANTHROPIC_BASE_URL=http://127.0.0.1:{} ANTHROPIC_API_KEY={key} \
+         {} run -- claude --permission-mode acceptEdits; echo EXITED rc=$?; sleep 600",
+        s.work.path().display(),
+        s.home.path().display(),
+        s.store.path().display(),
+        std::env::var("PATH").unwrap_or_default(),
+        srv.port,
+        env!("CARGO_BIN_EXE_cofferdam"),
+    );
+    t.new_session(150, 45, &shell);
+    let slow = std::time::Duration::from_secs(120);
+    t.expect_for("accept edits on", 1, slow);
+    let (file, p) = prompt(&s);
+    // Keys typed while the TUI is still starting can be lost: type until the input shows.
+    let shown = |what: &str| {
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_secs(10) {
+            if t.screen().contains(what) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        false
+    };
+    for _ in 0..5 {
+        t.send(&["-l", &p]);
+        if shown("TEXT=cofferdam") {
+            break;
+        }
+        t.send(&["C-u"]);
+    }
+    t.send(&["Enter"]);
+    t.expect_for("Wrote 1 line", 1, slow);
+    t.send(&["-l", "/exit"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    t.send(&["Enter"]);
+    let end = t.expect_for("EXITED rc=", 1, slow);
+    assert!(end.contains("EXITED rc=0"), "{end}\n{}", srv.requests());
+    assert!(!file.exists(), "the edit landed in the tree");
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let changes = b["filesystem"]["changes"].to_string();
+    assert!(changes.contains("agent-wrote.txt"), "{changes}");
+    let review = s.cmd().args(["diff", "last"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&review.stdout).contains("+cofferdam"));
+    let ds = network_decisions(&b);
+    assert!(
+        ds.iter().any(|d| d["host"] == "127.0.0.1"
+            && d["port"] == srv.port
+            && d["decision"] == "allowed"),
+        "{ds:?}"
+    );
 }

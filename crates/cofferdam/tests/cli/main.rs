@@ -6,6 +6,7 @@
 
 mod agents;
 mod agents_real;
+mod agents_toolchain;
 mod apply;
 mod bundles;
 mod common;

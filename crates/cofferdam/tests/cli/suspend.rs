@@ -8,19 +8,30 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-struct Tmux {
-    socket: std::path::PathBuf,
-    _dir: tempfile::TempDir,
+pub(crate) struct Tmux {
+    pub(crate) socket: std::path::PathBuf,
+    pub(crate) _dir: tempfile::TempDir,
 }
 
 impl Tmux {
-    fn tmux(&self) -> Command {
+    pub(crate) fn tmux(&self) -> Command {
         let mut c = Command::new("tmux");
         c.arg("-S").arg(&self.socket);
         c
     }
 
-    fn send(&self, keys: &[&str]) {
+    /// The session `t`, `width`x`height`, running `shell`.
+    pub(crate) fn new_session(&self, width: u16, height: u16, shell: &str) {
+        let (x, y) = (width.to_string(), height.to_string());
+        let st = self
+            .tmux()
+            .args(["new-session", "-d", "-s", "t", "-x", &x, "-y", &y, shell])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    pub(crate) fn send(&self, keys: &[&str]) {
         let st = self
             .tmux()
             .args(["send-keys", "-t", "t"])
@@ -30,7 +41,7 @@ impl Tmux {
         assert!(st.success());
     }
 
-    fn screen(&self) -> String {
+    pub(crate) fn screen(&self) -> String {
         let out = self
             .tmux()
             .args(["capture-pane", "-p", "-J", "-t", "t"])
@@ -41,6 +52,11 @@ impl Tmux {
 
     /// Wait until the pane shows `what` (counted `n` times); the screen.
     fn expect(&self, what: &str, n: usize) -> String {
+        self.expect_for(what, n, Duration::from_secs(30))
+    }
+
+    /// [`Tmux::expect`], waiting at most `limit`.
+    pub(crate) fn expect_for(&self, what: &str, n: usize, limit: Duration) -> String {
         let start = Instant::now();
         loop {
             let screen = self.screen();
@@ -48,7 +64,7 @@ impl Tmux {
                 return screen;
             }
             assert!(
-                start.elapsed() < Duration::from_secs(30),
+                start.elapsed() < limit,
                 "waited for {what:?} x{n}:\n{screen}"
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -94,22 +110,7 @@ fn suspend_and_continue(tier: &[&str]) {
         s.store.path().display(),
         std::env::var("PATH").unwrap_or_default(),
     );
-    let st = t
-        .tmux()
-        .args([
-            "new-session",
-            "-d",
-            "-s",
-            "t",
-            "-x",
-            "120",
-            "-y",
-            "40",
-            &shell,
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    t.new_session(120, 40, &shell);
     t.expect("PROMPT$ ", 1);
     let program = "for i in 1 2 3 4 5 6; do echo tick$i; sleep 0.5; done; echo all-$((6*7))";
     t.send(&[

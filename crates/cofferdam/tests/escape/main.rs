@@ -49,6 +49,7 @@
 #[allow(dead_code)]
 mod common;
 
+mod agent_state;
 mod apply_records;
 mod crash;
 mod fs_read;
@@ -98,6 +99,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         sockets::EXEC_ATTACKS,
         sockets::WATCH_ATTACKS,
         manifest_trust::ATTACKS,
+        agent_state::ATTACKS,
     ]
     .into_iter()
     .flatten()

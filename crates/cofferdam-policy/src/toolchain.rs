@@ -1,0 +1,186 @@
+//! Toolchain lending (issue 19): which trees of an install under HOME the command needs to
+//! start, lent read-only. The caller follows the program's symlinks and `#!` interpreter on
+//! the disk and passes every file it met; this decides what to lend of each and adds it to
+//! the [`Policy`], credited to [`GrantSource::Toolchain`]. Pure.
+//!
+//! How narrow: the unit an installer writes, and no wider. A file in a `bin/` directory
+//! lends that directory's parent (a venv, a pyenv version, an nvm node version, a cargo
+//! home): interpreters find their libraries relative to themselves, so less breaks imports.
+//! A file in a `node_modules/PKG/` lends that package (npm nests its dependencies in it).
+//! Where that parent is HOME itself or `~/.local` (whose `share/` and `state/` hold other
+//! programs' data), only the file's own directory is lent (`~/bin`, `~/.local/bin`). HOME is
+//! never lent whole; trees inside or around the workdir are left alone (it is staged).
+
+use crate::manifest::MountMode;
+use crate::policy::{Mount, Policy};
+use cofferdam_record::scope::{GrantSource, GrantSourceReport};
+use std::path::{Component, Path, PathBuf};
+
+/// The origin of a toolchain mount in records.
+pub const ORIGIN: &str = "toolchain";
+
+/// The tree to lend for `file`, when it lives under `home`.
+pub fn install_tree(file: &Path, home: &Path) -> Option<PathBuf> {
+    let rel = file.strip_prefix(home).ok()?;
+    if rel.as_os_str().is_empty() || rel.components().any(|c| c == Component::ParentDir) {
+        return None;
+    }
+    let too_wide = |p: &Path| p == home || p == home.join(".local");
+    let names: Vec<&std::ffi::OsStr> = file.iter().collect();
+    if let Some(i) = names.iter().rposition(|n| *n == "node_modules") {
+        let take = match names.get(i + 1) {
+            Some(n) if n.to_string_lossy().starts_with('@') => i + 3,
+            Some(_) => i + 2,
+            None => 0,
+        };
+        if take > 0 && take < names.len() {
+            let pkg: PathBuf = names[..take].iter().collect();
+            if pkg.starts_with(home) && !too_wide(&pkg) {
+                return Some(pkg);
+            }
+        }
+    }
+    let dir = file.parent()?;
+    if dir.file_name().is_some_and(|n| n == "bin")
+        && let Some(prefix) = dir.parent()
+        && prefix.starts_with(home)
+        && !too_wide(prefix)
+    {
+        return Some(prefix.to_path_buf());
+    }
+    Some(if too_wide(dir) && dir == home {
+        file.to_path_buf()
+    } else {
+        dir.to_path_buf()
+    })
+}
+
+/// The trees to lend for the files `chain` (program, symlink hops, interpreters): one per
+/// install, none inside another, none inside or around `workdir`.
+pub fn trees(chain: &[PathBuf], home: &Path, workdir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for t in chain.iter().filter_map(|f| install_tree(f, home)) {
+        if t.starts_with(workdir) || workdir.starts_with(&t) {
+            continue;
+        }
+        if out.iter().any(|o| t.starts_with(o)) {
+            continue;
+        }
+        out.retain(|o| !o.starts_with(&t));
+        out.push(t);
+    }
+    out
+}
+
+/// Lend `trees` read-only, recorded like any lent path; one a mount already covers (a flag,
+/// the config, a profile) is left to it.
+pub fn apply(policy: &mut Policy, trees: &[PathBuf], home: &Path) {
+    for t in trees {
+        if policy.mounts.iter().any(|m| t.starts_with(&m.target)) {
+            continue;
+        }
+        let written = match t.strip_prefix(home) {
+            Ok(rel) => format!("~/{}", rel.display()),
+            Err(_) => t.display().to_string(),
+        };
+        let m = Mount {
+            source: t.clone(),
+            target: t.clone(),
+            mode: MountMode::Read,
+            origin: ORIGIN.to_owned(),
+            written,
+            optional: true,
+        };
+        policy.grant_sources.push(GrantSourceReport {
+            grant: "filesystem.mounts".to_owned(),
+            value: crate::policy::provenance::mount_value(&m),
+            source: GrantSource::Toolchain,
+            profile: None,
+        });
+        policy.mounts.push(m);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(f: &str) -> Option<String> {
+        install_tree(Path::new(f), Path::new("/h/u")).map(|p| p.display().to_string())
+    }
+
+    #[test]
+    fn an_install_lends_its_prefix_and_never_home_or_dot_local() {
+        assert_eq!(
+            tree("/h/u/.pyenv/versions/3.12.1/bin/python3.12").as_deref(),
+            Some("/h/u/.pyenv/versions/3.12.1")
+        );
+        assert_eq!(
+            tree("/h/u/p/.venv/bin/aider").as_deref(),
+            Some("/h/u/p/.venv")
+        );
+        assert_eq!(
+            tree("/h/u/.nvm/versions/node/v20.1.0/lib/node_modules/@openai/codex/bin/codex.js")
+                .as_deref(),
+            Some("/h/u/.nvm/versions/node/v20.1.0/lib/node_modules/@openai/codex")
+        );
+        assert_eq!(
+            tree("/h/u/.npm-global/lib/node_modules/left-pad/index.js").as_deref(),
+            Some("/h/u/.npm-global/lib/node_modules/left-pad")
+        );
+        assert_eq!(
+            tree("/h/u/.local/bin/tool").as_deref(),
+            Some("/h/u/.local/bin")
+        );
+        assert_eq!(tree("/h/u/bin/tool").as_deref(), Some("/h/u/bin"));
+        assert_eq!(tree("/h/u/tool").as_deref(), Some("/h/u/tool"));
+        assert_eq!(tree("/usr/bin/python3"), None);
+        assert_eq!(tree("/h/u"), None);
+        assert_eq!(tree("/h/u/../etc/x"), None);
+    }
+
+    #[test]
+    fn trees_are_deduplicated_and_keep_off_the_workdir() {
+        let chain: Vec<PathBuf> = [
+            "/h/u/.local/bin/tool",
+            "/h/u/.pyenv/versions/3.12/bin/tool",
+            "/h/u/.pyenv/versions/3.12/bin/python3",
+            "/h/u/work/.venv/bin/python",
+            "/usr/bin/env",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        let t = trees(&chain, Path::new("/h/u"), Path::new("/h/u/work"));
+        assert_eq!(
+            t,
+            vec![
+                PathBuf::from("/h/u/.local/bin"),
+                PathBuf::from("/h/u/.pyenv/versions/3.12")
+            ]
+        );
+    }
+
+    #[test]
+    fn lent_trees_are_read_only_mounts_credited_to_the_toolchain() {
+        let places = crate::policy::Places {
+            cwd: "/w".into(),
+            home: "/h/u".into(),
+        };
+        let mut p =
+            crate::policy::resolve_policy(None, &crate::policy::RunFlags::default(), &places)
+                .unwrap();
+        let t = vec![PathBuf::from("/h/u/.pyenv/versions/3.12")];
+        apply(&mut p, &t, Path::new("/h/u"));
+        apply(&mut p, &t, Path::new("/h/u"));
+        let lent: Vec<_> = p.mounts.iter().filter(|m| m.origin == ORIGIN).collect();
+        assert_eq!(lent.len(), 1);
+        assert_eq!(lent[0].mode, MountMode::Read);
+        assert_eq!(lent[0].written, "~/.pyenv/versions/3.12");
+        assert!(
+            p.grant_sources
+                .iter()
+                .any(|g| g.source == GrantSource::Toolchain && g.value.contains(".pyenv"))
+        );
+    }
+}
