@@ -199,6 +199,28 @@ pub fn copy_workdir_excluding(
     dst: &Path,
     exclude: &BTreeSet<PathBuf>,
 ) -> Result<CopyReport, CopyError> {
+    copy_workdir_with(src, dst, exclude, &mut crate::progress::Silent)
+}
+
+/// [`copy_workdir_excluding`], telling `progress` of every entry copied.
+pub fn copy_workdir_with(
+    src: &Path,
+    dst: &Path,
+    exclude: &BTreeSet<PathBuf>,
+    progress: &mut dyn crate::progress::Progress,
+) -> Result<CopyReport, CopyError> {
+    progress.begin("copying the workdir", None);
+    let report = copy_tree(src, dst, exclude, progress);
+    progress.end();
+    report
+}
+
+fn copy_tree(
+    src: &Path,
+    dst: &Path,
+    exclude: &BTreeSet<PathBuf>,
+    progress: &mut dyn crate::progress::Progress,
+) -> Result<CopyReport, CopyError> {
     let mut report = CopyReport::default();
     let root_mode = fs::metadata(src).map_err(io_err("read", src))?.mode() & 0o7777;
     DirBuilder::new()
@@ -224,6 +246,7 @@ pub fn copy_workdir_excluding(
             keep
         });
     for entry in walk {
+        progress.advance(1);
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {

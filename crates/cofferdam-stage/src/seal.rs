@@ -156,6 +156,26 @@ impl Upper {
 
 /// Scan `upper` against `lower` and classify every net change (see the module docs).
 pub fn seal(upper: &Path, lower: &Path) -> Result<SealResult, SealError> {
+    seal_with(upper, lower, &mut crate::progress::Silent)
+}
+
+/// [`seal`], telling `progress` of every staged entry scanned.
+pub fn seal_with(
+    upper: &Path,
+    lower: &Path,
+    progress: &mut dyn crate::progress::Progress,
+) -> Result<SealResult, SealError> {
+    progress.begin("sealing the stage", None);
+    let sealed = seal_scan(upper, lower, progress);
+    progress.end();
+    sealed
+}
+
+fn seal_scan(
+    upper: &Path,
+    lower: &Path,
+    progress: &mut dyn crate::progress::Progress,
+) -> Result<SealResult, SealError> {
     let upper_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| SealError::Upper { path, source }
@@ -198,6 +218,7 @@ pub fn seal(upper: &Path, lower: &Path) -> Result<SealResult, SealError> {
                 source: e.into(),
             }
         })?;
+        progress.advance(1);
         stack.truncate(entry.depth());
         let ctx = stack.last().copied().unwrap_or(Ctx::NORMAL);
         if let Some(below) = scan.visit(&entry, ctx)? {

@@ -14,6 +14,7 @@ mod exit;
 mod manual;
 mod pager;
 mod profile_apply;
+mod progress;
 mod signals;
 mod style;
 mod trace_append;

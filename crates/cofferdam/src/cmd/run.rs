@@ -184,7 +184,12 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     // Trace writes that failed: told at once, and carried into the bundle's warnings.
     let mut trace_lost: Vec<String> = Vec::new();
     let copy_stage = match copy_paths {
-        Some(paths) => Some(copy::prepare(&policy.workdir, paths, &plan)?),
+        Some(paths) => Some(copy::prepare(
+            &policy.workdir,
+            paths,
+            &plan,
+            crate::progress::wanted(json, args.quiet),
+        )?),
         None => None,
     };
     if let Some(stage) = &copy_stage {
@@ -360,8 +365,10 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
         // The records of the end of the run: their writeback is started at once (see
         // "Durability" in `cofferdam_stage::job`); then the provisional bundle goes. The
         // scope joins the cleanup thread on every way out.
-        let sealed =
-            cofferdam_stage::seal::seal(&job.upper(), &policy.workdir).map_err(Failure::setup)?;
+        let mut line = crate::progress::Line::new(crate::progress::wanted(json, args.quiet));
+        let sealed = cofferdam_stage::seal::seal_with(&job.upper(), &policy.workdir, &mut line)
+            .map_err(Failure::setup)?;
+        drop(line);
         let mut fingerprints = sealed.fingerprints;
         fingerprints.run_started_at_unix_ms = Some(started);
         cofferdam_stage::fingerprint::write_fingerprints_with(
