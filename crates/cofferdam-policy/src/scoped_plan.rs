@@ -18,8 +18,17 @@ use crate::tier::ContainmentDecision;
 use cofferdam_record::HostFacts;
 use std::path::{Path, PathBuf};
 
-/// The device files the scoped tier's Landlock ruleset grants (read, write, ioctl).
-pub const SCOPED_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+/// The device files the scoped tier's Landlock ruleset grants (read, write, ioctl): the
+/// sealed tier's harmless devices (`git add` reads `/dev/urandom` for its temporary names;
+/// writing it only mixes bytes in, crediting entropy needs `CAP_SYS_ADMIN`).
+pub const SCOPED_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
 
 /// The job's directories a copy-staged run uses.
 #[derive(Debug, Clone)]

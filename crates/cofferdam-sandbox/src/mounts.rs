@@ -939,10 +939,12 @@ pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, Setup
 
     // The workdir overlay.
     let place = mkdir_p(&root, rel(&plan.workdir), Purpose::Workdir)?;
-    let volatile = overlay(plan, place.at(), exec)?;
+    let (volatile, root_mode) = overlay(plan, place.at(), exec)?;
     let mut o = observation(ControlMechanism::Overlay, ControlDimension::FilesystemWrite);
     o.details.insert("lower".into(), json!(plan.workdir));
     o.details.insert("upper".into(), json!(plan.upper));
+    o.details
+        .insert("workdir_mode".into(), json!(format!("{root_mode:04o}")));
     o.details.insert("volatile".into(), json!(volatile));
     obs.push(o);
     let mut read_only = Vec::new();
@@ -1521,7 +1523,12 @@ fn resolv_conf(root: &Root<'_>, text: &str) -> Result<(), SetupError> {
 }
 
 /// Mount the workdir overlay at `at` (its place under the new root); returns whether it is
-/// `volatile`.
+/// `volatile`, and the mode its root shows (read back).
+///
+/// The overlay's root shows the upper's attributes, and the job made `upper/` 0700: before
+/// the mount the upper gets the lower's permission bits, so the workdir keeps its mode
+/// inside, and a `chmod` of the workdir itself lands on the upper's root, where the seal
+/// finds it (change path `.`).
 ///
 /// `volatile` (Linux 5.10+; without it the mount goes on as before) skips the overlay's
 /// syncs: the unmount at the end of every run would otherwise flush the whole filesystem
@@ -1534,12 +1541,19 @@ fn overlay(
     plan: &FsPlan,
     at: (BorrowedFd<'_>, &Path),
     exec: MountAttrFlags,
-) -> Result<bool, SetupError> {
+) -> Result<(bool, u32), SetupError> {
     let what = || format!("mount workdir overlay on {}", plan.workdir.display());
     // Its layers are named by path, resolved from the cwd (the new root) when relative.
     let lower = host_path(&plan.workdir, "overlay lowerdir")?;
     let upper = host_path(&plan.upper, "overlay upperdir")?;
     let work = host_path(&plan.overlay_work, "overlay workdir")?;
+    let root_mode = keep_root_mode(lower, upper).step(|| {
+        format!(
+            "give the stage {} the mode of the workdir {}",
+            upper.display(),
+            lower.display()
+        )
+    })?;
     let fs = rustix::mount::fsopen(c"overlay", FsOpenFlags::FSOPEN_CLOEXEC).step(what)?;
     rustix::mount::fsconfig_set_string(&fs, c"lowerdir+", lower).step(what)?;
     rustix::mount::fsconfig_set_string(&fs, c"upperdir", upper).step(what)?;
@@ -1555,7 +1569,20 @@ fn overlay(
     )
     .step(what)?;
     attach(&mnt, at).step(what)?;
-    Ok(volatile)
+    Ok((volatile, root_mode))
+}
+
+/// Set the permission bits of `upper` (the job's, a directory) to those of `lower`; returns
+/// them as read back from `upper`.
+fn keep_root_mode(lower: &Path, upper: &Path) -> Result<u32, Errno> {
+    let want = rustix::fs::stat(lower)?.st_mode & 0o7777;
+    let fd = rustix::fs::open(
+        upper,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(want))?;
+    Ok(rustix::fs::fstat(&fd)?.st_mode & 0o7777)
 }
 
 /// The minimal `/dev`: the harmless devices bound from the host, a new devpts instance,

@@ -11,7 +11,11 @@
 //! never want); its end closes the command's stdin. A caller's stream that is gone (a closed
 //! pipe) closes the command's pipe, so the command gets EPIPE or SIGPIPE as it would have.
 //! The caller's descriptors are never made non-blocking (their file descriptions are
-//! shared with the caller's shell).
+//! shared with the caller's shell): where bytes pass through this process (`--capture`, a
+//! terminal, a descriptor that refuses `splice`) they are written only when `poll(2)` says
+//! the caller's stream has room, a bounded chunk at a time ([`write_some`]), and the rest
+//! waits in a buffer while the loop goes on serving the status, signals and the timeout; the
+//! command's pipe or terminal is not read again until that buffer is empty.
 //!
 //! Owns copying bytes and nothing else: status lines are collected unread, capture files are
 //! written up to their limit with every byte counted, the caller's terminal is put in raw
@@ -27,6 +31,7 @@ use crate::watch::Watch;
 use cofferdam_policy::verdict::Cause;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use rustix::fs::FileType;
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal};
 use std::io::Write;
@@ -244,6 +249,8 @@ pub(crate) struct OutPipe {
     /// The caller's stream was full with bytes waiting here: poll it for room instead of
     /// this pipe for data, so the loop keeps serving signals, the status and the timeout.
     blocked: bool,
+    /// Read from the pipe (and captured) but not yet taken by the caller's stream.
+    pending: Vec<u8>,
 }
 
 impl OutPipe {
@@ -253,6 +260,7 @@ impl OutPipe {
         OutPipe {
             splice: sink.is_none(),
             blocked: false,
+            pending: Vec::new(),
             fd,
             to,
             sink,
@@ -345,6 +353,8 @@ enum Role {
     StdinPipe,
     /// The command's stdin pipe has room again (or its reader is gone).
     InPipe,
+    /// The caller's stdout has room for what the command's terminal showed (pty mode).
+    TermOut,
     Signal,
 }
 
@@ -354,23 +364,75 @@ fn std_fd(n: i32) -> BorrowedFd<'static> {
     unsafe { BorrowedFd::borrow_raw(n) }
 }
 
-/// Write all of `data` to `fd`, waiting when it is non-blocking and full.
-fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> Result<(), Errno> {
-    while !data.is_empty() {
-        match rustix::io::write(fd, data) {
-            Ok(0) => return Err(Errno::IO),
-            Ok(n) => data = &data[n..],
-            Err(Errno::INTR) => {}
-            Err(Errno::AGAIN) => {
-                let mut p = [PollFd::from_borrowed_fd(fd, PollFlags::OUT)];
-                match rustix::event::poll(&mut p, None) {
-                    Ok(_) | Err(Errno::INTR) => {}
-                    Err(e) => return Err(e),
-                }
+/// The most bytes [`write_some`] hands a caller's pipe at once once `poll(2)` said it has
+/// room: a pipe that polls writable has a free page, and a write of at most `PIPE_BUF`
+/// fits in it without blocking.
+const PIPE_ROOM: usize = 4096;
+/// The same for the caller's other streams (a terminal, a socket), whose room when they
+/// poll writable is smaller: a terminal's write wake-up mark is 256 bytes.
+const OTHER_ROOM: usize = 256;
+
+/// Write a prefix of `data` to the caller's `fd` (blocking, shared with the caller's
+/// shell) without waiting: bounded chunks, each only after `poll(2)` says there is room.
+/// Returns how much was written (0: the stream is full now); an error when the stream is
+/// gone. A regular file (or a block device) always takes the write.
+fn write_some(fd: BorrowedFd<'_>, data: &[u8]) -> Result<usize, Errno> {
+    let kind = rustix::fs::fstat(fd).map(|st| FileType::from_raw_mode(st.st_mode));
+    if matches!(kind, Ok(FileType::RegularFile | FileType::BlockDevice)) {
+        return loop {
+            match rustix::io::write(fd, data) {
+                Err(Errno::INTR) => {}
+                Ok(0) if !data.is_empty() => break Err(Errno::IO),
+                other => break other,
             }
+        };
+    }
+    let room = if matches!(kind, Ok(FileType::Fifo)) {
+        PIPE_ROOM
+    } else {
+        OTHER_ROOM
+    };
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let mut done = 0;
+    // At most 1 MiB to a pipe, 64 KiB to a terminal per call: one stream does not starve
+    // the loop.
+    for _ in 0..256 {
+        let Some(rest) = data.get(done..).filter(|r| !r.is_empty()) else {
+            break;
+        };
+        let mut p = [PollFd::from_borrowed_fd(fd, PollFlags::OUT)];
+        match rustix::event::poll(&mut p, Some(&zero)) {
+            Ok(0) | Err(Errno::INTR) => break,
+            Ok(_) => {}
+            Err(e) => return Err(e),
+        }
+        let ev = p[0].revents();
+        if ev.intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) {
+            return Err(Errno::PIPE);
+        }
+        if !ev.contains(PollFlags::OUT) {
+            break;
+        }
+        let take = rest.get(..room.min(rest.len())).unwrap_or(rest);
+        match rustix::io::write(fd, take) {
+            Ok(0) => return Err(Errno::IO),
+            Ok(n) => done += n,
+            Err(Errno::INTR) => {}
+            Err(Errno::AGAIN) => break,
             Err(e) => return Err(e),
         }
     }
+    Ok(done)
+}
+
+/// Write as much of `pending` to the caller's `fd` as it takes now, dropping what was
+/// written; `Err` when the stream is gone.
+fn flush_to(fd: BorrowedFd<'_>, pending: &mut Vec<u8>) -> Result<(), Errno> {
+    let n = write_some(fd, pending)?;
+    pending.drain(..n);
     Ok(())
 }
 
@@ -434,22 +496,27 @@ fn splice_out(p: &OutPipe) -> Pumped {
     Pumped::Open
 }
 
-/// One `read` of the command's output pipe: to the capture file and the caller's stream.
+/// One `read` of the command's output pipe: to the capture file and, as far as it takes
+/// them now, the caller's stream. Bytes the caller's stream did not take are written first
+/// (the pipe is read again only once they are): `Blocked` while some wait.
 fn copy_out(p: &mut OutPipe, buf: &mut [u8]) -> Pumped {
-    match read_some(p.fd.as_fd(), buf) {
-        Some(0) => Pumped::Open,
-        Some(n) => {
-            let data = &buf[..n];
-            if let Some(sink) = &mut p.sink {
-                sink.feed(data);
+    if p.pending.is_empty() {
+        match read_some(p.fd.as_fd(), buf) {
+            Some(0) => return Pumped::Open,
+            Some(n) => {
+                let data = &buf[..n];
+                if let Some(sink) = &mut p.sink {
+                    sink.feed(data);
+                }
+                p.pending.extend_from_slice(data);
             }
-            if write_all(std_fd(p.to), data).is_err() {
-                Pumped::Closed
-            } else {
-                Pumped::Open
-            }
+            None => return Pumped::Closed,
         }
-        None => Pumped::Closed,
+    }
+    match flush_to(std_fd(p.to), &mut p.pending) {
+        Err(_) => Pumped::Closed,
+        Ok(()) if p.pending.is_empty() => Pumped::Open,
+        Ok(()) => Pumped::Blocked,
     }
 }
 
@@ -468,6 +535,9 @@ struct Loop {
     raw: Option<RawMode>,
     stdin_open: bool,
     pending: Vec<u8>,
+    /// Read from the command's terminal but not yet taken by the caller's stdout: the
+    /// master is read again only once this is empty.
+    shown_pending: Vec<u8>,
     terminal_sink: Option<Sink>,
     out: Option<OutPipe>,
     err: Option<OutPipe>,
@@ -508,6 +578,7 @@ impl Relay {
             raw: None,
             stdin_open: true,
             pending: Vec::new(),
+            shown_pending: Vec::new(),
             terminal_sink,
             out,
             err,
@@ -575,15 +646,24 @@ impl Loop {
                 want.push((fd.as_fd(), PollFlags::IN, Role::Socket));
             }
             if let Some(fd) = &self.master {
-                let ev = if self.pending.is_empty() {
-                    PollFlags::IN
-                } else {
-                    PollFlags::IN | PollFlags::OUT
-                };
-                want.push((fd.as_fd(), ev, Role::Master));
+                // While the caller's stdout is full the master is not read (and not
+                // polled, unless typed bytes wait for it: a hang-up would spin the loop).
+                let mut ev = PollFlags::empty();
+                if self.shown_pending.is_empty() {
+                    ev |= PollFlags::IN;
+                }
+                if !self.pending.is_empty() {
+                    ev |= PollFlags::OUT;
+                }
+                if !ev.is_empty() {
+                    want.push((fd.as_fd(), ev, Role::Master));
+                }
                 if self.stdin_open && self.pending.is_empty() {
                     want.push((std_fd(0), PollFlags::IN, Role::Stdin));
                 }
+            }
+            if !self.shown_pending.is_empty() {
+                want.push((std_fd(1), PollFlags::OUT, Role::TermOut));
             }
             for (p, role) in [(&self.out, Role::Out), (&self.err, Role::Err)] {
                 match p {
@@ -720,6 +800,7 @@ impl Loop {
                 }
             }
             Role::Stdin => self.relay_stdin(),
+            Role::TermOut => self.flush_shown(),
             Role::Out | Role::Err => self.relay_pipe(role == Role::Out),
             Role::StdinPipe => self.pump_stdin(),
             Role::InPipe => {
@@ -819,6 +900,10 @@ impl Loop {
 
     /// Copy one read's worth from the master; whether there was any.
     fn relay_master(&mut self) -> bool {
+        if !self.shown_pending.is_empty() {
+            self.flush_shown();
+            return false;
+        }
         let Some(master) = &self.master else {
             return false;
         };
@@ -829,12 +914,9 @@ impl Loop {
                 if let Some(sink) = &mut self.terminal_sink {
                     sink.feed(data);
                 }
-                if write_all(std_fd(1), data).is_err() {
-                    // The caller's output is gone: hang up the command's terminal, as a
-                    // closed terminal would.
-                    self.close_master();
-                }
-                true
+                self.shown_pending.extend_from_slice(data);
+                self.flush_shown();
+                self.shown_pending.is_empty()
             }
             None => {
                 // Every slave is closed (EIO): the command is ending, or closed its terminal
@@ -851,6 +933,16 @@ impl Loop {
     fn close_master(&mut self) {
         self.master = None;
         self.pending.clear();
+    }
+
+    /// Write what the command's terminal showed to the caller's stdout as far as it takes
+    /// it now. The caller's output gone: hang up the command's terminal, as a closed
+    /// terminal would.
+    fn flush_shown(&mut self) {
+        if flush_to(std_fd(1), &mut self.shown_pending).is_err() {
+            self.shown_pending.clear();
+            self.close_master();
+        }
     }
 
     fn relay_stdin(&mut self) {
@@ -925,10 +1017,11 @@ impl Loop {
 
     /// Whether an output pipe has bytes the caller's full stream has not taken yet.
     fn output_blocked(&self) -> bool {
-        [&self.out, &self.err]
-            .into_iter()
-            .flatten()
-            .any(|p| p.blocked)
+        !self.shown_pending.is_empty()
+            || [&self.out, &self.err]
+                .into_iter()
+                .flatten()
+                .any(|p| p.blocked)
     }
 
     /// The caller's stdin has data (or its end): move it into the command's stdin pipe.

@@ -924,6 +924,7 @@ pub fn execute(
         Ok(()) => {
             let mut applied: Vec<RelPath> = Vec::new();
             if let Some(b) = stage.ledger.batch.take() {
+                accept_written_parents(roots.target.as_fd(), stage, &b.ops);
                 applied.extend(b.ops.into_iter().flat_map(|o| o.covers));
             }
             applied.extend(noop_covers);
@@ -943,6 +944,38 @@ pub fn execute(
                 }),
                 _ => Err(cause),
             }
+        }
+    }
+}
+
+/// After a batch: a directory it wrote entries into (the workdir's root `.` included)
+/// whose own staged change, a mode, is left for a later apply has its new ctime accepted,
+/// so that apply does not take cofferdam's writes for the host's (its mode is still
+/// compared).
+fn accept_written_parents(root: BorrowedFd<'_>, stage: &mut Stage, ops: &[LedgerOp]) {
+    let parents: BTreeSet<&[u8]> = ops
+        .iter()
+        .map(|op| match fsops::split(op.path.as_bytes()).0 {
+            b"" => b".".as_slice(),
+            parent => parent,
+        })
+        .collect();
+    for parent in parents {
+        let left = stage.changes.iter().any(|c| c.path == parent)
+            && !ops.iter().any(|op| op.path.as_bytes() == parent);
+        if !left {
+            continue;
+        }
+        if let Ok(fd) = fsops::open_dir(root, parent)
+            && let Ok(st) = rustix::fs::fstat(&fd)
+        {
+            stage.ledger.accept_ctime(
+                parent,
+                Ctime {
+                    sec: st.st_ctime,
+                    nsec: u32::try_from(st.st_ctime_nsec).unwrap_or(0),
+                },
+            );
         }
     }
 }

@@ -199,6 +199,28 @@ pub fn copy_workdir_excluding(
     dst: &Path,
     exclude: &BTreeSet<PathBuf>,
 ) -> Result<CopyReport, CopyError> {
+    copy_workdir_with(src, dst, exclude, &mut crate::progress::Silent)
+}
+
+/// [`copy_workdir_excluding`], telling `progress` of every entry copied.
+pub fn copy_workdir_with(
+    src: &Path,
+    dst: &Path,
+    exclude: &BTreeSet<PathBuf>,
+    progress: &mut dyn crate::progress::Progress,
+) -> Result<CopyReport, CopyError> {
+    progress.begin("copying the workdir", None);
+    let report = copy_tree(src, dst, exclude, progress);
+    progress.end();
+    report
+}
+
+fn copy_tree(
+    src: &Path,
+    dst: &Path,
+    exclude: &BTreeSet<PathBuf>,
+    progress: &mut dyn crate::progress::Progress,
+) -> Result<CopyReport, CopyError> {
     let mut report = CopyReport::default();
     let root_mode = fs::metadata(src).map_err(io_err("read", src))?.mode() & 0o7777;
     DirBuilder::new()
@@ -224,6 +246,7 @@ pub fn copy_workdir_excluding(
             keep
         });
     for entry in walk {
+        progress.advance(1);
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
@@ -409,19 +432,29 @@ pub(crate) fn chmod_nofollow(path: &Path, mode: u32, dir: bool) -> io::Result<()
 /// [`list`] of the copy after the run: a directory the command left without owner read,
 /// write or search permission (`chmod 0`) is lent it, so it can be listed and its entries
 /// moved, and is listed with the mode the command gave it; [`compare`] keeps those modes
-/// ([`Delta::locked`]) for [`materialize`] to put back in the upper. The copy is the run's
-/// scratch, consumed by [`materialize`].
+/// ([`Delta::locked`]) for [`materialize`] to put back in the upper. The root itself is
+/// listed too, under the empty path, with its own mode (lent like the others), so that a
+/// `chmod` of the workdir reaches the upper's root. The copy is the run's scratch, consumed
+/// by [`materialize`].
 pub fn list_after_run(root: &Path) -> Result<BTreeMap<PathBuf, EntryState>, CopyError> {
     list_with(root, true)
 }
 
 fn list_with(root: &Path, lend: bool) -> Result<BTreeMap<PathBuf, EntryState>, CopyError> {
+    let mut out = BTreeMap::new();
     let locked = if lend {
+        let mode = fs::symlink_metadata(root)
+            .map_err(io_err("read", root))?
+            .mode()
+            & 0o7777;
+        if mode & 0o700 != 0o700 {
+            chmod_nofollow(root, mode | 0o700, true).map_err(io_err("chmod", root))?;
+        }
+        out.insert(PathBuf::new(), EntryState::Dir { mode });
         lend_dirs(root, 0o700).map_err(io_err("read", root))?
     } else {
         HashMap::new()
     };
-    let mut out = BTreeMap::new();
     for entry in WalkDir::new(root).follow_links(false).min_depth(1) {
         let entry = entry.map_err(|e| {
             let p = e.path().unwrap_or(root).to_path_buf();
@@ -460,6 +493,10 @@ pub struct Delta {
     /// Directories of the copy whose own mode lacks owner read, write or search, with that
     /// mode ([`list_after_run`] lent them the permission in the copy).
     pub locked: BTreeMap<PathBuf, u32>,
+    /// The copy's root's own mode after the run, when the listing holds the root
+    /// ([`list_after_run`]): the upper's root gets it, so the seal sees the workdir's mode
+    /// as the command left it (changed or not).
+    pub root_mode: Option<u32>,
 }
 
 impl Delta {
@@ -477,6 +514,12 @@ pub fn compare(snapshot: &Snapshot, now: &BTreeMap<PathBuf, EntryState>) -> Delt
     let mut kept: BTreeSet<&Path> = BTreeSet::new();
     kept.insert(Path::new(""));
     for (rel, state) in now {
+        if rel.as_os_str().is_empty() {
+            if let EntryState::Dir { mode } = state {
+                delta.root_mode = Some(*mode);
+            }
+            continue;
+        }
         if let EntryState::Dir { mode } = state
             && mode & 0o700 != 0o700
         {
@@ -563,6 +606,10 @@ pub fn materialize(copy: &Path, upper: &Path, delta: &Delta) -> Result<(), CopyE
         whiteout(&upper.join(rel))?;
     }
     modes.sort_by(|a, b| b.0.cmp(&a.0));
+    // The root last: a mode without owner write must not stop the rest.
+    if let Some(mode) = delta.root_mode {
+        modes.push((upper.to_path_buf(), mode));
+    }
     for (dir, mode) in modes {
         fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
             .map_err(io_err("chmod", &dir))?;

@@ -463,6 +463,9 @@ impl HostRoot {
 
 /// `rel` as the `a/b/c` bytes the resolver takes: plain components only, never empty.
 fn rel_bytes(rel: &Path) -> Result<Vec<u8>, Errno> {
+    if rel == Path::new(".") {
+        return Ok(b".".to_vec()); // the root itself (`fsops::open_beneath`)
+    }
     let mut bytes = Vec::new();
     for part in rel.components() {
         let Component::Normal(name) = part else {
@@ -481,8 +484,10 @@ fn rel_bytes(rel: &Path) -> Result<Vec<u8>, Errno> {
 
 /// Reject absolute paths and `.`/`..` components.
 fn check_relative(rel: &Path) -> Result<(), FingerprintError> {
-    let plain =
-        !rel.as_os_str().is_empty() && rel.components().all(|c| matches!(c, Component::Normal(_)));
+    // `.` is the root itself (the change path of the workdir's own mode).
+    let plain = rel == Path::new(".")
+        || (!rel.as_os_str().is_empty()
+            && rel.components().all(|c| matches!(c, Component::Normal(_))));
     if plain {
         Ok(())
     } else {

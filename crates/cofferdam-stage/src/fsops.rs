@@ -32,14 +32,15 @@ pub(crate) fn split(rel: &[u8]) -> (&[u8], &[u8]) {
 }
 
 /// Open `rel` beneath `root` with `flags` (plus `O_NOFOLLOW | O_CLOEXEC`), never through a
-/// symlink; an empty `rel` opens the root itself again.
+/// symlink; an empty `rel` (or `.`, the change path of the root's mode) opens the root
+/// itself again.
 pub(crate) fn open_beneath(
     root: BorrowedFd<'_>,
     rel: &[u8],
     flags: OFlags,
 ) -> Result<OwnedFd, Errno> {
     let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    if rel.is_empty() {
+    if rel.is_empty() || rel == b"." {
         return rustix::fs::openat(root, c".", flags, Mode::empty());
     }
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;

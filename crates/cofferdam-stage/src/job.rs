@@ -903,6 +903,13 @@ fn populate(dir: &Path, id: &str, state: &JobState) -> Result<JobLock, JobError>
             .map_err(io_err("create", &p))?;
         chmod_dir_nofollow(&p, DIR_MODE)?;
     }
+    // The upper's root stands for the workdir itself (the seal compares their modes): it
+    // starts with the workdir's mode, so a run that never got to its mount stages nothing.
+    if let Ok(meta) = fs::metadata(&state.workdir) {
+        let upper = dir.join("upper");
+        // Owner rwx kept: the copy tiers fill it as the user (and set its mode last).
+        chmod_dir_nofollow(&upper, (meta.mode() & 0o7777) | 0o700)?;
+    }
     let lock_path = dir.join(LOCK_FILE);
     let file = OpenOptions::new()
         .read(true)

@@ -16,6 +16,7 @@ pub mod ident;
 pub mod job;
 pub mod ledger;
 pub mod owned;
+pub mod progress;
 pub mod reserve;
 pub mod review;
 pub mod seal;

@@ -22,6 +22,7 @@
 //! | file | file | `modified` when size, content ([`crate::sparse::hash_file`]) or permission bits differ, else none |
 //! | directory | directory | `modified` when the permission bits differ, else none (its entries are still scanned) |
 //! | symlink | symlink | `modified` when the target bytes differ |
+//! | the upper's root | the workdir | `modified` (path `.`) when the permission bits differ |
 //! | device/fifo/socket | same kind | `modified` when mode or device number differ |
 //!
 //! Owner, timestamps and extended attributes are not compared: a file copied up and left
@@ -53,6 +54,9 @@ use crate::fingerprint::{
 /// `user.` for overlays mounted with `userxattr` (cofferdam's), `trusted.` for privileged
 /// mounts (readable only with `CAP_SYS_ADMIN`).
 pub const OPAQUE_XATTRS: [&str; 2] = ["user.overlay.opaque", "trusted.overlay.opaque"];
+
+/// The change path of the workdir's root itself (a change of its mode).
+pub const ROOT_PATH: &str = ".";
 
 /// The seal's findings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +156,26 @@ impl Upper {
 
 /// Scan `upper` against `lower` and classify every net change (see the module docs).
 pub fn seal(upper: &Path, lower: &Path) -> Result<SealResult, SealError> {
+    seal_with(upper, lower, &mut crate::progress::Silent)
+}
+
+/// [`seal`], telling `progress` of every staged entry scanned.
+pub fn seal_with(
+    upper: &Path,
+    lower: &Path,
+    progress: &mut dyn crate::progress::Progress,
+) -> Result<SealResult, SealError> {
+    progress.begin("sealing the stage", None);
+    let sealed = seal_scan(upper, lower, progress);
+    progress.end();
+    sealed
+}
+
+fn seal_scan(
+    upper: &Path,
+    lower: &Path,
+    progress: &mut dyn crate::progress::Progress,
+) -> Result<SealResult, SealError> {
     let upper_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| SealError::Upper { path, source }
@@ -160,6 +184,15 @@ pub fn seal(upper: &Path, lower: &Path) -> Result<SealResult, SealError> {
         return Err(SealError::UpperNotDirectory {
             path: upper.to_path_buf(),
         });
+    }
+    // The root first: its own mode, lent owner read and search like any directory.
+    let root_mode = fs::symlink_metadata(upper)
+        .map_err(upper_err(upper))?
+        .mode()
+        & PERM_MASK;
+    if root_mode & 0o500 != 0o500 {
+        crate::copystage::chmod_nofollow(upper, root_mode | 0o500, true)
+            .map_err(upper_err(upper))?;
     }
     let locked = crate::copystage::lend_dirs(upper, 0o500).map_err(upper_err(upper))?;
     let mut scan = Scan {
@@ -170,6 +203,7 @@ pub fn seal(upper: &Path, lower: &Path) -> Result<SealResult, SealError> {
         whiteouts: 0,
         warnings: Vec::new(),
     };
+    scan.root(root_mode)?;
     // stack[i]: how the entries of the directory at depth i are classified.
     let mut stack = vec![Ctx::NORMAL];
     for entry in WalkDir::new(upper)
@@ -184,6 +218,7 @@ pub fn seal(upper: &Path, lower: &Path) -> Result<SealResult, SealError> {
                 source: e.into(),
             }
         })?;
+        progress.advance(1);
         stack.truncate(entry.depth());
         let ctx = stack.last().copied().unwrap_or(Ctx::NORMAL);
         if let Some(below) = scan.visit(&entry, ctx)? {
@@ -220,6 +255,25 @@ struct Scan<'a> {
 }
 
 impl Scan<'_> {
+    /// The workdir itself: only its permission bits can be staged (change path `.`, a
+    /// directory `modified`); the overlay's root (or the copy tiers' upper root) holds the
+    /// mode the command left.
+    fn root(&mut self, mode: u32) -> Result<(), SealError> {
+        let fp = self.host.fingerprint(Path::new(ROOT_PATH))?;
+        if let HostState::Dir { mode: host_mode } = fp.host
+            && host_mode != mode
+        {
+            self.record(
+                Path::new(ROOT_PATH),
+                ChangeKind::Modified,
+                Some(ChangeEntryType::Directory),
+                &Upper::Dir { mode },
+                fp,
+            );
+        }
+        Ok(())
+    }
+
     /// Classify one upper entry; for a directory, how its entries are classified.
     fn visit(&mut self, entry: &walkdir::DirEntry, ctx: Ctx) -> Result<Option<Ctx>, SealError> {
         let path = entry.path();

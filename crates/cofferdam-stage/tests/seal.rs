@@ -420,6 +420,37 @@ fn unchanged_copy_ups_are_no_change() {
 }
 
 #[test]
+fn the_roots_mode_is_a_change_of_dot_and_only_its_mode() {
+    let t = Trees::new();
+    let (lo, up) = (t.lower.as_path(), t.upper.as_path());
+    fs::set_permissions(lo, fs::Permissions::from_mode(0o750)).unwrap();
+    fs::set_permissions(up, fs::Permissions::from_mode(0o750)).unwrap();
+    assert_eq!(
+        seal(up, lo).unwrap().changes,
+        vec![],
+        "same mode: no change"
+    );
+
+    // The command left the root without owner read (`chmod 0300 .`): lent, recorded as left.
+    fs::set_permissions(up, fs::Permissions::from_mode(0o300)).unwrap();
+    file(up, b"new", b"n\n", 0o644);
+    let r = seal(up, lo).unwrap();
+    assert_eq!(
+        r.changes,
+        vec![
+            change(b".", Modified, Some(D), Some(D), None, Some(0o300)),
+            change(b"new", Added, None, Some(F), Some(2), Some(0o644)),
+        ]
+    );
+    assert_eq!(r.fingerprints.entries[0].path, ".");
+    let recorded = &r.fingerprints.entries[0].fingerprint.host;
+    assert_eq!(
+        *recorded,
+        cofferdam_stage::fingerprint::HostState::Dir { mode: 0o750 }
+    );
+}
+
+#[test]
 fn deleted_directory_and_symlink() {
     let t = Trees::new();
     let (lo, up) = (t.lower.as_path(), t.upper.as_path());
@@ -676,6 +707,9 @@ impl RealOverlay {
         build_lower(&lower);
         let store = JobStore::open(&tmp.path().join("store")).unwrap();
         let job = store.create(&lower, None).unwrap();
+        // As the sandbox does before its mount: the overlay's root shows the upper's mode.
+        let mode = fs::metadata(&lower).unwrap().permissions();
+        fs::set_permissions(job.upper(), mode).unwrap();
         RealOverlay {
             _tmp: tmp,
             lower,

@@ -15,6 +15,7 @@ mod lifecycle;
 mod manual;
 mod pager;
 mod profile_apply;
+mod progress;
 mod publish;
 mod signals;
 mod style;

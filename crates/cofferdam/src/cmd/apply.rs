@@ -332,7 +332,13 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
         );
     }
 
-    let mut hook = test_hook();
+    let mut test = test_hook();
+    let mut line = crate::progress::Line::new(crate::progress::wanted(json, false));
+    let ops = checked.units.iter().filter(|u| u.action.is_some()).count() as u64;
+    let mut hook = |step: Step| {
+        crate::progress::applying(&mut line, ops, step);
+        test(step);
+    };
     let result = apply::execute(
         &workdir,
         &upper,

@@ -17,6 +17,13 @@ use cofferdam_stage::review::Stage;
 use cofferdam_stage::trace_log::TraceLog;
 use serde_json::json;
 
+/// Remove the job's stage, with a spinner on a terminal while it lasts.
+fn remove_stage(job: &cofferdam_stage::job::Job, json: bool) -> Result<(), Failure> {
+    let _spinner =
+        crate::progress::Spinner::start(crate::progress::wanted(json, false), "removing the stage");
+    job.remove_stage().map_err(job_failure)
+}
+
 /// `cofferdam drop`.
 pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let (_env, job) = jobref::open(&a.job)?;
@@ -30,7 +37,7 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let (discarded, message) = match state.state {
         StageState::Discarded => {
             let had = job.has_stage();
-            job.remove_stage().map_err(job_failure)?;
+            remove_stage(&job, json)?;
             (
                 0,
                 if had {
@@ -80,7 +87,7 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
                     discarded_changes: 0,
                 };
                 crate::trace_append::append(&mut trace, vec![(now_ms(), dropped)], "the drop");
-                job.remove_stage().map_err(job_failure)?;
+                remove_stage(&job, json)?;
                 (
                     0,
                     format!(
@@ -96,7 +103,7 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
                     discarded_changes: remaining,
                 };
                 crate::trace_append::append(&mut trace, vec![(now_ms(), dropped)], "the drop");
-                job.remove_stage().map_err(job_failure)?;
+                remove_stage(&job, json)?;
                 (
                     remaining,
                     format!(

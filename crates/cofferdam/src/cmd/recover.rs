@@ -94,6 +94,7 @@ pub(crate) fn seal_interrupted(
         &state.workdir,
         started,
         Durability::Durable,
+        false,
         record_seal,
         |seal| interrupted_bundle(bundle, seal, now),
     )?;

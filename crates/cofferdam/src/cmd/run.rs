@@ -12,14 +12,14 @@ use cofferdam_policy::outcome::Ending;
 
 /// Run the command; returns the exit code (the command's, or 125/126/127).
 pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
-    let req = request(args)?;
+    let req = request(args, json)?;
     let finished = lifecycle::run(&req)?;
     render(&finished, args.quiet, json)
 }
 
 /// The arguments as a request: the policy resolved (flags, user config, trusted manifest,
 /// agent profile) and checked; usage errors exit 2 before anything exists.
-fn request(args: &RunArgs) -> Result<RunRequest, Failure> {
+fn request(args: &RunArgs, json: bool) -> Result<RunRequest, Failure> {
     if args.command.is_empty() {
         return Err(Failure::usage(
             "give the command to run after `--`, e.g. `cofferdam run -- bash`",
@@ -52,6 +52,7 @@ fn request(args: &RunArgs) -> Result<RunRequest, Failure> {
         tier_cap: args.tier,
         force_tty,
         capture: args.capture,
+        progress: crate::progress::wanted(json, args.quiet),
     })
 }
 

@@ -94,8 +94,14 @@ fn left_out(plan: &SandboxPlan, copy: &Path) -> BTreeSet<PathBuf> {
         .collect()
 }
 
-/// Copy the workdir into the job and create the HOME stage and the temp directory.
-pub fn prepare(workdir: &Path, paths: CopyPaths, plan: &SandboxPlan) -> Result<CopyStage, Failure> {
+/// Copy the workdir into the job and create the HOME stage and the temp directory;
+/// `progress` draws the copy's progress line on a terminal (`crate::progress`).
+pub fn prepare(
+    workdir: &Path,
+    paths: CopyPaths,
+    plan: &SandboxPlan,
+    progress: bool,
+) -> Result<CopyStage, Failure> {
     let tier = plan.tier;
     for dir in [&paths.home, &paths.tmp] {
         std::fs::DirBuilder::new()
@@ -104,7 +110,8 @@ pub fn prepare(workdir: &Path, paths: CopyPaths, plan: &SandboxPlan) -> Result<C
             .map_err(|e| Failure::setup(format!("cannot create {}: {e}", dir.display())))?;
     }
     let secrets = left_out(plan, &paths.copy);
-    let report = copystage::copy_workdir_excluding(workdir, &paths.copy, &secrets)
+    let mut line = crate::progress::Line::new(progress);
+    let report = copystage::copy_workdir_with(workdir, &paths.copy, &secrets, &mut line)
         .map_err(Failure::setup)?;
     let mut details = std::collections::BTreeMap::new();
     details.insert("copy".into(), json!(paths.copy));

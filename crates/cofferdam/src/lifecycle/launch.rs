@@ -173,7 +173,7 @@ pub(super) fn copy_stage(
     plan: &SandboxPlan,
     trace: &mut TraceSink,
 ) -> Result<copy::CopyStage, Failure> {
-    let stage = copy::prepare(&req.policy.workdir, paths, plan)?;
+    let stage = copy::prepare(&req.policy.workdir, paths, plan, req.progress)?;
     let o = TraceEventKind::ControlInstalled(stage.observation.clone());
     trace.append(vec![(now_ms(), o)], "the workdir copy's control");
     Ok(stage)

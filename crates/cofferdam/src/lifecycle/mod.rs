@@ -41,6 +41,8 @@ pub struct RunRequest {
     pub force_tty: Option<bool>,
     /// Save the command's output in the job (`--capture`).
     pub capture: bool,
+    /// Show progress on long work (the copy, the seal) when stderr is a terminal.
+    pub progress: bool,
 }
 
 /// A run that reached its records (sealed, bundle written, job `staged`).
@@ -159,6 +161,7 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
             finished,
             ending: &ending,
             wait_for_init: limits.has_cgroup(),
+            progress: req.progress,
         },
         run,
         trace,

@@ -98,10 +98,15 @@ pub(crate) fn seal_and_write(
     workdir: &Path,
     started: Option<u64>,
     durability: Durability,
+    progress: bool,
     trace: impl FnOnce(TraceEventKind) -> Option<String>,
     bundle_of: impl FnOnce(Seal) -> RunBundle,
 ) -> Result<RunBundle, Failure> {
-    let sealed = cofferdam_stage::seal::seal(&job.upper(), workdir).map_err(Failure::setup)?;
+    // A progress line on a terminal when asked (`crate::progress`), gone once sealed.
+    let mut line = crate::progress::Line::new(progress);
+    let sealed = cofferdam_stage::seal::seal_with(&job.upper(), workdir, &mut line)
+        .map_err(Failure::setup)?;
+    drop(line);
     let mut fingerprints = sealed.fingerprints;
     fingerprints.run_started_at_unix_ms = started;
     cofferdam_stage::fingerprint::write_fingerprints_with(
@@ -160,6 +165,8 @@ pub(super) struct RunRecords<'a> {
     pub ending: &'a Ending,
     /// Whether the init must be reaped before the run's cgroups can go.
     pub wait_for_init: bool,
+    /// Show the seal's progress on a terminal.
+    pub progress: bool,
 }
 
 /// Seal the run's stage and write its records ([`seal_and_write`]). The end of the status
@@ -204,6 +211,7 @@ pub(super) fn write_run_records(
             &r.policy.workdir,
             Some(r.started),
             Durability::Prompt,
+            r.progress,
             |e| crate::trace_append::append(log, vec![(now_ms(), e)], "the stage's seal"),
             |seal| {
                 warnings.extend(seal.warnings);

@@ -30,6 +30,7 @@ mod readme;
 mod review_json;
 mod review_output;
 mod review_scale;
+mod rootmode;
 mod run;
 mod scope;
 mod scope_agrees;

@@ -1025,3 +1025,50 @@ fn long_review_output_goes_through_the_pager_on_a_terminal_only() {
     );
     assert!(!record.exists());
 }
+
+/// Progress of long work (the copy of the scoped tier, the seal) is drawn on stderr when it
+/// is a terminal, and never on a pipe or with `-q`. `COFFERDAM_TEST_PROGRESS_AT_ONCE` (debug
+/// builds) draws it at once instead of after a quarter second, so a small job shows it.
+#[test]
+fn progress_shows_on_a_terminal_only() {
+    if !require("Landlock", landlock_abi_independently() > 0) {
+        return;
+    }
+    let s = Sandbox::new();
+    for i in 0..20 {
+        s.write(&format!("f{i}"), "x\n");
+    }
+    let at_once = [("COFFERDAM_TEST_PROGRESS_AT_ONCE", "1")];
+    let term = Term::new(24, 80);
+    let args = ["run", "--tier", "scoped", "--", "sh", "-c", "echo new > n"];
+    let (st, shown) = term
+        .spawn_env(&s, &args, term.slave.try_clone().unwrap(), &at_once)
+        .finish();
+    assert!(st.success(), "{shown}");
+    assert!(shown.contains("copying the workdir"), "{shown}");
+    assert!(shown.contains("sealing the stage"), "{shown}");
+
+    let (st, shown) = term
+        .spawn_env(
+            &s,
+            &["run", "-q", "--tier", "scoped", "--", "true"],
+            term.slave.try_clone().unwrap(),
+            &at_once,
+        )
+        .finish();
+    assert!(st.success(), "{shown}");
+    assert!(!shown.contains("copying the workdir"), "-q: {shown}");
+
+    let out = s
+        .cmd()
+        .env("COFFERDAM_TEST_PROGRESS_AT_ONCE", "1")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("copying the workdir") && !err.contains("sealing the stage"),
+        "on a pipe: {err}"
+    );
+}

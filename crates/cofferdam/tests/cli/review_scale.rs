@@ -101,9 +101,7 @@ fn host_git(s: &Sandbox, args: &[&str]) -> std::process::Output {
 }
 
 /// A repository with one commit (`first`, adding `a`), and a sealed run in it that commits
-/// a new file `b` like an agent would; `None` (skipped) without the sealed tier. (The
-/// scoped tier cannot run `git add`: Landlock denies `/dev/urandom`, which git reads for
-/// its temporary object files.)
+/// a new file `b` like an agent would; `None` (skipped) without the sealed tier.
 fn agent_commits() -> Option<(Sandbox, String)> {
     if !crate::apply::sealed_host() {
         return None;

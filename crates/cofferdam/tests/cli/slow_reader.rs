@@ -1,6 +1,8 @@
 //! A caller whose stdout is a pipe nobody reads for a while: the supervisor keeps serving
 //! its timeout (and signals and the status stream) while that pipe is full, and once the
-//! caller drains it every byte the command wrote arrives and the run ends.
+//! caller drains it every byte the command wrote arrives and the run ends. So on the three
+//! ways output passes: the pipes (spliced), `--capture` (read, saved and written) and the
+//! command's terminal (`--tty`).
 
 use crate::common::*;
 use std::io::Read;
@@ -135,4 +137,74 @@ fn a_sigterm_is_served_while_the_callers_stdout_is_full() {
     );
     assert!(!st.success(), "{st:?}");
     assert_stopped_unread(&s, &out, "cancelled");
+}
+
+/// The ways output reaches the caller other than the spliced pipes.
+const COPIED: [(&str, &str); 2] = [("--capture", "capture"), ("--tty", "terminal")];
+
+#[test]
+fn copied_output_to_a_slow_reader_arrives_whole_and_the_run_ends() {
+    if !sealed_host() {
+        return;
+    }
+    for (flag, what) in COPIED {
+        let s = Sandbox::new();
+        let script = format!("head -c {BYTES} /dev/zero");
+        let (out, st) = run_unread(
+            &s,
+            &["run", "-q", flag, "--", "sh", "-c", &script],
+            Duration::from_secs(2),
+            None,
+        );
+        assert_eq!(out.len(), BYTES, "{what}: output lost");
+        assert!(st.success(), "{what}: {st:?}");
+    }
+}
+
+#[test]
+fn the_timeout_holds_while_the_callers_stdout_is_full_of_copied_output() {
+    if !sealed_host() {
+        return;
+    }
+    for ((flag, what), sleep) in COPIED.into_iter().zip(["57.25", "56.75"]) {
+        let s = Sandbox::new();
+        let script = format!("head -c {BYTES} /dev/zero; sleep {sleep}");
+        let (out, st) = run_unread(
+            &s,
+            &[
+                "run",
+                "-q",
+                flag,
+                "--timeout",
+                "2s",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+            Duration::from_secs(6),
+            None,
+        );
+        assert_eq!(st.code(), Some(124), "{what}: {st:?}");
+        assert_stopped_unread(&s, &out, "timeout");
+    }
+}
+
+#[test]
+fn a_sigterm_is_served_while_the_callers_stdout_is_full_of_copied_output() {
+    if !sealed_host() {
+        return;
+    }
+    for ((flag, what), sleep) in COPIED.into_iter().zip(["55.25", "54.75"]) {
+        let s = Sandbox::new();
+        let script = format!("head -c {BYTES} /dev/zero; sleep {sleep}");
+        let (out, st) = run_unread(
+            &s,
+            &["run", "-q", flag, "--", "sh", "-c", &script],
+            Duration::from_secs(4),
+            Some(Duration::from_secs(2)),
+        );
+        assert!(!st.success(), "{what}: {st:?}");
+        assert_stopped_unread(&s, &out, "cancelled");
+    }
 }
