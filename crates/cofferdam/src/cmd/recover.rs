@@ -142,6 +142,13 @@ pub(crate) fn seal_interrupted(
         .or(Some(bundle.run.started_at_unix_ms));
     cofferdam_stage::fingerprint::write_fingerprints(&job.fingerprints_path(), &fingerprints)
         .map_err(Failure::setup)?;
+    // For `apply --merge`; a failure leaves those merges refused, naming the missing base.
+    let _ = cofferdam_stage::base::keep_at_seal(
+        job.dir(),
+        &state.workdir,
+        &sealed.changes,
+        &fingerprints,
+    );
     let now = now_ms();
     let failure = RunFailure {
         kind: FailureKind::Signal,

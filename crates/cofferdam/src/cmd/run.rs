@@ -370,6 +370,18 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             Durability::Prompt,
         )
         .map_err(Failure::setup)?;
+        // The host side of each modified text file, for `apply --merge` and hunk ids.
+        if let Err(e) = cofferdam_stage::base::keep_at_seal(
+            job.dir(),
+            &policy.workdir,
+            &sealed.changes,
+            &fingerprints,
+        ) {
+            warnings.push(format!(
+                "the host's copies of the modified files were not kept ({e}): `apply --merge` \
+                 will refuse them"
+            ));
+        }
         warnings.extend(sealed.warnings);
         let sealed_event = TraceEventKind::StageSealed {
             changed_files: sealed.changes.len(),
