@@ -410,7 +410,11 @@ pub fn render_refused(o: &mut String, stage: &Stage, p: &MergePlan, s: Style) {
             "  {} {}: merges{}; written once the others are resolved",
             s.good("mergeable"),
             escape(&stage.changes[*i].display),
-            if *markers { " with markers" } else { " cleanly" }
+            if *markers {
+                " with markers"
+            } else {
+                " cleanly"
+            }
         );
     }
     for (i, why, conflicts) in &p.refused {

@@ -61,6 +61,15 @@ fn apply_paths(s: &Sandbox, id: &str) -> Vec<String> {
         .collect()
 }
 
+/// `status --review` of the job, as text.
+fn review(s: &Sandbox, id: &str) -> String {
+    ok(&s
+        .cmd()
+        .args(["status", "--review", id, "--no-pager"])
+        .output()
+        .unwrap())
+}
+
 fn state(s: &Sandbox, id: &str) -> String {
     let jobs = json_of(&s.cmd().args(["jobs", "--json"]).output().unwrap());
     jobs.as_array()
@@ -107,6 +116,11 @@ fn hunks_apply_by_id_the_rest_stays_staged_under_the_same_ids() {
         "{diff}"
     );
     assert!(!diff.contains("conflict"), "{diff}");
+    let text = review(&s, &id);
+    assert!(
+        text.contains("f.txt  (1 hunk(s) applied, the rest staged)"),
+        "{text}"
+    );
 
     // The rest: the file is the staged one, the job applied.
     ok(&s
@@ -231,6 +245,12 @@ fn merge_applies_a_clean_merge_and_refuses_or_marks_a_conflicting_one() {
     assert_eq!(
         read(&s, "clean.txt"),
         TWELVE.replace("l2\n", "L2\n").replace("l11\n", "host11\n")
+    );
+    // The review of what remains says how the merged path went in.
+    let text = review(&s, &id);
+    assert!(
+        text.contains("clean.txt  (merged with the host's edits)"),
+        "{text}"
     );
     // Markers: both sides written, the job done.
     ok(&s
