@@ -160,6 +160,13 @@ pub enum ApplyPathOutcome {
     Conflict,
     /// Refused by policy (device node, fifo, socket, setuid).
     Refused,
+    /// Some of its hunks written (`apply --hunks`, `--interactive`); the rest stays staged.
+    Partial,
+    /// Three-way merged with the host's edits since the run, cleanly (`apply --merge`).
+    Merged,
+    /// Merged with conflict markers written where both sides changed the same lines
+    /// (`apply --merge=markers`).
+    MergedWithMarkers,
 }
 
 /// How an apply batch ended.

@@ -78,7 +78,9 @@ use rustix::io::Errno;
 
 use crate::conflict::{ConflictReason, compare, is_forced};
 use crate::fingerprint::{Ctime, Fingerprint, FingerprintError, HostRoot, HostState};
-use crate::ledger::{Action, Batch, FileId, Ledger, LedgerError, LedgerOp, Phase, RelPath};
+use crate::ledger::{
+    Action, Batch, FileId, Ledger, LedgerError, LedgerOp, PartialHunks, Phase, RelPath,
+};
 use crate::review::Stage;
 use crate::select::ancestors;
 
@@ -152,6 +154,15 @@ pub enum ApplyError {
     )]
     Moved {
         /// The directory, for display.
+        path: String,
+    },
+    /// Other content was asked for a change that is not a modified file on its own.
+    #[error(
+        "{path}: only a modified text file can be applied by hunks or merged; apply it \
+         whole"
+    )]
+    NotRewritable {
+        /// The change, for display.
         path: String,
     },
     /// The ledger failed.
@@ -238,6 +249,24 @@ pub struct Options {
     pub force: Vec<Vec<u8>>,
     /// Recreate device nodes, fifos and sockets.
     pub allow_special: bool,
+    /// Modified files written with other content than the staged file, by change index.
+    pub rewrite: HashMap<usize, Rewrite>,
+}
+
+/// A modified file written with other content than the staged one: the host file with
+/// some of the staged hunks (`crate::hunk`), or a merge (`crate::merge`). It is written
+/// as a staged file is (a new inode renamed into place, through the ledger), without
+/// hard-linking the staged file.
+#[derive(Debug, Clone)]
+pub struct Rewrite {
+    /// The content written.
+    pub bytes: Vec<u8>,
+    /// The host file the content was made from (a merge's "ours"): the conflict check
+    /// wants the host in this state instead of the seal's. `None`: the usual check.
+    pub against: Option<HostState>,
+    /// Hunks: the file keeps the host's permission bits and stays staged with these
+    /// applied. `None`: the change counts as applied (a merge) and gets the staged bits.
+    pub partial: Option<PartialHunks>,
 }
 
 /// A conflict found by [`check`].
@@ -314,6 +343,7 @@ pub struct Checked {
     /// Files whose setuid/setgid bits are dropped.
     pub stripped: Vec<Stripped>,
     upper: HashMap<usize, UpperEntry>,
+    rewrite: HashMap<usize, Rewrite>,
 }
 
 impl Checked {
@@ -354,6 +384,8 @@ pub enum Step {
 pub struct Report {
     /// The change indices now applied, ascending.
     pub applied: Vec<usize>,
+    /// The change indices written with some of their hunks, which stay staged.
+    pub partial: Vec<usize>,
 }
 
 /// The open roots.
@@ -592,8 +624,23 @@ pub fn check(
     let roots = Roots::open(target, Some(upper))?;
     let mut out = Checked {
         units: units_of(stage, selection),
+        rewrite: opts.rewrite.clone(),
         ..Checked::default()
     };
+    for &i in opts.rewrite.keys() {
+        let own_unit = out.units.iter().any(|u| u.index == i && u.covers == [i]);
+        let c = stage.changes.get(i);
+        let file = c.is_some_and(|c| {
+            c.kind == ChangeKind::Modified
+                && c.old_type == Some(ChangeEntryType::File)
+                && c.new_type == Some(ChangeEntryType::File)
+        });
+        if !own_unit || !file {
+            return Err(ApplyError::NotRewritable {
+                path: c.map_or_else(String::new, |c| c.display.clone()),
+            });
+        }
+    }
     let run_start = stage.run_started_at_unix_ms;
     let mut parents = Parents::new(roots.target.as_fd());
     let mut conflicts: Vec<Conflict> = Vec::new();
@@ -693,7 +740,22 @@ pub fn check(
                 continue;
             }
             let accepted = stage.ledger.accepted_ctime(&ch.path);
-            if let Some(reason) = compare(&ch.recorded, &now, run_start, accepted) {
+            let against = opts.rewrite.get(&i).and_then(|r| r.against.as_ref());
+            let found = match against {
+                // A merge: the host must still be the file it was made from.
+                Some(h) => (!crate::conflict::same_state(h, &now.host)).then(|| {
+                    let size = |h: &HostState| match h {
+                        HostState::File { size, .. } => *size,
+                        _ => 0,
+                    };
+                    ConflictReason::ContentChanged {
+                        was_size: size(h),
+                        now_size: size(&now.host),
+                    }
+                }),
+                None => compare(&ch.recorded, &now, run_start, accepted),
+            };
+            if let Some(reason) = found {
                 conflicts.push(Conflict {
                     index: i,
                     display: ch.display.clone(),
@@ -909,6 +971,10 @@ pub fn execute(
             old_id: unit.old_id,
             mode: unit.mode,
             covers,
+            partial: checked
+                .rewrite
+                .get(&unit.index)
+                .and_then(|r| r.partial.clone()),
         });
     }
     stage.ledger.batch = Some(Batch {
@@ -925,14 +991,23 @@ pub fn execute(
             let mut applied: Vec<RelPath> = Vec::new();
             if let Some(b) = stage.ledger.batch.take() {
                 accept_written_parents(roots.target.as_fd(), stage, &b.ops);
-                applied.extend(b.ops.into_iter().flat_map(|o| o.covers));
+                for op in b.ops {
+                    match op.partial {
+                        Some(hunks) => {
+                            record_partial(&roots.host, &mut stage.ledger, &op.path, hunks)?
+                        }
+                        None => applied.extend(op.covers),
+                    }
+                }
             }
             applied.extend(noop_covers);
             finish_paths(&mut stage.ledger, applied);
             stage.ledger.store(ledger_path)?;
-            Ok(Report {
-                applied: checked.indices(),
-            })
+            let (partial, applied): (Vec<usize>, Vec<usize>) = checked
+                .indices()
+                .into_iter()
+                .partition(|i| checked.rewrite.get(i).is_some_and(|r| r.partial.is_some()));
+            Ok(Report { applied, partial })
         }
         Err(cause) => {
             // Record what took effect, set the rest pending, remove leftovers.
@@ -980,9 +1055,23 @@ fn accept_written_parents(root: BorrowedFd<'_>, stage: &mut Stage, ops: &[Ledger
     }
 }
 
+/// Record that the host file at `path` now has `hunks` applied: its fingerprint as
+/// written becomes the conflict check's record (`Ledger::partial`).
+fn record_partial(
+    host: &HostRoot,
+    ledger: &mut Ledger,
+    path: &RelPath,
+    hunks: PartialHunks,
+) -> Result<(), ApplyError> {
+    let fp = host.fingerprint(path.as_path())?;
+    ledger.set_partial(path.as_bytes(), hunks, fp);
+    Ok(())
+}
+
 /// Mark `paths` applied (and no longer pending or needing an accepted ctime).
 fn finish_paths(ledger: &mut Ledger, paths: Vec<RelPath>) {
     let done: BTreeSet<&[u8]> = paths.iter().map(RelPath::as_bytes).collect();
+    ledger.partial.retain(|p| !done.contains(p.path.as_bytes()));
     ledger.pending.retain(|p| !done.contains(p.as_bytes()));
     ledger
         .accepted_ctimes
@@ -1167,6 +1256,13 @@ fn prepare_unit(
             expected: "an entry",
         });
     };
+    if let Some(r) = checked.rewrite.get(&unit.index) {
+        let mode = match (&r.partial, &c.recorded.host) {
+            (Some(_), HostState::File { mode, .. }) => *mode & !SUID_SGID,
+            _ => up.written_perm(),
+        };
+        return create_rewritten(parent, tmp, &c.path, &r.bytes, mode, owner);
+    }
     if up.what != What::Dir {
         return create_entry(roots, parent, tmp, &c.path, &c.display, up, owner);
     }
@@ -1228,6 +1324,49 @@ fn prepare_unit(
         finish_dir(fd.as_fd(), e, p)?;
     }
     Ok(id)
+}
+
+/// Create the file `name` in `dir` holding `bytes` with permission bits `mode`.
+fn create_rewritten(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    path: &[u8],
+    bytes: &[u8],
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> Result<FileId, ApplyError> {
+    let mut dst = new_file(dir, name, path)?;
+    io::Write::write_all(&mut dst, bytes).map_err(|e| ApplyError::Write {
+        action: "write",
+        path: show(path),
+        source: e,
+    })?;
+    chown_to(&dst, owner);
+    rustix::fs::fchmod(&dst, Mode::from_raw_mode(mode)).map_err(write_err("chmod", path))?;
+    fsops::id_of(dst.as_fd()).map_err(write_err("inspect", path))
+}
+
+/// A new, empty, owner-only file `name` in `dir`, never through a symlink.
+fn new_file(dir: BorrowedFd<'_>, name: &[u8], path: &[u8]) -> Result<File, ApplyError> {
+    rustix::fs::openat(
+        dir,
+        fsops::os(name),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map(File::from)
+    .map_err(write_err("create", path))
+}
+
+/// Give `f` the owner root keeps on a replacement (best effort, as for every object).
+fn chown_to(f: &File, owner: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = owner {
+        let _ = rustix::fs::fchown(
+            f,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        );
+    }
 }
 
 /// Give a built directory its final mode and times (after its entries are in).
@@ -1293,26 +1432,13 @@ fn create_entry(
                     Err(e) => return Err(write_err("link", path)(e)),
                 }
             }
-            let dst = rustix::fs::openat(
-                dir,
-                fsops::os(name),
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
-            )
-            .map_err(write_err("create", path))?;
-            let dst = File::from(dst);
+            let dst = new_file(dir, name, path)?;
             crate::sparse::copy_file(&src, &dst).map_err(|e| ApplyError::Write {
                 action: "write",
                 path: display.to_owned(),
                 source: e,
             })?;
-            if let Some((uid, gid)) = owner {
-                let _ = rustix::fs::fchown(
-                    &dst,
-                    Some(rustix::fs::Uid::from_raw(uid)),
-                    Some(rustix::fs::Gid::from_raw(gid)),
-                );
-            }
+            chown_to(&dst, owner);
             rustix::fs::fchmod(&dst, Mode::from_raw_mode(up.written_perm()))
                 .map_err(write_err("chmod", path))?;
             let _ = rustix::fs::futimens(
@@ -1566,6 +1692,8 @@ pub fn recover(
         .flat_map(|op| ancestors(op.path.as_bytes()))
         .collect();
     let mut written_paths = Vec::new();
+    let mut not_written_paths: Vec<RelPath> = Vec::new();
+    let mut partial_done: Vec<(RelPath, PartialHunks)> = Vec::new();
     for op in &batch.ops {
         let done = op_done(root, op, batch.phase);
         let path = op.path.as_bytes();
@@ -1602,12 +1730,20 @@ pub fn recover(
         let paths = op.covers.iter().map(|p| p.0.clone());
         if done {
             view.written.extend(paths);
-            written_paths.extend(op.covers.iter().cloned());
+            match &op.partial {
+                // Some hunks written: the file stays staged with them recorded.
+                Some(h) => partial_done.push((op.path.clone(), h.clone())),
+                None => written_paths.extend(op.covers.iter().cloned()),
+            }
         } else {
             if touched.contains(path) {
                 accept.push(path.to_vec());
             }
             view.not_written.extend(paths);
+            // Hunks not written: nothing to redo, the file is as it was, still staged.
+            if op.partial.is_none() {
+                not_written_paths.extend(op.covers.iter().cloned());
+            }
         }
     }
     for p in &accept {
@@ -1626,9 +1762,10 @@ pub fn recover(
     }
     roots.sync(target)?;
     finish_paths(ledger, written_paths);
-    ledger
-        .pending
-        .extend(view.not_written.iter().map(|p| RelPath(p.clone())));
+    for (p, h) in partial_done {
+        record_partial(&roots.host, ledger, &p, h)?;
+    }
+    ledger.pending.extend(not_written_paths);
     ledger.batch = None;
     ledger.store(ledger_path)?;
     Ok(Some(Recovery {

@@ -163,6 +163,9 @@ pub struct Sides<'a> {
     pub upper: BorrowedFd<'a>,
     /// The run's start (for the conflict note).
     pub run_started_at_unix_ms: u64,
+    /// The apply ledger, for the ctimes cofferdam's own writes caused (a partly applied
+    /// file's); `None`: none are accepted.
+    pub ledger: Option<&'a crate::ledger::Ledger>,
 }
 
 /// Content as read: its bytes when small enough, else only its size.
@@ -217,7 +220,8 @@ fn mode_of(root: BorrowedFd<'_>, path: &[u8]) -> Option<u32> {
         .map(|s| s.st_mode & 0o7777)
 }
 
-fn is_binary(b: &[u8]) -> bool {
+/// Whether content is binary for review: a NUL in its first 8000 bytes, or not UTF-8.
+pub fn is_binary(b: &[u8]) -> bool {
     b.iter().take(8000).any(|&c| c == 0) || std::str::from_utf8(b).is_err()
 }
 
@@ -276,7 +280,8 @@ pub fn diff_change(sides: &Sides<'_>, c: &StagedChange) -> Result<FileDiff, Diff
         Ok(now) => {
             if !(c.kind == ChangeKind::Deleted && now.host == crate::fingerprint::HostState::Absent)
             {
-                d.conflict = compare(&c.recorded, &now, sides.run_started_at_unix_ms, None)
+                let accepted = sides.ledger.and_then(|l| l.accepted_ctime(&c.path));
+                d.conflict = compare(&c.recorded, &now, sides.run_started_at_unix_ms, accepted)
                     .map(|r| r.to_string());
             }
         }
@@ -522,6 +527,7 @@ mod tests {
             target: t.as_fd(),
             upper: u.as_fd(),
             run_started_at_unix_ms: 0,
+            ledger: None,
         };
         use ChangeEntryType as T;
         let mut m = change(
@@ -586,6 +592,7 @@ mod tests {
             target: t.as_fd(),
             upper: u.as_fd(),
             run_started_at_unix_ms: u64::MAX / 2,
+            ledger: None,
         };
         let mode = std::fs::metadata(host.path().join("s")).unwrap();
         let was = std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o7777;

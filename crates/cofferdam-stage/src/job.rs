@@ -511,7 +511,8 @@ impl Job {
         self.remove_overlay_work()?;
         // A copy-tier run interrupted before its seal leaves its copy, HOME stage and temp
         // directory behind (`cofferdam_stage::copystage`).
-        for name in ["copy", "home", "tmp"] {
+        // `bases/`: the host's copies of modified files kept for merges (`crate::base`).
+        for name in ["copy", "home", "tmp", "bases"] {
             let dir = self.dir.join(name);
             if fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
                 make_removable(&dir)?;

@@ -18,6 +18,10 @@
 //!   changed because of cofferdam's own writes (a directory whose entries an interrupted
 //!   batch renamed, an object restored from the trash); the conflict check accepts a ctime
 //!   up to the recorded one for them.
+//! - `partial`: files of which only some hunks were applied (`apply --hunks`): the base
+//!   the hunks come from, the applied hunk ids, and the host file as that apply wrote it,
+//!   which the conflict check uses instead of the seal's record. Such a file is not in
+//!   `applied`: the rest of it stays staged. An op that writes one carries `partial`.
 //!
 //! It may not touch the host or the stage: `crate::apply` does, and calls this module to
 //! persist each step. A path is a JSON string when it is UTF-8 (any character, escaped as
@@ -193,6 +197,30 @@ pub struct LedgerOp {
     /// The change paths this op applies: the target, and for a directory written whole
     /// the staged entries inside it.
     pub covers: Vec<RelPath>,
+    /// For a file written with only some of its hunks: which (it stays staged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<PartialHunks>,
+}
+
+/// Which hunks of a file an op writes (`crate::hunk`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartialHunks {
+    /// The content hash of the base the hunks are computed from (`crate::base`).
+    pub base_blake3: String,
+    /// Every hunk id applied once the op took effect (earlier ones included).
+    pub hunks: BTreeSet<String>,
+}
+
+/// A file of which only some hunks are applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartialFile {
+    /// The change path.
+    pub path: RelPath,
+    /// The base and the applied hunks.
+    #[serde(flatten)]
+    pub hunks: PartialHunks,
+    /// The host file as the apply wrote it: the conflict check's record from then on.
+    pub host: crate::fingerprint::Fingerprint,
 }
 
 /// The batch in flight.
@@ -234,6 +262,9 @@ pub struct Ledger {
     /// The batch in flight.
     #[serde(default)]
     pub batch: Option<Batch>,
+    /// Files with only some hunks applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partial: Vec<PartialFile>,
 }
 
 impl Default for Ledger {
@@ -244,6 +275,7 @@ impl Default for Ledger {
             pending: BTreeSet::new(),
             accepted_ctimes: Vec::new(),
             batch: None,
+            partial: Vec::new(),
         }
     }
 }
@@ -294,6 +326,29 @@ impl Ledger {
     /// Whether `path` was applied.
     pub fn is_applied(&self, path: &[u8]) -> bool {
         self.applied.contains(&RelPath(path.to_vec()))
+    }
+
+    /// The partial apply of `path`, if only some of its hunks are applied.
+    pub fn partial(&self, path: &[u8]) -> Option<&PartialFile> {
+        self.partial.iter().find(|p| p.path.as_bytes() == path)
+    }
+
+    /// Record that the host file at `path` is `host`, written with `hunks` applied.
+    pub fn set_partial(
+        &mut self,
+        path: &[u8],
+        hunks: PartialHunks,
+        host: crate::fingerprint::Fingerprint,
+    ) {
+        self.partial.retain(|p| p.path.as_bytes() != path);
+        if let Some(ctime) = host.ctime {
+            self.accept_ctime(path, ctime);
+        }
+        self.partial.push(PartialFile {
+            path: RelPath(path.to_vec()),
+            hunks,
+            host,
+        });
     }
 
     /// The ctime accepted for `path`, if cofferdam's own write changed it.
@@ -355,6 +410,7 @@ mod tests {
                     old_id: None,
                     mode: None,
                     covers: vec![RelPath(b"x".to_vec())],
+                    partial: None,
                 }],
             }),
             ..Ledger::default()

@@ -6,15 +6,18 @@
 
 pub mod apply;
 pub mod archive;
+pub mod base;
 pub mod conflict;
 pub mod copystage;
 pub mod diff;
 pub mod fingerprint;
 pub(crate) mod fsops;
 pub mod gitsummary;
+pub mod hunk;
 pub mod ident;
 pub mod job;
 pub mod ledger;
+pub mod merge;
 pub mod owned;
 pub mod progress;
 pub mod reserve;
@@ -24,6 +27,7 @@ pub mod select;
 pub mod sensitive;
 pub mod sparse;
 pub mod store;
+pub mod texts;
 pub mod trace_log;
 
 pub use fingerprint::{

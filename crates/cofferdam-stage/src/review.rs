@@ -188,11 +188,24 @@ impl Stage {
                 })?;
         let changes = join(&fs.changes, &fps, &fp_path)?;
         let ledger = Ledger::load(&job.ledger_path())?;
-        Ok(Stage {
+        let mut stage = Stage {
             changes,
             run_started_at_unix_ms,
             ledger,
-        })
+        };
+        stage.take_partial_records();
+        Ok(stage)
+    }
+
+    /// A file with some hunks applied is checked against what that apply wrote (the
+    /// ledger's `partial`), not the seal's record: call again after the ledger changed
+    /// (a recovered batch).
+    pub fn take_partial_records(&mut self) {
+        for c in &mut self.changes {
+            if let Some(p) = self.ledger.partial(&c.path) {
+                c.recorded = p.host.clone();
+            }
+        }
     }
 
     /// Whether change `i` is still staged (not applied).

@@ -380,6 +380,20 @@ pub struct ApplyArgs {
     /// unless a --path names them.
     #[arg(long = "allow-sensitive")]
     pub allow_sensitive: bool,
+    /// Apply only these hunks of modified or added text files (comma-separated ids, as
+    /// `cofferdam diff JOB --json` lists them); the rest of each file stays staged.
+    #[arg(long = "hunks", value_name = "ID,...", value_delimiter = ',',
+          conflicts_with_all = ["paths", "exclude", "interactive"])]
+    pub hunks: Vec<String>,
+    /// Choose hunk by hunk on the terminal, like `git add -p` (y, n, s to split, q, ?).
+    #[arg(long = "interactive", short = 'i', conflicts_with = "dry_run")]
+    pub interactive: bool,
+    /// Three-way merge staged text files the host changed since the run, instead of
+    /// refusing them: `--merge` refuses a merge whose sides change the same lines,
+    /// `--merge=markers` writes it with conflict markers.
+    #[arg(long = "merge", value_name = "HOW", num_args = 0..=1, require_equals = true,
+          default_missing_value = "clean", value_parser = ["clean", "markers"])]
+    pub merge: Option<String>,
 }
 
 /// `cofferdam jobs`.

@@ -432,6 +432,7 @@ fn host_edits_conflict_and_force_overrides() {
     let forced = Options {
         allow_special: true,
         force: vec![b"mod".to_vec(), b"deldir".to_vec()],
+        ..Options::default()
     };
     let c = fx.check(&fx.all(), &forced);
     assert_eq!(c.forced.len(), 2);
@@ -469,6 +470,7 @@ fn a_symlinked_directory_is_never_written_through() {
     let force = Options {
         allow_special: true,
         force: vec![Vec::new()],
+        ..Options::default()
     };
     let c = fx.check(&[fx.index(b"src/lib.rs")], &force);
     assert_eq!(c.conflicts.len(), 1);
@@ -631,6 +633,7 @@ fn an_exchange_cut_between_its_two_renames_is_put_back() {
                 old_id: None,
                 mode: None,
                 covers: vec![RelPath(b"d".to_vec())],
+                partial: None,
             }],
         }),
         ..Ledger::default()

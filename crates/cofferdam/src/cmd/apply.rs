@@ -1,11 +1,13 @@
 //! `cofferdam apply JOB [--path P]… [--exclude GLOB]… [--dry-run] [--force PATH]…
-//! [--allow-special] [--allow-sensitive]`: let staged changes into the workdir. Changes that
+//! [--allow-special] [--allow-sensitive] [--hunks ID,…|--interactive] [--merge[=markers]]`:
+//! let staged changes into the workdir (hunks and merges: `crate::cmd::apply_hunks`). Changes that
 //! run code or change policy later (`cofferdam_stage::sensitive`) stay staged unless a
 //! `--path` names them or `--allow-sensitive` is given. The decisions and the writes are
 //! `cofferdam_stage::{select, apply}`'s; this module resolves and locks the job, finishes
 //! an interrupted batch, prints what happened, and records it (trace events, `job.json`).
 
 use crate::cli::ApplyArgs;
+use crate::cmd::apply_hunks;
 use crate::cmd::jobref;
 use crate::cmd::jobrules::{
     finish_interrupted, job_failure, kind_word, kinds_of, lock, normalize_paths, now_ms,
@@ -187,11 +189,30 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
                 view.written.len(),
                 view.not_written.len()
             );
+            // A file written with some of its hunks stays staged, recorded as written
+            // (in memory: as the real apply's recovery will).
+            let partial: Vec<_> = stage
+                .ledger
+                .batch
+                .iter()
+                .flat_map(|b| &b.ops)
+                .filter_map(|op| Some((op.path.clone(), op.partial.clone()?)))
+                .filter(|(p, _)| view.written.contains(&p.0))
+                .collect();
+            let host =
+                cofferdam_stage::fingerprint::HostRoot::open(&workdir).map_err(Failure::setup)?;
+            for (p, hunks) in &partial {
+                let fp = host.fingerprint(p.as_path()).map_err(Failure::setup)?;
+                stage.ledger.set_partial(p.as_bytes(), hunks.clone(), fp);
+            }
+            stage.take_partial_records();
             for p in &view.written {
-                stage
-                    .ledger
-                    .applied
-                    .insert(cofferdam_stage::ledger::RelPath(p.clone()));
+                if partial.iter().all(|(q, _)| q.as_bytes() != p.as_slice()) {
+                    stage
+                        .ledger
+                        .applied
+                        .insert(cofferdam_stage::ledger::RelPath(p.clone()));
+                }
             }
             pending.extend(view.not_written);
         }
@@ -206,6 +227,7 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
             true,
         )?;
         pending = stage.ledger.pending.iter().map(|p| p.0.clone()).collect();
+        stage.take_partial_records();
     }
 
     if stage.remaining().count() == 0 {
@@ -243,6 +265,26 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
         }
     }
     let reasons = sensitivities(&stage, &workdir, &job.upper())?;
+    let hunk_plan = if a.interactive {
+        match apply_hunks::interactive(&job, &stage, &workdir, s)? {
+            Some(p) => Some(p),
+            None => {
+                return finish_output(
+                    json,
+                    &json!({"job": job.id(), "dry_run": false, "applied": [],
+                            "message": "no hunk chosen"}),
+                    "no hunk chosen; nothing was written\n",
+                );
+            }
+        }
+    } else if !a.hunks.is_empty() {
+        Some(apply_hunks::by_ids(
+            &job, &stage, &workdir, &a.hunks, a.dry_run,
+        )?)
+    } else {
+        None
+    };
+    let paths = hunk_plan.as_ref().map_or(paths, |p| p.paths.clone());
     let sel = selection(
         &stage,
         &paths,
@@ -266,13 +308,42 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
             &text,
         );
     }
-    let opts = Options {
+    let mut opts = Options {
         force,
         allow_special: a.allow_special,
+        rewrite: hunk_plan
+            .as_ref()
+            .map(|p| p.rewrite.clone())
+            .unwrap_or_default(),
     };
     let upper = job.upper();
-    let checked =
+    let mut checked =
         apply::check(&workdir, &upper, &stage, &sel.indices, &opts).map_err(Failure::setup)?;
+    // `--merge`: the refused text files are merged with the host's edits, then checked
+    // again against the host file each merge read.
+    let mut merge_plan = None;
+    if checked.refused()
+        && let Some(how) = &a.merge
+    {
+        let plan = apply_hunks::merges(&job, &stage, &workdir, &checked, how == "markers")?;
+        if plan.refused.is_empty() && !plan.rewrite.is_empty() {
+            opts.rewrite.extend(plan.rewrite.clone());
+            checked = apply::check(&workdir, &upper, &stage, &sel.indices, &opts)
+                .map_err(Failure::setup)?;
+        }
+        merge_plan = Some(plan);
+    }
+    let extra = Extra {
+        partial: hunk_plan
+            .as_ref()
+            .map(|p| p.partial.clone())
+            .unwrap_or_default(),
+        merged: merge_plan
+            .as_ref()
+            .filter(|p| p.refused.is_empty())
+            .map(|p| p.merged.clone())
+            .unwrap_or_default(),
+    };
     let selected = checked.indices();
     let started = TraceEventKind::ApplyStarted {
         paths: selected.len(),
@@ -310,7 +381,7 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
             },
         ));
         crate::trace_append::append(&mut trace, events, "the refused apply's conflicts");
-        print_refusal(&job, &checked, json, s)?;
+        print_refusal(&job, &stage, &checked, merge_plan.as_ref(), json, s)?;
         return Ok(CONFLICT);
     }
 
@@ -326,9 +397,15 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
             },
         ));
         crate::trace_append::append(&mut trace, events, "the dry run's plan");
-        let remaining = remaining_after(&stage, &selected);
+        let partial: BTreeSet<usize> = extra.partial.iter().map(|p| p.0).collect();
+        let whole: Vec<usize> = selected
+            .iter()
+            .copied()
+            .filter(|i| !partial.contains(i))
+            .collect();
+        let remaining = remaining_after(&stage, &whole);
         return print_result(
-            &job, &stage, &sel, &reasons, &checked, &selected, &remaining, true, json, s,
+            &job, &stage, &sel, &reasons, &checked, &whole, &remaining, true, json, s, &extra,
         );
     }
 
@@ -351,6 +428,28 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
     match result {
         Ok(report) => {
             let mut events = paths_event(&stage, &report.applied, at, ApplyPathOutcome::Applied);
+            for (i, markers) in &extra.merged {
+                let outcome = if *markers {
+                    ApplyPathOutcome::MergedWithMarkers
+                } else {
+                    ApplyPathOutcome::Merged
+                };
+                for e in &mut events {
+                    if let TraceEventKind::ApplyPath {
+                        path, outcome: o, ..
+                    } = &mut e.1
+                        && *path == stage.changes[*i].display
+                    {
+                        *o = outcome;
+                    }
+                }
+            }
+            events.extend(paths_event(
+                &stage,
+                &report.partial,
+                at,
+                ApplyPathOutcome::Partial,
+            ));
             events.push((
                 at,
                 TraceEventKind::ApplyFinished {
@@ -378,6 +477,7 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
                 false,
                 json,
                 s,
+                &extra,
             )
         }
         Err(e) => {
@@ -432,7 +532,14 @@ fn finish_output(json: bool, value: &serde_json::Value, text: &str) -> Result<u8
     Ok(OK)
 }
 
-fn print_refusal(job: &Job, checked: &Checked, json: bool, s: Style) -> Result<(), Failure> {
+fn print_refusal(
+    job: &Job,
+    stage: &Stage,
+    checked: &Checked,
+    merge: Option<&apply_hunks::MergePlan>,
+    json: bool,
+    s: Style,
+) -> Result<(), Failure> {
     let id = job.id();
     if json {
         let conflicts: Vec<_> = checked
@@ -448,10 +555,14 @@ fn print_refusal(job: &Job, checked: &Checked, json: bool, s: Style) -> Result<(
             .iter()
             .map(|r| json!({"path": r.display, "what": r.what}))
             .collect();
-        crate::print_json(&json!({
+        let mut v = json!({
             "job": id, "refused": true, "written": 0,
             "conflicts": conflicts, "special_files": refused,
-        }))?;
+        });
+        if let Some(m) = merge {
+            v["not_merged"] = apply_hunks::refused_json(stage, m);
+        }
+        crate::print_json(&v)?;
         return Ok(());
     }
     let mut o = String::new();
@@ -483,6 +594,9 @@ fn print_refusal(job: &Job, checked: &Checked, json: bool, s: Style) -> Result<(
             escape(r.what)
         );
     }
+    if let Some(m) = merge {
+        apply_hunks::render_refused(&mut o, stage, m, s);
+    }
     if checked.conflicts.iter().any(|c| c.forceable) {
         let _ = writeln!(
             o,
@@ -506,6 +620,7 @@ fn print_result(
     dry_run: bool,
     json: bool,
     s: Style,
+    extra: &Extra,
 ) -> Result<u8, Failure> {
     let id = job.id();
     let because = |b: &Because| match b {
@@ -540,7 +655,7 @@ fn print_result(
             .iter()
             .map(|c| json!({"path": c.display, "reason": c.reason.code(), "message": c.reason.to_string()}))
             .collect();
-        crate::print_json(&json!({
+        let mut v = json!({
             "job": id, "dry_run": dry_run,
             (if dry_run { "would_apply" } else { "applied" }): list(applied),
             "dependencies": added, "setuid_stripped": stripped, "forced": forced,
@@ -550,7 +665,9 @@ fn print_result(
             "held_sensitive": held_json(stage, sel, reasons),
             "remaining": list(remaining),
             "state": if remaining.is_empty() && !dry_run { "applied" } else { "staged" },
-        }))?;
+        });
+        extra.to_json(&mut v, stage);
+        crate::print_json(&v)?;
         return Ok(OK);
     }
     let mut o = String::new();
@@ -581,6 +698,7 @@ fn print_result(
             applied.len() - LIST_LIMIT
         );
     }
+    extra.render(&mut o, stage, dry_run, s);
     if !sel.added.is_empty() {
         let _ = writeln!(o, "{}", s.heading("included as dependencies"));
         for (i, b) in sel.added.iter().take(LIST_LIMIT) {
@@ -668,4 +786,64 @@ fn print_result(
     }
     crate::write_stdout(o.as_bytes())?;
     Ok(OK)
+}
+
+/// What a hunk apply or a merge adds to the report.
+#[derive(Debug, Default)]
+struct Extra {
+    /// Files written with some hunks: (index, hunks applied, hunks in all).
+    partial: Vec<(usize, usize, usize)>,
+    /// Merged files and whether conflict markers were written.
+    merged: Vec<(usize, bool)>,
+}
+
+impl Extra {
+    fn render(&self, o: &mut String, stage: &Stage, dry_run: bool, s: Style) {
+        for &(i, k, n) in &self.partial {
+            let _ = writeln!(
+                o,
+                "  {:<12} {} ({k} of {n} hunks {}; the rest stays staged)",
+                s.good("hunks"),
+                escape(&stage.changes[i].display),
+                if dry_run {
+                    "would be applied"
+                } else {
+                    "applied"
+                }
+            );
+        }
+        for &(i, markers) in &self.merged {
+            let what = if markers {
+                s.warn(
+                    "merged with conflict markers: resolve the <<<<<<< host / >>>>>>> staged \
+                        regions",
+                )
+            } else {
+                s.good("merged with the host's edits since the run")
+            };
+            let _ = writeln!(
+                o,
+                "  {} {}: {what}",
+                s.warn("merge"),
+                escape(&stage.changes[i].display)
+            );
+        }
+    }
+
+    fn to_json(&self, v: &mut serde_json::Value, stage: &Stage) {
+        if !self.partial.is_empty() {
+            v["hunks_applied"] = self
+                .partial
+                .iter()
+                .map(|&(i, k, n)| json!({"path": stage.changes[i].display, "applied": k, "of": n}))
+                .collect();
+        }
+        if !self.merged.is_empty() {
+            v["merged"] = self
+                .merged
+                .iter()
+                .map(|&(i, m)| json!({"path": stage.changes[i].display, "markers": m}))
+                .collect();
+        }
+    }
 }

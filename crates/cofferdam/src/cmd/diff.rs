@@ -102,6 +102,7 @@ pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
         target: target.as_fd(),
         upper: upper.as_fd(),
         run_started_at_unix_ms: stage.run_started_at_unix_ms,
+        ledger: Some(&stage.ledger),
     };
     let mut diffs: Vec<FileDiff> = Vec::with_capacity(shown.len());
     for &i in &shown {
@@ -109,9 +110,24 @@ pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
     }
 
     if json {
+        // Each text change's hunks, with the ids `apply --hunks` takes.
+        let changes: Vec<serde_json::Value> = diffs
+            .iter()
+            .zip(&shown)
+            .map(|(d, &i)| {
+                let mut v = serde_json::to_value(d).unwrap_or_default();
+                if d.unified.is_some()
+                    && let Some(h) = crate::cmd::apply_hunks::hunks_json(&job, &stage, &workdir, i)
+                    && let (Some(obj), Some(hobj)) = (v.as_object_mut(), h.as_object())
+                {
+                    obj.extend(hobj.clone());
+                }
+                v
+            })
+            .collect();
         crate::print_json(&json!({
             "job": job.id(),
-            "changes": diffs,
+            "changes": changes,
             "applied_not_shown": applied,
             "insertions": diffs.iter().map(|d| d.insertions).sum::<usize>(),
             "deletions": diffs.iter().map(|d| d.deletions).sum::<usize>(),

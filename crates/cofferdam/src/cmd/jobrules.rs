@@ -189,10 +189,16 @@ pub(crate) fn finish_interrupted(
             .written()
             .iter()
             .map(|p| {
+                // Written with some hunks: still staged (`Ledger::partial`).
+                let partial = ledger.partial(p).is_some() && !ledger.is_applied(p);
                 let kind = TraceEventKind::ApplyPath {
                     path: cofferdam_stage::seal::display_path(p).0,
                     kind: kind_of(p),
-                    outcome: ApplyPathOutcome::Applied,
+                    outcome: if partial {
+                        ApplyPathOutcome::Partial
+                    } else {
+                        ApplyPathOutcome::Applied
+                    },
                 };
                 (at, kind)
             })

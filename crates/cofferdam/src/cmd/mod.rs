@@ -2,6 +2,7 @@
 
 pub mod agents;
 pub mod apply;
+pub mod apply_hunks;
 pub mod bundle;
 pub mod complete;
 pub mod demo;

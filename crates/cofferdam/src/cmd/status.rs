@@ -828,6 +828,38 @@ struct StageReview {
     conflicts: Vec<(String, String)>,
     /// Remaining changes that run code or change policy once applied, with why.
     sensitive: Vec<(String, String)>,
+    /// How a path was applied, when not whole: merged (from the trace) or some hunks
+    /// (from the ledger), by display path.
+    how: std::collections::HashMap<String, String>,
+}
+
+/// The paths the trace says were merged, with how (the last apply of each wins).
+fn merged_paths(job: &Job) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(text) = std::fs::read_to_string(job.trace_path()) else {
+        return out;
+    };
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let e = &v["event"];
+        if e["type"] != "apply_path" {
+            continue;
+        }
+        let (Some(path), Some(outcome)) = (e["path"].as_str(), e["outcome"].as_str()) else {
+            continue;
+        };
+        match outcome {
+            "merged" => out.insert(path.to_owned(), "merged with the host's edits".to_owned()),
+            "merged_with_markers" => out.insert(
+                path.to_owned(),
+                "merged, with conflict markers to resolve".to_owned(),
+            ),
+            _ => out.remove(path),
+        };
+    }
+    out
 }
 
 /// Build the stage review; `None` when the stage cannot be read (the bundle view still
@@ -869,17 +901,29 @@ fn review_stage(job: &Job, workdir: &std::path::Path) -> Option<StageReview> {
             .collect(),
         Err(e) => vec![(String::from("(stage)"), e.message)],
     };
+    let mut how = merged_paths(job);
+    for c in &stage.changes {
+        if let Some(p) = stage.ledger.partial(&c.path)
+            && !stage.ledger.is_applied(&c.path)
+        {
+            how.insert(
+                c.display.clone(),
+                format!("{} hunk(s) applied, the rest staged", p.hunks.hunks.len()),
+            );
+        }
+    }
     Some(StageReview {
         applied,
         remaining,
         conflicts,
         sensitive,
+        how,
     })
 }
 
 fn render_stage(o: &mut String, r: &StageReview, s: Style) {
     render_sensitive(o, r, s);
-    if r.applied.is_empty() && r.conflicts.is_empty() {
+    if r.applied.is_empty() && r.conflicts.is_empty() && r.how.is_empty() {
         return;
     }
     let _ = writeln!(
@@ -891,11 +935,16 @@ fn render_stage(o: &mut String, r: &StageReview, s: Style) {
             r.remaining.len()
         ))
     );
+    let how = |p: &str| {
+        r.how
+            .get(p)
+            .map_or(String::new(), |h| s.dim(&format!("  ({h})")))
+    };
     for p in &r.applied {
-        let _ = writeln!(o, "  {} {}", s.dim("applied     "), escape(p));
+        let _ = writeln!(o, "  {} {}{}", s.dim("applied     "), escape(p), how(p));
     }
     for p in &r.remaining {
-        let _ = writeln!(o, "  {} {}", s.warn("remaining   "), escape(p));
+        let _ = writeln!(o, "  {} {}{}", s.warn("remaining   "), escape(p), how(p));
     }
     if !r.conflicts.is_empty() {
         let _ = writeln!(

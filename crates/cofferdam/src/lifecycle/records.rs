@@ -115,6 +115,17 @@ pub(crate) fn seal_and_write(
         durability,
     )
     .map_err(Failure::setup)?;
+    // The host side of each modified text file, for `apply --merge` and hunk ids; without
+    // it those merges are refused, naming the missing base.
+    let mut warnings = sealed.warnings;
+    if let Err(e) =
+        cofferdam_stage::base::keep_at_seal(job.dir(), workdir, &sealed.changes, &fingerprints)
+    {
+        warnings.push(format!(
+            "the host's copies of the modified files were not kept ({e}): `apply --merge` \
+             will refuse them"
+        ));
+    }
     // The trace before the bundle, so the bundle can say when the trace misses the seal.
     let lost = trace(TraceEventKind::StageSealed {
         changed_files: sealed.changes.len(),
@@ -123,7 +134,7 @@ pub(crate) fn seal_and_write(
     let bundle = bundle_of(Seal {
         changes: sealed.changes,
         whiteouts: sealed.whiteouts,
-        warnings: sealed.warnings,
+        warnings,
         lost,
     });
     let text = write_bundle_json(&bundle).map_err(Failure::setup)?;

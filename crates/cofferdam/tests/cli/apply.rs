@@ -86,7 +86,7 @@ pub(crate) fn shown(t: &Tree) -> Vec<String> {
         .collect()
 }
 
-fn ok(out: &Output) -> String {
+pub(crate) fn ok(out: &Output) -> String {
     assert!(
         out.status.success(),
         "exit {:?}\nstdout: {}\nstderr: {}",
@@ -102,7 +102,7 @@ fn stderr(out: &Output) -> String {
 }
 
 /// Run `script` in the sandbox; the job id.
-fn run(s: &Sandbox, script: &str) -> String {
+pub(crate) fn run(s: &Sandbox, script: &str) -> String {
     let out = s
         .cmd()
         .args(["run", "-q", "--", "sh", "-c", script])

@@ -15,6 +15,7 @@ mod equivalence;
 mod finished;
 mod gc;
 mod housekeeping;
+mod hunks;
 mod json_output;
 mod lastref;
 mod lifecycle;

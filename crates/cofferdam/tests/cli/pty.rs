@@ -25,13 +25,13 @@ fn sealed_host() -> bool {
 
 /// The caller's terminal: a pty pair whose slave becomes cofferdam's stdin, stdout, stderr
 /// and controlling terminal; the test plays the terminal emulator on the master.
-struct Term {
+pub(crate) struct Term {
     master: File,
     slave: File,
 }
 
 impl Term {
-    fn new(rows: u16, cols: u16) -> Term {
+    pub(crate) fn new(rows: u16, cols: u16) -> Term {
         // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a descriptor this function owns;
         // the name buffer is large enough and NUL-terminated by ptsname_r on success.
         let (master, name) = unsafe {
@@ -93,7 +93,7 @@ impl Term {
 
     /// Start `cofferdam ARGS` on this terminal as a session leader, the way a shell in a
     /// terminal emulator would.
-    fn spawn(&self, s: &Sandbox, args: &[&str]) -> Session<'_> {
+    pub(crate) fn spawn(&self, s: &Sandbox, args: &[&str]) -> Session<'_> {
         self.spawn_with(s, args, self.slave.try_clone().unwrap())
     }
 
@@ -141,7 +141,7 @@ impl Term {
     }
 }
 
-struct Session<'t> {
+pub(crate) struct Session<'t> {
     child: Child,
     term: &'t Term,
     out: Vec<u8>,
@@ -182,7 +182,7 @@ impl Session<'_> {
     }
 
     /// Read until the screen shows `what`.
-    fn expect(&mut self, what: &str) {
+    pub(crate) fn expect(&mut self, what: &str) {
         let start = Instant::now();
         while !self.text().contains(what) {
             assert!(
@@ -194,13 +194,13 @@ impl Session<'_> {
         }
     }
 
-    fn type_in(&mut self, keys: &str) {
+    pub(crate) fn type_in(&mut self, keys: &str) {
         (&self.term.master).write_all(keys.as_bytes()).unwrap();
     }
 
     /// Wait for cofferdam to end, reading the terminal meanwhile; its status and everything
     /// the terminal showed.
-    fn finish(mut self) -> (ExitStatus, String) {
+    pub(crate) fn finish(mut self) -> (ExitStatus, String) {
         let start = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {

@@ -47,6 +47,11 @@ const SKIPPED: &[(&str, &str)] = &[
         "apt-get install hyperfine bubblewrap jq bc gnuplot-nox",
         "installs host packages",
     ),
+    (
+        "cofferdam apply last --interactive",
+        "asks on a terminal; `hunks::interactive_apply_asks_per_hunk_on_a_terminal` drives \
+         it on a pty",
+    ),
 ];
 
 /// Commands with placeholders or programs absent here, and the line run in their place.
@@ -65,6 +70,12 @@ const FILLED: &[(&str, &str)] = &[
         "cofferdam gc --older-than 7d --dry-run",
     ),
     ("cofferdam diff last [--stat]", "cofferdam diff last --stat"),
+    (
+        "cofferdam apply last --hunks ID,...",
+        // The first hunk id `diff --json` lists.
+        "cofferdam apply last --hunks \"$(cofferdam diff last --json | tr -d ' \\n' | \
+         grep -o '\"id\":\"[0-9a-f]*\"' | head -1 | cut -d'\"' -f4)\"",
+    ),
     ("cofferdam trust [FILE]", "cofferdam trust cofferdam.toml"),
     (
         "cofferdam bundle verify FILE|last",
