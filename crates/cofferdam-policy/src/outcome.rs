@@ -222,7 +222,7 @@ pub fn assemble_bundle(
         run: BundleRun {
             run_id: r.run_id.clone(),
             parent_run_id: None,
-            task_id: None,
+            task_id: policy.orchestration.task_id.clone(),
             attempt_id: format!("{}-attempt-1", r.run_id),
             session_id: r.run_id.clone(),
             agent: agent_label(&r.argv),
@@ -268,7 +268,12 @@ pub fn assemble_bundle(
         },
         resources: resources(policy, &r.controls),
         agentctl: AgentCtlSnapshot::default(),
-        orchestration: BTreeMap::new(),
+        orchestration: policy
+            .orchestration
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect(),
         operation: None,
         run_observation: None,
         artifacts: vec![BundleArtifact {

@@ -229,6 +229,8 @@ pub struct Policy {
     /// Where each grant came from ([`provenance`]); the manifest's grants are labelled
     /// narrowing until the caller marks them trusted ([`Policy::mark_manifest_trusted`]).
     pub grant_sources: Vec<GrantSourceReport>,
+    /// `run --label` and `--task-id` ([`crate::orchestration`]); recorded, never a grant.
+    pub orchestration: crate::orchestration::Orchestration,
 }
 
 impl Policy {
@@ -255,17 +257,7 @@ impl Policy {
     }
 }
 
-/// A flag whose value cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{flag} {value}: {message}")]
-pub struct FlagError {
-    /// The flag, e.g. `--memory`.
-    pub flag: &'static str,
-    /// Its value as given.
-    pub value: String,
-    /// What is wrong and how to fix it.
-    pub message: String,
-}
+pub use crate::flag::FlagError;
 
 fn flag_err(flag: &'static str, value: &str, message: impl Into<String>) -> FlagError {
     FlagError {
@@ -376,6 +368,7 @@ pub fn resolve_layered(
         resources,
         manifest_path: manifest.map(|l| l.path.clone()),
         grant_sources: Vec::new(),
+        orchestration: Default::default(),
     };
     policy.grant_sources = provenance::grant_sources(
         user.map(|l| &l.manifest),

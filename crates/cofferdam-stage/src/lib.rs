@@ -5,6 +5,7 @@
 //! containment.
 
 pub mod apply;
+pub mod checkpoint;
 pub mod conflict;
 pub mod copystage;
 pub mod diff;

@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod apply;
 pub mod bundle;
+pub mod checkpoint;
 pub mod complete;
 pub mod demo;
 pub mod diff;

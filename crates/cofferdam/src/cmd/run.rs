@@ -41,6 +41,9 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
     }
     let env = context::env()?;
     let mut policy = context::policy(&args.policy, &env, args.command.first().map(String::as_str))?;
+    policy.orchestration =
+        cofferdam_policy::orchestration::parse(&args.labels, args.task_id.as_deref())
+            .map_err(Failure::usage)?;
     let skipped = super::preflight::skip_missing_optional(&mut policy);
     for warning in skipped
         .into_iter()
@@ -115,6 +118,8 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
             s.command = args.command.clone();
             s.pid = Some(std::process::id());
             s.started_at_unix_ms = Some(s.created_at_unix_ms);
+            s.labels.clone_from(&policy.orchestration.labels);
+            s.task_id.clone_from(&policy.orchestration.task_id);
         })
         .map_err(Failure::setup)?;
     let run_id = job.id().to_owned();
