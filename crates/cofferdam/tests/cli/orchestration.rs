@@ -127,3 +127,51 @@ fn bad_labels_and_task_ids_are_usage_errors_before_any_job() {
     let out = s.cmd().args(["--json", "jobs"]).output().unwrap();
     assert_eq!(json_of(&out), serde_json::json!([]), "no job was made");
 }
+
+#[test]
+fn the_strict_reader_rejects_forged_lineage_and_observations_in_a_real_bundle() {
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args(["--json", "run", "--label", "a=1", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let path = json_of(&out)["bundle"].as_str().unwrap().to_owned();
+    let real: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let forged = s.work.path().join("forged.json");
+    let verify = |doc: &serde_json::Value| {
+        std::fs::write(&forged, serde_json::to_vec(doc).unwrap()).unwrap();
+        let out = s
+            .cmd()
+            .args(["bundle", "verify"])
+            .arg(&forged)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(verify(&real).0, Some(0));
+    let mut doc = real.clone();
+    doc["lineage"] = serde_json::json!({
+        "parent_run_id": "run-x", "checkpoint_id": "ckpt-y", "verified_by": "agent"
+    });
+    let (code, err) = verify(&doc);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("lineage.verified_by"), "{err}");
+    let mut doc = real.clone();
+    doc["run_observation"] = serde_json::json!({"network": {
+        "allowed": 0, "denied": 0,
+        "denials": [{"target": "evil.example:443", "access": "connect"}]
+    }});
+    let (code, err) = verify(&doc);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("run_observation.network.denied"), "{err}");
+    let mut doc = real;
+    doc["run_observation"] = serde_json::json!({"network": {"allowed": -1, "denied": null}});
+    let (code, err) = verify(&doc);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("run_observation.network.allowed"), "{err}");
+}
