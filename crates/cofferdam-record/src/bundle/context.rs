@@ -134,8 +134,8 @@ pub struct OperationObservation {
 /// At most this many `denials` are listed per dimension; the rest are counted in
 /// `denials_omitted`.
 pub const DENIALS_MAX: usize = 64;
-/// At most this many `rules` are listed per dimension; the rest are counted in
-/// `rules_omitted`.
+/// At most this many `rules` are listed per dimension; the decisions of the rest are
+/// counted in `rules_omitted`.
 pub const RULES_MAX: usize = 64;
 
 /// Access decisions in one dimension. Counters are `null` when not observable (Landlock,
@@ -157,8 +157,8 @@ pub struct AccessObservation {
     /// Decisions by the rule that made them: at most [`RULES_MAX`], the busiest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleCounter>,
-    /// Rules that decided something but are not listed in `rules`; absent when none were
-    /// left out.
+    /// Decisions counted in `allowed`/`denied` but under no rule listed in `rules` (rules
+    /// beyond [`RULES_MAX`]); absent when none were left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules_omitted: Option<u64>,
 }
