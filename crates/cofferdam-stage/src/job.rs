@@ -20,6 +20,8 @@
 //!     run-bundle.json  trace.jsonl  fingerprints.json  apply-ledger.json
 //!     reserve  reserve.drop          space held for the records until the command ends,
 //!                                    and for `drop`'s state write (`crate::reserve`)
+//!     checkpoints/                   savepoints of the stage (`crate::checkpoint`); kept by
+//!                                    `drop`, removed with the job by `gc --force` only
 //! ```
 //!
 //! Every directory here is made mode 0700 and every file 0600 whatever the umask, and each
