@@ -36,7 +36,7 @@
 //! (name and value, sorted); then the bytes of `fingerprints.json`. Owners and times are not
 //! part of it (the seal does not compare them either).
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, DirBuilder, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -646,7 +646,11 @@ fn digest(dir: &Path) -> Result<(String, Counts), CheckpointError> {
             field(&mut h, b"f");
             h.update(&mode.to_le_bytes());
             h.update(&meta.len().to_le_bytes());
-            let file = File::open(path).map_err(io_err("read", path))?;
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+                .open(path)
+                .map_err(io_err("read", path))?;
             let content = crate::sparse::hash_file(&file).map_err(io_err("read", path))?;
             field(&mut h, content.as_bytes());
         } else if ft.is_symlink() {
