@@ -31,6 +31,8 @@ pub mod doctor;
 
 pub use doctor::{CheckStatus, DoctorReport, doctor};
 pub mod cgroup_plan;
+pub mod flag;
+pub mod orchestration;
 pub mod outcome;
 pub mod plan;
 pub mod profiles;

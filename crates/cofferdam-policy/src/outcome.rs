@@ -223,7 +223,14 @@ pub fn assemble_bundle(
         }
     }
     // The command ran with arguments a profile added (`run.command` is what ran).
-    let mut orchestration = BTreeMap::new();
+    // The run's labels, then cofferdam's own entries (keys a label may not take:
+    // `crate::orchestration::RESERVED`).
+    let mut orchestration: BTreeMap<String, serde_json::Value> = policy
+        .orchestration
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
     if let Some(p) = &policy.command_patch {
         safety.warnings.push(p.line());
         orchestration.insert(
@@ -253,7 +260,7 @@ pub fn assemble_bundle(
         run: BundleRun {
             run_id: r.run_id.clone(),
             parent_run_id: None,
-            task_id: None,
+            task_id: policy.orchestration.task_id.clone(),
             attempt_id: format!("{}-attempt-1", r.run_id),
             session_id: r.run_id.clone(),
             agent: agent_label(&r.argv),

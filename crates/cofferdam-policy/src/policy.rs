@@ -235,6 +235,8 @@ pub struct Policy {
     pub grant_sources: Vec<GrantSourceReport>,
     /// Arguments an agent profile adds to the command (`crate::profiles::apply`).
     pub command_patch: Option<CommandPatch>,
+    /// `run --label` and `--task-id` ([`crate::orchestration`]); recorded, never a grant.
+    pub orchestration: crate::orchestration::Orchestration,
 }
 
 /// Arguments an agent profile adds after the program (issue 19, "argument patches"): the
@@ -293,17 +295,7 @@ impl Policy {
     }
 }
 
-/// A flag whose value cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{flag} {value}: {message}")]
-pub struct FlagError {
-    /// The flag, e.g. `--memory`.
-    pub flag: &'static str,
-    /// Its value as given.
-    pub value: String,
-    /// What is wrong and how to fix it.
-    pub message: String,
-}
+pub use crate::flag::FlagError;
 
 fn flag_err(flag: &'static str, value: &str, message: impl Into<String>) -> FlagError {
     FlagError {
@@ -415,6 +407,7 @@ pub fn resolve_layered(
         manifest_path: manifest.map(|l| l.path.clone()),
         grant_sources: Vec::new(),
         command_patch: None,
+        orchestration: Default::default(),
     };
     policy.grant_sources = provenance::grant_sources(
         user.map(|l| &l.manifest),

@@ -20,6 +20,8 @@
 //!     run-bundle.json  trace.jsonl  fingerprints.json  apply-ledger.json
 //!     reserve  reserve.drop          space held for the records until the command ends,
 //!                                    and for `drop`'s state write (`crate::reserve`)
+//!     checkpoints/                   savepoints of the stage (`crate::checkpoint`); kept by
+//!                                    `drop`, removed with the job by `gc --force` only
 //! ```
 //!
 //! Every directory here is made mode 0700 and every file 0600 whatever the umask, and each
@@ -73,6 +75,8 @@
 //! - `workdir` is a string, or an array of bytes when the path is not UTF-8.
 //! - `started_at_unix_ms` / `finished_at_unix_ms` / `changed_files`: filled by the CLI as
 //!   the run progresses and at seal, so `jobs`/`status` need not open the bundle.
+//! - `labels` (an object of strings) / `task_id`: `run --label` / `--task-id`, absent when
+//!   not given; `jobs` shows and filters them.
 //!
 //! Every field after `state` may be absent in the file (read as `null`/empty).
 //!
@@ -274,6 +278,12 @@ pub struct JobState {
     /// Number of changed paths found at seal.
     #[serde(default)]
     pub changed_files: Option<usize>,
+    /// `run --label KEY=VALUE`, by key (absent when none).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// `run --task-id ID` (absent when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
 }
 
 fn state_version() -> u32 {
@@ -686,6 +696,8 @@ impl JobStore {
             started_at_unix_ms: None,
             finished_at_unix_ms: None,
             changed_files: None,
+            labels: Default::default(),
+            task_id: None,
         };
         init(&mut state);
         state.id.clone_from(&id);
@@ -1202,6 +1214,8 @@ mod tests {
             started_at_unix_ms: None,
             finished_at_unix_ms: None,
             changed_files: None,
+            labels: Default::default(),
+            task_id: None,
         };
         let v = serde_json::to_value(&state).unwrap();
         assert_eq!(v["workdir"], serde_json::json!([47, 119, 47, 255]));

@@ -95,6 +95,9 @@ pub enum Command {
     Export(ExportArgs),
     /// Make an archive from `export` a local job, checked, whose apply checks this tree.
     Import(ImportArgs),
+    /// Immutable savepoints of a stopped job's stage: create, list, show, delete.
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
     /// Stop a running job from another terminal (it ends `cancelled`, exit 130).
     Kill(KillArgs),
     /// A first run for newcomers: a scratch project, a scripted agent, its review.
@@ -150,6 +153,34 @@ pub enum BundleCommand {
     },
     /// Print the Run Bundle JSON Schema.
     Schema,
+}
+
+/// `cofferdam checkpoint …`.
+#[derive(Debug, Subcommand)]
+pub enum CheckpointCommand {
+    /// Save a stopped job's staged tree and fingerprints as an immutable checkpoint.
+    Create {
+        /// The job: `last` (the newest job of this directory), an id prefix, or a path.
+        job: String,
+        /// A name for it (letters, digits, `.`, `_`, `-`; unique within the job).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+    },
+    /// List checkpoints, of one job or of every job, oldest first.
+    List {
+        /// Only this job's (`last`, an id prefix, or a path).
+        job: Option<String>,
+    },
+    /// Show a checkpoint and re-read it: exit 1 when it no longer has its digest.
+    Show {
+        /// The checkpoint: its id, 4 or more characters of one, or its name.
+        id: String,
+    },
+    /// Delete a checkpoint (the job is not touched).
+    Delete {
+        /// The checkpoint: its id, 4 or more characters of one, or its name.
+        id: String,
+    },
 }
 
 /// `cofferdam trust [FILE]`.
@@ -278,6 +309,13 @@ pub struct RunArgs {
     /// cofferdam's own (the default unless stdin and stdout are both terminals).
     #[arg(long = "no-tty")]
     pub no_tty: bool,
+    /// Attach a label KEY=VALUE (repeatable): the bundle's `orchestration`, shown and
+    /// filtered by `jobs`. KEY: letters, digits, `.`, `_`, `-`, `/`.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// The orchestrator's task id: the bundle's `run.task_id`, shown and filtered by `jobs`.
+    #[arg(long = "task-id", value_name = "ID")]
+    pub task_id: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -408,6 +446,12 @@ pub struct JobsArgs {
     /// At most N jobs (the newest).
     #[arg(short = 'n', long = "limit", value_name = "N")]
     pub limit: Option<usize>,
+    /// Only jobs run with this label (repeatable: every one must match).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// Only jobs run with this `--task-id`.
+    #[arg(long = "task-id", value_name = "ID")]
+    pub task_id: Option<String>,
 }
 
 /// `cofferdam gc`.
@@ -426,6 +470,9 @@ pub struct GcArgs {
     /// Say what would be removed and freed; remove nothing.
     #[arg(long = "dry-run")]
     pub dry_run: bool,
+    /// Also remove jobs that hold checkpoints, with their checkpoints (kept otherwise).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `cofferdam logs`.

@@ -81,10 +81,18 @@ impl Egress {
     }
 }
 
-/// Put the driver's profile, counters and warnings into the bundle.
+/// Put the driver's profile, counters, decisions by rule (`run_observation.network`) and
+/// warnings into the bundle.
 pub fn record(bundle: &mut RunBundle, report: InterceptReport) {
     bundle.network.interception = Some(report.profile);
     bundle.network.intercepted = report.snapshot;
+    // What the driver saw; the filesystem dimension is not observed (absent, not zeros).
+    if let Some(network) = report.network_observation {
+        bundle
+            .run_observation
+            .get_or_insert_with(Default::default)
+            .network = Some(network);
+    }
     bundle.run.warnings.extend(report.warnings);
 }
 

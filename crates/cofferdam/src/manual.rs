@@ -14,11 +14,11 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "1",
-        "`bundle verify`: the bundle is invalid (the error names the field)",
+        "`bundle verify`: the bundle is invalid (the error names the field); `checkpoint show`: the checkpoint no longer has its digest",
     ),
     (
         "2",
-        "usage: a bad flag, manifest (file:line:key) or input file; a `--workdir` that is not a directory, a `--stage` that is not new or empty or is inside the workdir, a missing `--mount` source, a `--publish` host port in use or malformed, a limit below its usable minimum (memory 16MiB, pids 8, open-files 16, tmp-size and stage-size 1MiB) — all checked before a job is made; a workdir manifest that grants more than your flags and user config and is not trusted (or changed since); a user config that is a symlink, not yours or writable by others; an `--path` that names no staged change; a job whose stage cannot be applied (dropped, or interrupted before its run left anything to seal it from)",
+        "usage: a bad flag, manifest (file:line:key) or input file; a `--workdir` that is not a directory, a `--stage` that is not new or empty or is inside the workdir, a missing `--mount` source, a `--publish` host port in use or malformed, a limit below its usable minimum (memory 16MiB, pids 8, open-files 16, tmp-size and stage-size 1MiB) — all checked before a job is made; a workdir manifest that grants more than your flags and user config and is not trusted (or changed since); a user config that is a symlink, not yours or writable by others; an `--path` that names no staged change; a job whose stage cannot be applied (dropped, or interrupted before its run left anything to seal it from) or checkpointed (not `staged`); a bad or taken checkpoint `--name`",
     ),
     (
         "3",
@@ -38,11 +38,11 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "4",
-        "no such job (`status`, `diff`, `apply`, `drop`, `kill`, `logs`, `bundle verify last`)",
+        "no such job (`status`, `diff`, `apply`, `drop`, `kill`, `logs`, `bundle verify last`, `checkpoint`), or no such checkpoint",
     ),
     (
         "5",
-        "the job is busy: its run is still going, or another `apply` or `drop` holds it",
+        "the job is busy: its run is still going, or another `apply`, `drop` or `checkpoint` holds it",
     ),
     (
         "125",

@@ -1,7 +1,8 @@
 //! The driver's tallies while the run lasts, and their final form as record types.
 
 use cofferdam_record::bundle::{
-    DestinationCounters, DnsCounters, InterceptedProtocol, InterceptionSnapshot,
+    AccessDenial, AccessObservation, ControlMechanism, DENIALS_MAX, DestinationCounters,
+    DnsCounters, InterceptedProtocol, InterceptionSnapshot, RULES_MAX, RuleCounter,
 };
 use cofferdam_record::trace::NetworkVerdict;
 use std::collections::{BTreeMap, HashSet};
@@ -11,6 +12,11 @@ use std::collections::{BTreeMap, HashSet};
 pub const MAX_DESTINATIONS: usize = 4096;
 /// The most decisions kept for the trace; later ones count in the totals only.
 pub const MAX_DECISIONS: usize = 10_000;
+/// The most rules counted one by one. Rules are the allowlist's entries (and `default`), so
+/// the workload cannot add any; the cap only bounds a huge allowlist.
+pub const MAX_RULES: usize = 1024;
+/// The rule of a denial no allowlist entry matched: the deny that ends every allowlist.
+pub const DEFAULT_RULE: &str = "default";
 
 /// One decision, for the trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +70,14 @@ pub struct Tally {
     /// Connections refused because the driver was at a limit (its descriptors, or the
     /// most connections at once).
     pub refused_at_limit: u64,
+    /// Allowed and denied decisions by rule (at most [`MAX_RULES`] rules).
+    rules: BTreeMap<String, (u64, u64)>,
+    /// Decisions of rules past [`MAX_RULES`].
+    rules_overflow: u64,
+    /// The first [`DENIALS_MAX`] denials, for `run_observation`.
+    denials: Vec<AccessDenial>,
+    /// Denials past those.
+    denials_omitted: u64,
 }
 
 impl Tally {
@@ -82,7 +96,86 @@ impl Tally {
                 self.denied += 1;
             }
         }
+        self.observe(&d);
         self.trace(d);
+    }
+
+    /// Count `d` by its rule and keep it among the first denials.
+    fn observe(&mut self, d: &Decision) {
+        let rule = match (&d.rule, d.verdict) {
+            (Some(r), _) => r.clone(),
+            (None, NetworkVerdict::Denied) => DEFAULT_RULE.to_owned(),
+            // An allowed decision always names its entry; one that does not is counted in
+            // the totals only.
+            (None, NetworkVerdict::Allowed) => {
+                self.rules_overflow += 1;
+                String::new()
+            }
+        };
+        if !rule.is_empty() {
+            if !self.rules.contains_key(&rule) && self.rules.len() >= MAX_RULES {
+                self.rules_overflow += 1;
+            } else {
+                let counts = self.rules.entry(rule).or_default();
+                match d.verdict {
+                    NetworkVerdict::Allowed => counts.0 += 1,
+                    NetworkVerdict::Denied => counts.1 += 1,
+                }
+            }
+        }
+        if d.verdict == NetworkVerdict::Denied {
+            if self.denials.len() < DENIALS_MAX {
+                let (target, access) = match (d.protocol, d.port) {
+                    (InterceptedProtocol::Dns, _) => (d.host.clone(), "resolve"),
+                    (_, Some(port)) => (format!("{}:{port}", d.host), "connect"),
+                    (_, None) => (d.host.clone(), "connect"),
+                };
+                self.denials.push(AccessDenial {
+                    target,
+                    access: access.into(),
+                    mechanism: Some(ControlMechanism::EgressProxy),
+                    at_unix_ms: Some(d.at_unix_ms),
+                });
+            } else {
+                self.denials_omitted += 1;
+            }
+        }
+    }
+
+    /// The network dimension of `run_observation`: every decision of the proxy and the DNS
+    /// answerer, allowed and denied, by rule (the busiest [`RULES_MAX`]) and the first
+    /// [`DENIALS_MAX`] denials. Every counter is observed: the driver sees each connection
+    /// and query it is handed.
+    pub fn observation(&self) -> AccessObservation {
+        let mut rules: Vec<RuleCounter> = self
+            .rules
+            .iter()
+            .map(|(rule, (allowed, denied))| RuleCounter {
+                rule: rule.clone(),
+                allowed: *allowed,
+                denied: *denied,
+            })
+            .collect();
+        rules.sort_by(|a, b| {
+            (b.allowed + b.denied)
+                .cmp(&(a.allowed + a.denied))
+                .then_with(|| a.rule.cmp(&b.rule))
+        });
+        let left_out: u64 = rules
+            .iter()
+            .skip(RULES_MAX)
+            .map(|r| r.allowed + r.denied)
+            .sum();
+        rules.truncate(RULES_MAX);
+        let rules_omitted = left_out + self.rules_overflow;
+        AccessObservation {
+            allowed: Some(self.allowed + self.dns_answered),
+            denied: Some(self.denied + self.dns_refused),
+            denials: self.denials.clone(),
+            denials_omitted: (self.denials_omitted > 0).then_some(self.denials_omitted),
+            rules,
+            rules_omitted: (rules_omitted > 0).then_some(rules_omitted),
+        }
     }
 
     /// The counters of a destination, `None` (and counted as uncounted) once
@@ -117,6 +210,7 @@ impl Tally {
                 }
             }
         }
+        self.observe(&d);
         let key = (d.host.clone(), d.verdict == NetworkVerdict::Allowed);
         if self.dns_traced.contains(&key) {
             return;
@@ -187,6 +281,86 @@ mod tests {
             rule: None,
             reason: None,
         }
+    }
+
+    fn allowed_by(host: &str, rule: &str) -> Decision {
+        Decision {
+            rule: Some(rule.into()),
+            ..d(host, NetworkVerdict::Allowed, InterceptedProtocol::Tcp)
+        }
+    }
+
+    #[test]
+    fn the_observation_counts_every_decision_by_rule_within_bounds() {
+        let mut t = Tally::default();
+        assert_eq!(
+            t.observation(),
+            AccessObservation {
+                allowed: Some(0),
+                denied: Some(0),
+                ..Default::default()
+            },
+            "observed zeros are zeros, not null"
+        );
+        for _ in 0..3 {
+            t.decide(allowed_by("a.example", "a.example:80"));
+        }
+        t.decide(allowed_by("b.example", "*.example:80"));
+        t.dns(Decision {
+            rule: Some("a.example:80".into()),
+            ..d(
+                "a.example",
+                NetworkVerdict::Allowed,
+                InterceptedProtocol::Dns,
+            )
+        });
+        for i in 0..DENIALS_MAX + 3 {
+            t.decide(d(
+                &format!("x{i}.evil"),
+                NetworkVerdict::Denied,
+                InterceptedProtocol::Tcp,
+            ));
+        }
+        t.dns(d(
+            "y.evil",
+            NetworkVerdict::Denied,
+            InterceptedProtocol::Dns,
+        ));
+        let o = t.observation();
+        assert_eq!(o.allowed, Some(5));
+        assert_eq!(o.denied, Some(DENIALS_MAX as u64 + 4));
+        assert_eq!(o.denials.len(), DENIALS_MAX);
+        assert_eq!(o.denials[0].target, "x0.evil:80");
+        assert_eq!(o.denials[0].access, "connect");
+        assert_eq!(o.denials_omitted, Some(4));
+        let rules: Vec<(&str, u64, u64)> = o
+            .rules
+            .iter()
+            .map(|r| (r.rule.as_str(), r.allowed, r.denied))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                (DEFAULT_RULE, 0, DENIALS_MAX as u64 + 4),
+                ("a.example:80", 4, 0),
+                ("*.example:80", 1, 0)
+            ]
+        );
+        assert_eq!(o.rules_omitted, None);
+    }
+
+    #[test]
+    fn rules_past_the_bound_are_counted_as_omitted_decisions() {
+        let mut t = Tally::default();
+        for i in 0..RULES_MAX + 2 {
+            t.decide(allowed_by("h", &format!("r{i:03}:80")));
+        }
+        t.decide(allowed_by("h", "r000:80"));
+        let o = t.observation();
+        assert_eq!(o.rules.len(), RULES_MAX);
+        assert_eq!(o.rules[0].rule, "r000:80", "the busiest first");
+        assert_eq!(o.rules_omitted, Some(2));
+        assert_eq!(o.allowed, Some(RULES_MAX as u64 + 3));
     }
 
     #[test]

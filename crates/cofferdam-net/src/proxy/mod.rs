@@ -262,6 +262,8 @@ pub struct InterceptReport {
     pub snapshot: Option<InterceptionSnapshot>,
     /// Every decision, for the trace.
     pub decisions: Vec<Decision>,
+    /// `run_observation.network`, when the driver served (`None`: nothing was observed).
+    pub network_observation: Option<cofferdam_record::bundle::AccessObservation>,
     /// Warnings for the run.
     pub warnings: Vec<String>,
 }
@@ -409,6 +411,9 @@ impl Interceptor {
                 (Vec::new(), None)
             }
         };
+        let network_observation = snapshot
+            .is_some()
+            .then(|| lock(&self.shared.tally).observation());
         let decisions = std::mem::take(&mut lock(&self.shared.tally).decisions);
         InterceptReport {
             observation: o,
@@ -420,6 +425,7 @@ impl Interceptor {
             },
             snapshot,
             decisions,
+            network_observation,
             warnings,
         }
     }

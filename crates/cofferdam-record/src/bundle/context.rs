@@ -26,9 +26,10 @@ pub struct EnvironmentProjection {
 }
 
 /// `agentctl`: the agent cooperation snapshot. cofferdam has no agent control protocol yet,
-/// so it writes `{"clients": [], "directives": []}`. When one exists, cooperating clients
-/// and the directives they received are listed here. It is never evidence that anything was
-/// installed or enforced.
+/// so it writes `{"clients": [], "directives": []}`. When one exists, cooperating clients,
+/// the requests they made and the directives they received are listed here. It is never
+/// evidence that anything was installed or enforced: everything a client says is its own
+/// claim.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentCtlSnapshot {
     /// The control protocol spoken, when there was one.
@@ -37,6 +38,10 @@ pub struct AgentCtlSnapshot {
     /// Clients that connected.
     #[serde(default)]
     pub clients: Vec<AgentCtlClient>,
+    /// Requests clients made (a note, a checkpoint, a status query), in order; absent when
+    /// none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<AgentCtlRequest>,
     /// Directives sent to clients.
     #[serde(default)]
     pub directives: Vec<AgentCtlDirective>,
@@ -52,6 +57,21 @@ pub struct AgentCtlClient {
     pub version: Option<String>,
 }
 
+/// A request a cooperating client made. Its words are the client's, never evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentCtlRequest {
+    /// The client that made it (its `name`).
+    pub client: String,
+    /// What it asked for, e.g. `note`, `checkpoint`, `status`.
+    pub request: String,
+    /// Its argument as sent (a note's text, a checkpoint's name), when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argument: Option<String>,
+    /// When, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_unix_ms: Option<u64>,
+}
+
 /// A directive sent to a cooperating client.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentCtlDirective {
@@ -64,8 +84,11 @@ pub struct AgentCtlDirective {
     pub at_unix_ms: Option<u64>,
 }
 
-/// `lineage`: fork ancestry.
+/// `lineage`: fork ancestry. Closed, unlike the rest of the bundle: an unknown key is
+/// refused, because what a run descends from decides what applying it brings, and a key
+/// this reader does not know could change that meaning.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RunLineage {
     /// The run this one was forked from.
     pub parent_run_id: String,
@@ -108,6 +131,13 @@ pub struct OperationObservation {
     pub network: Option<AccessObservation>,
 }
 
+/// At most this many `denials` are listed per dimension; the rest are counted in
+/// `denials_omitted`.
+pub const DENIALS_MAX: usize = 64;
+/// At most this many `rules` are listed per dimension; the decisions of the rest are
+/// counted in `rules_omitted`.
+pub const RULES_MAX: usize = 64;
+
 /// Access decisions in one dimension. Counters are `null` when not observable (Landlock,
 /// for one, does not report denials to cofferdam).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -116,9 +146,33 @@ pub struct AccessObservation {
     pub allowed: Option<u64>,
     /// Accesses denied.
     pub denied: Option<u64>,
-    /// Attributable denials, as far as they were recorded.
+    /// Attributable denials, as far as they were recorded: at most [`DENIALS_MAX`], the
+    /// first ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denials: Vec<AccessDenial>,
+    /// Denials observed but not listed in `denials` (beyond [`DENIALS_MAX`]); absent when
+    /// none were left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denials_omitted: Option<u64>,
+    /// Decisions by the rule that made them: at most [`RULES_MAX`], the busiest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleCounter>,
+    /// Decisions counted in `allowed`/`denied` but under no rule listed in `rules` (rules
+    /// beyond [`RULES_MAX`]); absent when none were left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules_omitted: Option<u64>,
+}
+
+/// The decisions one rule made. For the network, `rule` is the allowlist entry as written
+/// (`github.com:443`), or `default` for the deny that ends every allowlist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RuleCounter {
+    /// The rule.
+    pub rule: String,
+    /// Accesses it allowed.
+    pub allowed: u64,
+    /// Accesses it denied.
+    pub denied: u64,
 }
 
 /// One attributable denial.

@@ -12,6 +12,7 @@ use crate::bundle::{
     summarize_for_tier, tier_controls,
 };
 use crate::bundle::{ControlObservation, Requirement, RunFailure, TierControls};
+use crate::bundle::{DENIALS_MAX, RULES_MAX};
 
 fn inconsistent(path: impl Into<String>, message: impl Into<String>) -> BundleError {
     BundleError::Inconsistent {
@@ -270,7 +271,90 @@ pub(super) fn check_internal(bundle: &RunBundle) -> Result<(), BundleError> {
             ),
         ));
     }
+    check_lineage(bundle)?;
+    check_observations(bundle)?;
     check_details(bundle)
+}
+
+/// `run.parent_run_id` and `lineage.parent_run_id` name the same run when both are there.
+fn check_lineage(bundle: &RunBundle) -> Result<(), BundleError> {
+    if let (Some(run), Some(lineage)) = (&bundle.run.parent_run_id, &bundle.lineage)
+        && *run != lineage.parent_run_id
+    {
+        return Err(inconsistent(
+            "run.parent_run_id",
+            format!(
+                "is `{run}` but lineage.parent_run_id is `{}`",
+                lineage.parent_run_id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Each `run_observation` dimension counts at least what it lists, within the bounds.
+fn check_observations(bundle: &RunBundle) -> Result<(), BundleError> {
+    let Some(obs) = &bundle.run_observation else {
+        return Ok(());
+    };
+    for (name, dim) in [("filesystem", &obs.filesystem), ("network", &obs.network)] {
+        let Some(d) = dim else { continue };
+        let path = |field: &str| format!("run_observation.{name}.{field}");
+        if d.denials.len() > DENIALS_MAX {
+            return Err(inconsistent(
+                path("denials"),
+                format!(
+                    "lists {} denials, more than the {DENIALS_MAX} a bundle holds",
+                    d.denials.len()
+                ),
+            ));
+        }
+        if d.rules.len() > RULES_MAX {
+            return Err(inconsistent(
+                path("rules"),
+                format!(
+                    "lists {} rules, more than the {RULES_MAX} a bundle holds",
+                    d.rules.len()
+                ),
+            ));
+        }
+        let listed = d.denials.len() as u64 + d.denials_omitted.unwrap_or(0);
+        if listed > 0 && d.denied.is_none_or(|n| n < listed) {
+            return Err(inconsistent(
+                path("denied"),
+                format!(
+                    "is {} but {listed} denial(s) are listed or counted as omitted",
+                    d.denied.map_or("null".to_owned(), |n| n.to_string())
+                ),
+            ));
+        }
+        let by_rules = |f: fn(&crate::bundle::RuleCounter) -> u64| {
+            d.rules.iter().map(f).fold(0u64, u64::saturating_add)
+        };
+        for (field, total, sum) in [
+            ("allowed", d.allowed, by_rules(|r| r.allowed)),
+            ("denied", d.denied, by_rules(|r| r.denied)),
+        ] {
+            if sum > 0 && total.is_none_or(|n| n < sum) {
+                return Err(inconsistent(
+                    path(field),
+                    format!(
+                        "is {} but the rules count {sum}",
+                        total.map_or("null".to_owned(), |n| n.to_string())
+                    ),
+                ));
+            }
+        }
+        for (i, r) in d.rules.iter().enumerate() {
+            if d.rules[..i].iter().any(|o| o.rule == r.rule) {
+                return Err(inconsistent(
+                    format!("run_observation.{name}.rules[{i}].rule"),
+                    format!("`{}` is listed twice", r.rule),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check_run(bundle: &RunBundle) -> Result<(), BundleError> {

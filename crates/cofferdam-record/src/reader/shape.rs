@@ -5,7 +5,8 @@
 //! and a map with enum keys loses the key from the path of an error inside it; this pass
 //! closes both: every position the schema types as an object must hold an object, and every
 //! closed vocabulary (enum values and enum map keys) is checked here, with the full JSON
-//! path, map keys included. It only reads the schema's `$ref`, `anyOf`/`oneOf`, `enum`,
+//! path, map keys included; an object the schema closes (`additionalProperties: false`, only
+//! `lineage`) holds nothing but its declared keys. It only reads the schema's `$ref`, `anyOf`/`oneOf`, `enum`,
 //! `const`, `type`, `properties`, `additionalProperties`, `propertyNames` and `items`; the
 //! rest (required fields, numbers, strings) is the typed pass's.
 
@@ -124,9 +125,20 @@ impl<'s> Walker<'s> {
                     message: format!("unknown key `{key}`: expected one of {}", words.join(", ")),
                 });
             }
-            let member_schema = properties
-                .and_then(|p| p.get(key))
-                .or_else(|| s.get("additionalProperties"));
+            let declared = properties.and_then(|p| p.get(key));
+            if declared.is_none() && s.get("additionalProperties") == Some(&Value::Bool(false)) {
+                let known: Vec<&str> = properties
+                    .map(|p| p.keys().map(String::as_str).collect())
+                    .unwrap_or_default();
+                return Err(BundleError::Invalid {
+                    path: here.render(),
+                    message: format!(
+                        "unknown key `{key}`: this object is closed, expected only {}",
+                        known.join(", ")
+                    ),
+                });
+            }
+            let member_schema = declared.or_else(|| s.get("additionalProperties"));
             if let Some(member_schema) = member_schema {
                 self.walk(member_schema, member, &here)?;
             }

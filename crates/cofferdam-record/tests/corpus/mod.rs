@@ -35,7 +35,7 @@ pub const GOOD: [&str; 6] = [
 ];
 
 /// Every forgery, the JSON path its error names, and a word the message must contain.
-pub const FORGED: [(&str, &str, &str, Rule); 27] = [
+pub const FORGED: [(&str, &str, &str, Rule); 31] = [
     // Scoped: the non-enforced rows deleted, summary and safety set to true.
     (
         "forged_scoped_rows_deleted.json",
@@ -68,6 +68,33 @@ pub const FORGED: [(&str, &str, &str, Rule); 27] = [
         "forged_lineage_array.json",
         "lineage",
         "expected a JSON object",
+        Rule::Shape,
+    ),
+    // An unknown key in the closed `lineage` (issue 21).
+    (
+        "forged_lineage_unknown_key.json",
+        "lineage.fork_reason",
+        "unknown key `fork_reason`",
+        Rule::Shape,
+    ),
+    // A run that names another parent than its lineage.
+    (
+        "forged_parent_mismatch.json",
+        "run.parent_run_id",
+        "lineage.parent_run_id",
+        Rule::ReaderOnly,
+    ),
+    // Observations: fewer denials counted than listed; a counter that is not a number.
+    (
+        "forged_observation_undercount.json",
+        "run_observation.network.denied",
+        "2 denial(s) are listed",
+        Rule::ReaderOnly,
+    ),
+    (
+        "forged_observation_counter_type.json",
+        "run_observation.network.allowed",
+        "invalid type",
         Rule::Shape,
     ),
     (

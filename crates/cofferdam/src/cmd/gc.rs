@@ -2,7 +2,8 @@
 //! (default: the finished ones, `applied` and `discarded`), age and workdir, or with
 //! `--dry-run` say what would go. A live job, or one another command holds (its lock), is
 //! never removed; a job kept in a `--stage` directory loses its store entry only (the
-//! directory the user named is left, and said so). Says what it freed.
+//! directory the user named is left, and said so). A job that holds checkpoints is kept
+//! (and said so) unless `--force`, which removes it with them. Says what it freed.
 
 use crate::cli::GcArgs;
 use crate::cmd::jobrules::job_failure;
@@ -86,6 +87,17 @@ pub fn gc(a: &GcArgs, json: bool, s: Style) -> Result<u8, Failure> {
         let id = job.id().to_owned();
         if live {
             skipped.push((id, "its run is still going".to_owned()));
+            continue;
+        }
+        let held = crate::cmd::checkpoint::count(&job);
+        if held > 0 && !a.force {
+            skipped.push((
+                id,
+                format!(
+                    "it holds {held} checkpoint(s); `cofferdam checkpoint delete` them first, or \
+                     pass --force to remove the job with them"
+                ),
+            ));
             continue;
         }
         let lock = match job.try_lock() {

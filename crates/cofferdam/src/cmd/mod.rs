@@ -4,6 +4,7 @@ pub mod agents;
 pub mod apply;
 pub mod apply_hunks;
 pub mod bundle;
+pub mod checkpoint;
 pub mod complete;
 pub mod demo;
 pub mod diff;

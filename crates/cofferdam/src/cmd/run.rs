@@ -27,6 +27,9 @@ fn request(args: &RunArgs, json: bool) -> Result<RunRequest, Failure> {
     }
     let env = context::env()?;
     let mut policy = context::policy(&args.policy, &env, &args.command)?;
+    policy.orchestration =
+        cofferdam_policy::orchestration::parse(&args.labels, args.task_id.as_deref())
+            .map_err(Failure::usage)?;
     // The command as it runs: with the arguments an agent profile adds, recorded as such.
     let argv = match &policy.command_patch {
         Some(p) => p.apply(&args.command),

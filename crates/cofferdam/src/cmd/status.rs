@@ -528,7 +528,14 @@ pub fn jobs(a: &crate::cli::JobsArgs, json: bool, s: Style) -> Result<u8, Failur
     let env = context::env()?;
     let store = JobStore::open(&env.storage_root).map_err(job_failure)?;
     let mut list = store.list().map_err(job_failure)?;
-    let filtered = a.workdir.is_some() || a.state.is_some() || a.limit.is_some();
+    let want_labels = a
+        .labels
+        .iter()
+        .map(|l| cofferdam_policy::orchestration::parse_label(l).map_err(Failure::usage))
+        .collect::<Result<Vec<_>, _>>()?;
+    let by_orchestration = !want_labels.is_empty() || a.task_id.is_some();
+    let filtered =
+        a.workdir.is_some() || a.state.is_some() || a.limit.is_some() || by_orchestration;
     if let Some(want) = &a.state
         && ![
             StageState::Active,
@@ -558,9 +565,15 @@ pub fn jobs(a: &crate::cli::JobsArgs, json: bool, s: Style) -> Result<u8, Failur
                 && a.state
                     .as_ref()
                     .is_none_or(|w| state_word(effective_state(job, state)) == w)
+                && cofferdam_policy::orchestration::matches(
+                    &state.labels,
+                    state.task_id.as_deref(),
+                    &want_labels,
+                    a.task_id.as_deref(),
+                )
         }
-        // Unreadable jobs have no workdir or state to match.
-        JobSummary::Unreadable { .. } => under.is_none() && a.state.is_none(),
+        // Unreadable jobs have no workdir, state or labels to match.
+        JobSummary::Unreadable { .. } => under.is_none() && a.state.is_none() && !by_orchestration,
     });
     if let Some(n) = a.limit {
         list.truncate(n);
@@ -584,6 +597,7 @@ pub fn jobs(a: &crate::cli::JobsArgs, json: bool, s: Style) -> Result<u8, Failur
                     "created_at_unix_ms": state.created_at_unix_ms,
                     "changed_files": state.changed_files,
                     "disk_bytes": disk_bytes(job.dir()),
+                    "labels": state.labels, "task_id": state.task_id,
                 }),
                 JobSummary::Unreadable { id, dir, error } => json!({
                     "id": id, "state": "unreadable", "dir": dir, "error": error,
@@ -605,9 +619,15 @@ pub fn jobs(a: &crate::cli::JobsArgs, json: bool, s: Style) -> Result<u8, Failur
         match j {
             JobSummary::Readable { job, state } => {
                 let st = state_word(effective_state(job, state));
+                let tags: String = state
+                    .task_id
+                    .iter()
+                    .map(|t| format!("  task={t}"))
+                    .chain(state.labels.iter().map(|(k, v)| format!("  {k}={v}")))
+                    .collect();
                 let _ = writeln!(
                     o,
-                    "{}  {:<11} {:>4} changes  {:<12} {:>9}  {}  {}",
+                    "{}  {:<11} {:>4} changes  {:<12} {:>9}  {}  {}{}",
                     escape(job.id()),
                     st,
                     state
@@ -616,7 +636,12 @@ pub fn jobs(a: &crate::cli::JobsArgs, json: bool, s: Style) -> Result<u8, Failur
                     job_ending(job, state),
                     human_bytes(*size),
                     s.dim(&crate::shown_path(&state.workdir)),
-                    shell_words(&state.command)
+                    shell_words(&state.command),
+                    if tags.is_empty() {
+                        String::new()
+                    } else {
+                        s.dim(&escape(&tags))
+                    }
                 );
             }
             JobSummary::Unreadable { id, error, .. } => {

@@ -85,6 +85,8 @@ pub(super) fn create_job(req: &RunRequest, store: &JobStore) -> Result<JobRun, F
             s.command = req.argv.clone();
             s.pid = Some(std::process::id());
             s.started_at_unix_ms = Some(s.created_at_unix_ms);
+            s.labels.clone_from(&req.policy.orchestration.labels);
+            s.task_id.clone_from(&req.policy.orchestration.task_id);
         })
         .map_err(Failure::setup)?;
     let trace = TraceLog::open(&job.trace_path()).map_err(Failure::setup)?;

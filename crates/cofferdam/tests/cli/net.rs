@@ -687,4 +687,46 @@ fn a_denied_destination_is_told_why_and_a_denied_name_is_refused_at_once() {
         "{}",
         b["network"]
     );
+    // run_observation.network (issue 21): the same decisions, totals and by rule; the
+    // filesystem dimension, not observed, is absent rather than zeros.
+    let o = &b["run_observation"]["network"];
+    let n = &b["network"]["intercepted"];
+    let num = |v: &Value| v.as_u64().unwrap();
+    assert_eq!(
+        num(&o["allowed"]),
+        num(&n["allowed"]) + num(&n["dns"]["answered"]),
+        "{o}"
+    );
+    assert_eq!(
+        num(&o["denied"]),
+        num(&n["denied"]) + num(&n["dns"]["refused"]),
+        "{o}"
+    );
+    assert!(
+        b["run_observation"].get("filesystem").is_none(),
+        "{}",
+        b["run_observation"]
+    );
+    let rule = |name: &str| {
+        o["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["rule"] == name)
+            .unwrap_or_else(|| panic!("no rule {name} in {o}"))
+            .clone()
+    };
+    assert!(
+        num(&rule(&format!("allowed.test:{port}"))["allowed"]) >= 1,
+        "{o}"
+    );
+    assert!(num(&rule("default")["denied"]) >= 3, "{o}");
+    let denials = o["denials"].as_array().unwrap();
+    let listed = |target: &str, access: &str| {
+        denials.iter().any(|d| {
+            d["target"] == target && d["access"] == access && d["mechanism"] == "egress_proxy"
+        })
+    };
+    assert!(listed("denied.test", "resolve"), "{o}");
+    assert!(listed(&format!("denied.test:{port}"), "connect"), "{o}");
 }
