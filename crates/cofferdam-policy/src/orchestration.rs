@@ -166,6 +166,18 @@ mod tests {
     }
 
     #[test]
+    fn a_label_cannot_take_a_key_cofferdam_writes_itself() {
+        for key in RESERVED {
+            let e = parse(&s(&[&format!("{key}=forged")]), None).unwrap_err();
+            assert!(
+                e.message.contains("cofferdam's own record"),
+                "{}",
+                e.message
+            );
+        }
+    }
+
+    #[test]
     fn bad_input_is_refused_with_the_flag() {
         for bad in [
             "noequals",
