@@ -162,6 +162,26 @@ fn ran_staged(s: &Sandbox, srv: &ModelServer, ran: &std::path::Path) -> serde_js
     b
 }
 
+/// `apply last` brings the turn's files into the tree: `wrote` (and `ran`, when the turn
+/// ran a shell command) hold what the agent wrote.
+fn apply_brings(s: &Sandbox, ran: Option<&std::path::Path>) {
+    let out = s.cmd().args(["apply", "last"]).output().unwrap();
+    let said = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let wrote = std::fs::read_to_string(s.work.path().join("agent-wrote.txt")).unwrap();
+    assert!(wrote.contains("cofferdam"), "{wrote:?}\n{said}");
+    if let Some(ran) = ran {
+        assert!(
+            ran.exists(),
+            "the shell command's file was not applied: {said}"
+        );
+    }
+}
+
 #[test]
 fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
     let Some(s) = ready("claude") else { return };
@@ -191,6 +211,7 @@ fn claude_code_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         .unwrap()
         .collect();
     assert!(!state.is_empty(), "nothing saved in ~/.claude");
+    apply_brings(&s, Some(&ran));
 }
 
 #[test]
@@ -240,6 +261,7 @@ fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
     );
     // Its session state persisted on the host, outside review.
     assert!(codex.join("sessions").exists(), "no ~/.codex/sessions");
+    apply_brings(&s, Some(&ran));
 }
 
 #[test]
@@ -264,6 +286,7 @@ fn gemini_cli_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         ("GEMINI_API_KEY", "dummy-key".to_owned()),
     ];
     agent_turn(&s, &srv, &env, &["gemini", "--yolo", "-p", &p]);
+    apply_brings(&s, None);
 }
 
 #[test]
@@ -298,6 +321,7 @@ fn aider_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         &p,
     ];
     agent_turn(&s, &srv, &env, &argv);
+    apply_brings(&s, None);
 }
 
 /// No real CLI needed: the codex profile lends `~/.codex` writable but its `config.toml`

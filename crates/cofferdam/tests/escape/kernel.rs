@@ -126,6 +126,13 @@ pub const ATTACKS: &[Attack] = &[
         probe: syslog,
     },
     Attack {
+        id: "ks.random-pool",
+        boundary: Kernel,
+        description: "credit the host's entropy pool through /dev/urandom (RNDADDTOENTCNT)",
+        on: BOTH_MUST,
+        probe: random_pool,
+    },
+    Attack {
         id: "ks.device-nodes",
         boundary: Kernel,
         description: "open host devices: /dev/fuse, /dev/kvm, /dev/mem, /dev/kmsg, /dev/sda, /dev/net/tun",
@@ -167,6 +174,36 @@ fn syslog(ctx: &Ctx) -> Outcome {
     )
 }
 
+/// The scoped tier lends `/dev/urandom` (git reads it); writing it only mixes bytes in, and
+/// crediting entropy needs `CAP_SYS_ADMIN`, which no tier leaves. A credit of 0 bits is
+/// asked, so the attack changes nothing on the host even if it got through.
+fn random_pool(ctx: &Ctx) -> Outcome {
+    let r = ctx.py("import fcntl, os, struct\n\
+         fd = -1\n\
+         for how, flags in (('rw', os.O_RDWR), ('ro', os.O_RDONLY)):\n    \
+         try:\n        fd = os.open('/dev/urandom', flags); print('open=' + how); break\n    \
+         except OSError as e:\n        print('open_errno=%d' % e.errno)\n\
+         if fd >= 0:\n    \
+         try:\n        fcntl.ioctl(fd, 0x40045201, struct.pack('i', 0)); print('credited=1')\n    \
+         except OSError as e:\n        print('errno=%d' % e.errno)");
+    ctx.assert_boundary(&r);
+    if r.value("credited").is_some() {
+        return Outcome::Escaped(format!("RNDADDTOENTCNT succeeded: {}", r.out));
+    }
+    let refused = [libc::EPERM, libc::EACCES].map(|e| e.to_string());
+    let errno = r.value("errno").map(str::to_owned);
+    check(
+        r.code == Some(0) && errno.as_ref().is_some_and(|e| refused.contains(e)),
+        format!(
+            "/dev/urandom opens ({}); RNDADDTOENTCNT → errno {} (1: no CAP_SYS_ADMIN; 13: \
+             Landlock refuses device ioctls)",
+            r.value("open").unwrap_or("-"),
+            errno.as_deref().unwrap_or("-")
+        ),
+        format!("unexpected: exit {:?}, {}", r.code, r.out),
+    )
+}
+
 fn device_nodes(ctx: &Ctx) -> Outcome {
     let r = ctx.sh("for d in /dev/fuse /dev/kvm /dev/mem /dev/kmsg /dev/sda /dev/vda /dev/net/tun /dev/loop-control; do exec 3<>$d 2>/dev/null && echo opened=$d; exec 3<&-; done; true");
     ctx.assert_boundary(&r);
@@ -175,7 +212,8 @@ fn device_nodes(ctx: &Ctx) -> Outcome {
         assert_eq!(dev[0]["status"], "enforced");
         "none exists in the minimal /dev (bundle: minimal_dev enforced)"
     } else {
-        "none opens: Landlock grants only /dev/null, zero, full, tty and the run's own pty"
+        "none opens: Landlock grants only /dev/null, zero, full, random, urandom, tty and the \
+         run's own pty"
     };
     check(
         r.value("opened").is_none(),

@@ -413,13 +413,21 @@ fn canary_untouched(canary: &Pty, before: &str) -> Result<(), String> {
 }
 
 /// Landlock's device grants on the scoped tier (its `filesystem_write` details): the null
-/// devices, `/dev/tty` and the run's own pty, no /dev/pts, /dev/ptmx or /dev/shm.
+/// devices, the random devices (`git add` reads `/dev/urandom`), `/dev/tty` and the run's
+/// own pty, no /dev/pts, /dev/ptmx or /dev/shm.
 fn assert_scoped_devices(bundle: &Value, own: Option<&str>) {
     let write = controls_of(bundle, "landlock")
         .into_iter()
         .find(|c| c["dimension"] == "filesystem_write")
         .unwrap_or(Value::Null);
-    let mut want = vec!["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+    let mut want = vec![
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+        "/dev/tty",
+    ];
     want.extend(own);
     assert_eq!(write["details"]["devices"], json!(want), "{write}");
 }
