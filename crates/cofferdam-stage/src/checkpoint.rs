@@ -456,7 +456,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result<Counts, CheckpointError> {
                 continue;
             }
             counts.directories += 1;
-            if is_opaque(src) {
+            if crate::seal::is_opaque(src) {
                 counts.opaque_directories += 1;
             }
             dir_modes.push((dst, mode));
@@ -524,35 +524,21 @@ fn copy_tree(from: &Path, to: &Path) -> Result<Counts, CheckpointError> {
 /// Copy one regular file's data and mode: a reflink when the filesystem shares extents
 /// (`true`), else a copy.
 fn copy_file(src: &Path, dst: &Path, mode: u32) -> Result<bool, CheckpointError> {
-    let mut from = OpenOptions::new()
+    let from = OpenOptions::new()
         .read(true)
         .custom_flags(OFlags::NOFOLLOW.bits() as i32)
         .open(src)
         .map_err(io_err("open", src))?;
-    let mut to = OpenOptions::new()
+    let to = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(FILE_MODE)
         .open(dst)
         .map_err(io_err("create", dst))?;
-    let reflinked = rustix::fs::ioctl_ficlone(&to, &from).is_ok();
-    if !reflinked {
-        io::copy(&mut from, &mut to).map_err(io_err("copy", src))?;
-    }
+    let reflinked = crate::sparse::clone_or_copy(&from, &to).map_err(io_err("copy", src))?;
     to.set_permissions(fs::Permissions::from_mode(mode))
         .map_err(io_err("chmod", dst))?;
     Ok(reflinked)
-}
-
-fn is_overlay_xattr(name: &[u8]) -> bool {
-    name.starts_with(b"user.overlay.") || name.starts_with(b"trusted.overlay.")
-}
-
-fn is_opaque(path: &Path) -> bool {
-    let mut buf = [0u8; 8];
-    crate::seal::OPAQUE_XATTRS.iter().any(|x| {
-        rustix::fs::lgetxattr(path, *x, &mut buf[..]).is_ok_and(|n| buf.get(..n) == Some(b"y"))
-    })
 }
 
 /// An extended attribute: its name and value.
@@ -560,25 +546,11 @@ type Xattr = (Vec<u8>, Vec<u8>);
 
 /// The overlay xattrs of `path` (not followed), names sorted, with their values.
 fn overlay_xattrs(path: &Path) -> Result<Vec<Xattr>, CheckpointError> {
-    let mut buf = vec![0u8; 1024];
-    let n = loop {
-        match rustix::fs::llistxattr(path, &mut buf[..]) {
-            Ok(n) => break n,
-            Err(rustix::io::Errno::RANGE) => {
-                let want = rustix::fs::llistxattr_query(path).map_err(errno("list", path))?;
-                buf.resize(want.max(buf.len() * 2), 0);
-            }
-            Err(rustix::io::Errno::NOTSUP | rustix::io::Errno::PERM) => return Ok(Vec::new()),
-            Err(e) => return Err(errno("list xattrs of", path)(e)),
-        }
+    let mut names = match crate::xattrs::overlay_names(path) {
+        Ok(names) => names,
+        Err(rustix::io::Errno::PERM) => Vec::new(),
+        Err(e) => return Err(errno("list xattrs of", path)(e)),
     };
-    let mut names: Vec<Vec<u8>> = buf
-        .get(..n)
-        .unwrap_or_default()
-        .split(|b| *b == 0)
-        .filter(|name| is_overlay_xattr(name))
-        .map(<[u8]>::to_vec)
-        .collect();
     names.sort();
     let mut out = Vec::with_capacity(names.len());
     for name in names {

@@ -341,10 +341,7 @@ fn copy_file(src: &Path, dst: &Path, meta: &fs::Metadata) -> Result<bool, CopyEr
         .mode(0o600)
         .open(dst)
         .map_err(io_err("create", dst))?;
-    let cloned = rustix::fs::ioctl_ficlone(&to, &from).is_ok();
-    if !cloned {
-        crate::sparse::copy_file(&from, &to).map_err(io_err("copy", src))?;
-    }
+    let cloned = crate::sparse::clone_or_copy(&from, &to).map_err(io_err("copy", src))?;
     set_meta(&to, dst, meta)?;
     Ok(cloned)
 }
@@ -651,12 +648,6 @@ fn ensure_parents(
     Ok(())
 }
 
-/// Whether `name` is one of overlayfs's own extended attributes, which the seal reads as
-/// stage markers (whiteouts, opaque directories).
-fn is_overlay_xattr(name: &[u8]) -> bool {
-    name.starts_with(b"user.overlay.") || name.starts_with(b"trusted.overlay.")
-}
-
 /// Remove overlayfs's extended attributes from `path` and everything below it: they were
 /// set by the command in its copy, and left in the upper they would steer the seal (an
 /// empty file carrying `user.overlay.whiteout` would be recorded, and applied, as a
@@ -696,27 +687,10 @@ fn strip_overlay_xattrs(path: &Path) -> Result<(), CopyError> {
     Ok(())
 }
 
-/// The overlayfs attribute names on `path` (not following a symlink).
+/// The overlayfs attribute names on `path` (not following a symlink); a filesystem without
+/// extended attributes has none to forge.
 fn overlay_xattrs(path: &Path) -> Result<Vec<Vec<u8>>, CopyError> {
-    let err = |e: rustix::io::Errno| io_err("list the attributes of", path)(e.into());
-    let mut buf = vec![0u8; 1024];
-    let n = loop {
-        match rustix::fs::llistxattr(path, &mut buf[..]) {
-            Ok(n) => break n,
-            Err(rustix::io::Errno::RANGE) => {
-                let want = rustix::fs::llistxattr_query(path).map_err(err)?;
-                buf.resize(want.max(buf.len() * 2), 0);
-            }
-            // A filesystem without extended attributes has none to forge.
-            Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
-            Err(e) => return Err(err(e)),
-        }
-    };
-    Ok(buf[..n]
-        .split(|b| *b == 0)
-        .filter(|name| is_overlay_xattr(name))
-        .map(<[u8]>::to_vec)
-        .collect())
+    crate::xattrs::overlay_names(path).map_err(|e| io_err("list the attributes of", path)(e.into()))
 }
 
 /// Create a whiteout at `path`: an empty file with [`WHITEOUT_XATTR`], else a 0:0 device.

@@ -30,6 +30,7 @@ pub mod sparse;
 pub mod store;
 pub mod texts;
 pub mod trace_log;
+mod xattrs;
 
 pub use fingerprint::{
     Ctime, Fingerprint, FingerprintEntry, FingerprintError, Fingerprints, HostRoot, HostState,

@@ -3,8 +3,9 @@
 //! neither read through its holes nor allocated by a copy.
 //!
 //! Owns [`data_ranges`], [`hash_file`] (the content hash the seal and the fingerprints
-//! record) and [`copy_file`] (the apply engine's and the copy stage's file copy). It only
-//! reads its source and writes the destination it is given (already created, empty); it
+//! record), [`copy_file`] (the apply engine's file copy) and [`clone_or_copy`] (the copy
+//! stage's and the checkpoints'). It only reads its source and writes the destination it is
+//! given (already created, empty); it
 //! opens and resolves nothing itself.
 //!
 //! # The hash
@@ -135,6 +136,16 @@ pub fn hash_file(file: &File) -> io::Result<String> {
         h
     };
     Ok(hasher.finalize().to_hex().to_string())
+}
+
+/// Copy `src` into `dst` (created, empty): a clone of its extents (`FICLONE`) where the
+/// filesystem shares them, else [`copy_file`]. Returns whether it was cloned.
+pub fn clone_or_copy(src: &File, dst: &File) -> io::Result<bool> {
+    if rustix::fs::ioctl_ficlone(dst, src).is_ok() {
+        return Ok(true);
+    }
+    copy_file(src, dst)?;
+    Ok(false)
 }
 
 /// Copy `src` into `dst` (a new, empty regular file), keeping holes: each data range is
