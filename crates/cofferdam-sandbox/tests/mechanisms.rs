@@ -717,6 +717,21 @@ fn system_read_exec(extra: &[&Path]) -> Vec<PathBuf> {
     v
 }
 
+/// Copy the program `from` to `to` in another process (`cp`). Written here, its file would
+/// be open for writing in this process while other tests fork their children
+/// (`in_child`): a child forked in that moment keeps the write descriptor as long as it
+/// lives, and executing `to` then fails with ETXTBSY instead of reaching Landlock's check.
+/// No process forked from this one ever holds `cp`'s descriptor.
+fn copy_executable(from: &str, to: &Path) {
+    let st = std::process::Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp {from} {}: {st}", to.display());
+}
+
 fn landlock_plan(abi: u32, read_write: Vec<PathBuf>) -> LandlockPlan {
     LandlockPlan {
         abi: abi.min(7),
@@ -741,7 +756,7 @@ fn landlock_confines_writes_exec_signals_and_abstract_sockets() {
     let b = tempfile::tempdir().unwrap();
     std::fs::write(b.path().join("existing"), b"host data").unwrap();
     let tool = a.path().join("true");
-    std::fs::copy("/bin/true", &tool).unwrap();
+    copy_executable("/bin/true", &tool);
     let name = format!("cofferdam-mech-{}", std::process::id());
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
@@ -897,7 +912,7 @@ fn landlock_flags_execute_granted_from_above_a_read_write_tree() {
     };
     let a = tempfile::tempdir().unwrap();
     let tool = a.path().join("true");
-    std::fs::copy("/bin/true", &tool).unwrap();
+    copy_executable("/bin/true", &tool);
     let plan = landlock_plan(abi, vec![a.path().to_owned()]);
     let out = in_child(|r| {
         caps::no_new_privs();

@@ -8,6 +8,7 @@
 use crate::exit::Failure;
 use cofferdam_policy::trust::TrustStore;
 use cofferdam_policy::{LoadedManifest, parse_manifest};
+use cofferdam_stage::owned::{self, Why};
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 use std::ffi::OsStr;
@@ -53,29 +54,20 @@ fn check_owned(fd: &OwnedFd, shown: &Path, want_dir: bool) -> Result<(), Failure
     } else {
         FileType::RegularFile
     };
-    let me = rustix::process::geteuid().as_raw();
-    let why = if kind != want {
-        Some(format!(
+    let me = owned::me();
+    // The store's rule for a path of its own (`owned::judge`, no parent leniency).
+    let why = owned::judge(kind, st.st_uid, st.st_mode, want, me, None).map(|why| match why {
+        Why::Kind | Why::Symlink => format!(
             "is not a {}",
             if want_dir {
                 "directory"
             } else {
                 "regular file"
             }
-        ))
-    } else if st.st_uid != me {
-        Some(format!(
-            "is owned by uid {}, not by you (uid {me})",
-            st.st_uid
-        ))
-    } else if st.st_mode & 0o022 != 0 {
-        Some(format!(
-            "is writable by others (mode {:o})",
-            st.st_mode & 0o7777
-        ))
-    } else {
-        None
-    };
+        ),
+        Why::Owner { uid, me } => format!("is owned by uid {uid}, not by you (uid {me})"),
+        Why::Writable { mode } => format!("is writable by others (mode {mode:o})"),
+    });
     match why {
         None => Ok(()),
         Some(why) => Err(Failure::usage(format!(

@@ -4,12 +4,34 @@ use std::fmt;
 
 /// Success.
 pub const OK: u8 = 0;
+/// `kill`: the job is not running.
+pub const NOT_RUNNING: u8 = 1;
 /// A checked thing is invalid (`bundle verify`).
 pub const INVALID: u8 = 1;
 /// Bad usage: a flag, a manifest or an input file that cannot be used.
 pub const USAGE: u8 = 2;
+/// `apply` refused: conflicts or refused special files; nothing was written.
+pub const CONFLICT: u8 = 3;
+/// No such job (or checkpoint).
+pub const NOT_FOUND: u8 = 4;
+/// The job is busy (its run is live, or another apply/drop/checkpoint holds it).
+pub const BUSY: u8 = 5;
 /// cofferdam failed before the command started, including a floor the host cannot meet.
 pub const SETUP: u8 = 125;
+
+/// Every code cofferdam's own commands exit with (a run's other codes are its command's,
+/// `cofferdam_policy::outcome`'s): each is a row of `manual::EXIT_STATUS`, which the
+/// README's "Exit codes" table repeats (both are tested).
+pub const CODES: &[u8] = &[
+    OK,
+    NOT_RUNNING,
+    INVALID,
+    USAGE,
+    CONFLICT,
+    NOT_FOUND,
+    BUSY,
+    SETUP,
+];
 
 /// A failure with the exit code it maps to and a message a person can act on.
 #[derive(Debug)]
@@ -68,14 +90,14 @@ pub fn describe(code: u8, command: &str) -> (&'static str, String) {
             "not_running",
             "`cofferdam status JOB` shows how the job ended".to_owned(),
         ),
-        3 => (
+        CONFLICT => (
             "conflict",
             "`cofferdam diff JOB` shows the staged changes; `apply --force PATH` or \
              `--exclude PATH` resolves a conflict"
                 .to_owned(),
         ),
-        4 => ("not_found", "`cofferdam jobs` lists the jobs".to_owned()),
-        5 => (
+        NOT_FOUND => ("not_found", "`cofferdam jobs` lists the jobs".to_owned()),
+        BUSY => (
             "busy",
             "wait for the job's run or the other command to end; `cofferdam kill JOB` stops a run"
                 .to_owned(),
@@ -116,9 +138,6 @@ pub fn clap_exit(e: &clap::Error, args: &[std::ffi::OsString], names: &clap::Com
     let _ = crate::print_json(&Failure::usage(message).to_json(command));
     std::process::exit(i32::from(USAGE))
 }
-
-/// `kill`: the job is not running.
-pub const NOT_RUNNING: u8 = 1;
 
 impl From<anyhow::Error> for Failure {
     fn from(e: anyhow::Error) -> Self {

@@ -232,13 +232,7 @@ mod tests {
 
     #[test]
     fn every_exit_code_of_exit_is_documented() {
-        for code in [
-            crate::exit::OK,
-            crate::exit::INVALID,
-            crate::exit::USAGE,
-            crate::exit::SETUP,
-            crate::exit::NOT_RUNNING,
-        ] {
+        for &code in crate::exit::CODES {
             assert!(
                 EXIT_STATUS.iter().any(|(k, _)| *k == code.to_string()),
                 "exit {code} is not in EXIT_STATUS"

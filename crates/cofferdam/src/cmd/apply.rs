@@ -14,7 +14,7 @@ use crate::cmd::jobrules::{
     painted_mode, require_sealed, sensitivities, stage_failure,
 };
 use crate::cmd::recover::settled_state;
-use crate::exit::{Failure, OK};
+use crate::exit::{CONFLICT, Failure, OK};
 use crate::style::Style;
 use cofferdam_record::bundle::ChangeKind;
 use cofferdam_record::shown::escape;
@@ -30,8 +30,6 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
 
-/// Apply refused: conflicts or refused special files; nothing was written.
-pub const CONFLICT: u8 = 3;
 /// How many paths a text listing shows before summarizing the rest.
 const LIST_LIMIT: usize = 200;
 

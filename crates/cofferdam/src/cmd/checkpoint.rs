@@ -5,10 +5,10 @@
 
 use crate::cli::CheckpointCommand;
 use crate::cmd::jobref;
-use crate::cmd::jobrules::{BUSY, NOT_FOUND, job_failure, lock, now_ms};
+use crate::cmd::jobrules::{job_failure, lock, now_ms};
 use crate::cmd::recover::settled_state;
 use crate::context;
-use crate::exit::{Failure, OK, USAGE};
+use crate::exit::{BUSY, Failure, NOT_FOUND, OK, USAGE};
 use cofferdam_stage::checkpoint::{self, Checkpoint, CheckpointError};
 use cofferdam_stage::job::{Job, JobStore, JobSummary, StageState};
 use serde_json::{Value, json};

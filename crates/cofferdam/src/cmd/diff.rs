@@ -8,9 +8,9 @@
 use crate::cli::DiffArgs;
 use crate::cmd::jobref;
 use crate::cmd::jobrules::{
-    BUSY, job_failure, kind_word, normalize_paths, require_sealed, stage_failure,
+    job_failure, kind_word, normalize_paths, require_sealed, stage_failure,
 };
-use crate::exit::{Failure, OK};
+use crate::exit::{BUSY, Failure, OK};
 use crate::style::Style;
 use cofferdam_record::shown::{Keep, escape, escape_with};
 use cofferdam_stage::apply;

@@ -4,9 +4,9 @@
 //! matches nothing, the message names the folder looked for and the newest job there is.
 //! Reads the store only.
 
-use crate::cmd::jobrules::{NOT_FOUND, job_failure as failure};
+use crate::cmd::jobrules::job_failure as failure;
 use crate::context;
-use crate::exit::Failure;
+use crate::exit::{Failure, NOT_FOUND};
 use cofferdam_stage::job::{Job, JobState, JobStore, JobSummary};
 use std::path::{Path, PathBuf};
 

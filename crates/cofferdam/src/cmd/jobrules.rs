@@ -4,7 +4,7 @@
 //! bookkeeping, and the change lists' words. Depends on no other command module, so every
 //! command (and `recover`) can import it.
 
-use crate::exit::{Failure, SETUP, USAGE};
+use crate::exit::{BUSY, Failure, NOT_FOUND, SETUP, USAGE};
 use crate::style::Style;
 use cofferdam_record::bundle::ChangeKind;
 use cofferdam_record::trace::{ApplyOutcome, ApplyPathOutcome, TraceEventKind};
@@ -16,11 +16,6 @@ use cofferdam_stage::sensitive::Reason;
 use cofferdam_stage::trace_log::TraceLog;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// No such job.
-pub const NOT_FOUND: u8 = 4;
-/// The job is busy (its run is live, or another apply/drop holds it).
-pub const BUSY: u8 = 5;
 
 /// Map a job-store error to its exit code.
 pub(crate) fn job_failure(e: JobError) -> Failure {

@@ -2,6 +2,7 @@
 //! Bundle, render them. Nothing here changes a job.
 
 use crate::cli::StatusArgs;
+use crate::cmd::jobrules::job_failure;
 use crate::context;
 use crate::exit::{Failure, OK};
 use crate::style::Style;
@@ -10,7 +11,7 @@ use cofferdam_record::read_bundle;
 use cofferdam_record::shown::escape;
 use cofferdam_stage::apply;
 use cofferdam_stage::gitsummary::GitSummary;
-use cofferdam_stage::job::{Job, JobError, JobState, JobStore, JobSummary, StageState};
+use cofferdam_stage::job::{Job, JobState, JobStore, JobSummary, StageState};
 use cofferdam_stage::ledger::Ledger;
 use cofferdam_stage::review::{self, Stage, refresh_filesystem};
 use serde_json::json;
@@ -22,21 +23,6 @@ struct Review<'a> {
     #[serde(flatten)]
     bundle: &'a RunBundle,
     review_context: serde_json::Value,
-}
-
-/// Exit code when the job does not exist.
-const NOT_FOUND: u8 = 4;
-
-fn job_failure(e: JobError) -> Failure {
-    let code = match e {
-        JobError::NotFound { .. } | JobError::Ambiguous { .. } => NOT_FOUND,
-        JobError::Busy { .. } => 5,
-        _ => crate::exit::SETUP,
-    };
-    Failure {
-        code,
-        message: e.to_string(),
-    }
 }
 
 /// The job's state, with an `active` job whose supervisor is gone shown as `interrupted`.
