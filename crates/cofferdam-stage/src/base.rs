@@ -97,31 +97,52 @@ fn wanted(c: &ChangeEntry, host: &HostState) -> Option<(String, u64)> {
     }
 }
 
+/// What [`keep_at_seal`] kept.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Kept {
+    /// Bases kept (or already there).
+    pub kept: usize,
+    /// Files that would have had a base but did not fit in [`BASES_TOTAL_MAX`].
+    pub over_budget: usize,
+}
+
 /// Keep the bases of the sealed `changes` (their host sides in `fps`, read from the
-/// workdir `lower`) in the job at `job_dir` (see the module docs). Returns how many were
-/// kept. A file that is binary, changed since its fingerprint, or unreadable is skipped:
-/// its merge is refused later, naming that no base was kept.
+/// workdir `lower`) in the job at `job_dir` (see the module docs). A file that is binary,
+/// changed since its fingerprint, or unreadable is skipped: its merge is refused later,
+/// naming that no base was kept. A file that no longer fits in the budget is skipped too
+/// and counted, and smaller ones after it are still kept.
 pub fn keep_at_seal(
     job_dir: &Path,
     lower: &Path,
     changes: &[ChangeEntry],
     fps: &Fingerprints,
-) -> io::Result<usize> {
+) -> io::Result<Kept> {
+    keep_within(job_dir, lower, changes, fps, BASES_TOTAL_MAX)
+}
+
+fn keep_within(
+    job_dir: &Path,
+    lower: &Path,
+    changes: &[ChangeEntry],
+    fps: &Fingerprints,
+    budget: u64,
+) -> io::Result<Kept> {
     let root = rustix::fs::open(
         lower,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
     let mut total = 0u64;
-    let mut kept = 0;
+    let mut out = Kept::default();
     for c in changes {
         let path = change_path_bytes(c);
         let Some(e) = fps.get(path) else { continue };
         let Some((hash, size)) = wanted(c, &e.fingerprint.host) else {
             continue;
         };
-        if total + size > BASES_TOTAL_MAX {
-            break;
+        if total + size > budget {
+            out.over_budget += 1;
+            continue;
         }
         let Ok(Content::Bytes(bytes)) = read_file(root.as_fd(), path) else {
             continue;
@@ -131,10 +152,10 @@ pub fn keep_at_seal(
         }
         if keep(job_dir, &hash, &bytes).is_ok() {
             total += size;
-            kept += 1;
+            out.kept += 1;
         }
     }
-    Ok(kept)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -153,5 +174,51 @@ mod tests {
         fs::write(dir(job.path()).join(&hash), b"edited").unwrap();
         assert_eq!(load(job.path(), &hash), None);
         assert_eq!(load(job.path(), "../x"), None);
+    }
+
+    /// A file past the budget loses its base; a smaller one after it still gets one.
+    #[test]
+    fn a_file_over_the_budget_does_not_stop_later_ones() {
+        let job = tempfile::tempdir().unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let files: [(&str, &[u8]); 3] = [("a", b"1234567890\n"), ("b", b"x\n"), ("c", b"y\n")];
+        let mut entries = Vec::new();
+        let mut changes = Vec::new();
+        for (name, text) in files {
+            fs::write(work.path().join(name), text).unwrap();
+            entries.push(crate::fingerprint::FingerprintEntry {
+                path: name.into(),
+                path_bytes: name.as_bytes().to_vec(),
+                fingerprint: crate::fingerprint::Fingerprint {
+                    host: HostState::File {
+                        size: text.len() as u64,
+                        mode: 0o644,
+                        blake3: Some(blake3::hash(text).to_hex().to_string()),
+                    },
+                    ctime: None,
+                },
+            });
+            changes.push(
+                serde_json::from_value::<ChangeEntry>(serde_json::json!({
+                    "path": name, "kind": "modified", "old_type": "file", "new_type": "file"
+                }))
+                .unwrap(),
+            );
+        }
+        let fps = Fingerprints {
+            entries,
+            ..Fingerprints::default()
+        };
+        let kept = keep_within(job.path(), work.path(), &changes, &fps, 6).unwrap();
+        assert_eq!(
+            kept,
+            Kept {
+                kept: 2,
+                over_budget: 1
+            }
+        );
+        assert!(load(job.path(), &blake3::hash(b"x\n").to_hex()).is_some());
+        assert!(load(job.path(), &blake3::hash(b"y\n").to_hex()).is_some());
+        assert!(load(job.path(), &blake3::hash(b"1234567890\n").to_hex()).is_none());
     }
 }

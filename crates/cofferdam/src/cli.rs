@@ -86,6 +86,9 @@ pub enum Command {
     Gc(GcArgs),
     /// Show what applying a job's staged changes would do: unified diffs, one line for the rest.
     Diff(DiffArgs),
+    /// Review a job like a pull request: `--web` serves a page on 127.0.0.1 to read the
+    /// diffs and apply files or hunks; without it, `status --review`.
+    Review(ReviewArgs),
     /// Let a job's staged changes into the workdir (all, or --path subsets); refuses on
     /// conflicts.
     Apply(ApplyArgs),
@@ -363,6 +366,35 @@ pub struct StatusArgs {
     /// goes through `$PAGER`, or `less -FRX`; `PAGER=` or `PAGER=cat` turn that off too).
     #[arg(long)]
     pub no_pager: bool,
+}
+
+/// `cofferdam review`.
+#[derive(Debug, Args)]
+pub struct ReviewArgs {
+    /// The job: `last` (default), an id prefix, or a path.
+    #[arg(default_value = "last")]
+    pub job: String,
+    /// Serve the review page on loopback and print its URL (holding a random token).
+    #[arg(long)]
+    pub web: bool,
+    /// Listen on ADDR (a loopback address and port) instead of 127.0.0.1 on a free port.
+    #[arg(long, value_name = "ADDR", requires = "web")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Print the URL only; do not start a browser (one is started only with a display).
+    #[arg(long = "no-open", requires = "web")]
+    pub no_open: bool,
+}
+
+impl ReviewArgs {
+    /// The `status --review` a plain `review` is.
+    pub fn as_status(&self) -> StatusArgs {
+        StatusArgs {
+            job: self.job.clone(),
+            review: true,
+            all: false,
+            no_pager: false,
+        }
+    }
 }
 
 /// `cofferdam diff`.

@@ -20,6 +20,7 @@ mod publish;
 mod signals;
 mod style;
 mod trace_append;
+mod web;
 
 use cli::{BundleCommand, Cli, Command};
 use exit::Failure;
@@ -99,6 +100,8 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Logs(a) => cmd::logs::logs(&a.job, cli.global.json),
         Command::Gc(a) => cmd::gc::gc(a, cli.global.json, style),
         Command::Diff(a) => cmd::diff::diff(a, cli.global.json, style),
+        Command::Review(a) if a.web => web::serve(a),
+        Command::Review(a) => cmd::status::status(&a.as_status(), cli.global.json, style),
         Command::Apply(a) => cmd::apply::apply(a, cli.global.json, style),
         Command::Drop(a) => cmd::drop::drop_job(a, cli.global.json, style),
         Command::Checkpoint(c) => cmd::checkpoint::checkpoint(c, cli.global.json),
@@ -128,6 +131,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Logs(_) => "logs",
         Command::Gc(_) => "gc",
         Command::Diff(_) => "diff",
+        Command::Review(_) => "review",
         Command::Apply(_) => "apply",
         Command::Drop(_) => "drop",
         Command::Checkpoint(_) => "checkpoint",

@@ -118,13 +118,18 @@ pub(crate) fn seal_and_write(
     // The host side of each modified text file, for `apply --merge` and hunk ids; without
     // it those merges are refused, naming the missing base.
     let mut warnings = sealed.warnings;
-    if let Err(e) =
-        cofferdam_stage::base::keep_at_seal(job.dir(), workdir, &sealed.changes, &fingerprints)
-    {
-        warnings.push(format!(
+    match cofferdam_stage::base::keep_at_seal(job.dir(), workdir, &sealed.changes, &fingerprints) {
+        Err(e) => warnings.push(format!(
             "the host's copies of the modified files were not kept ({e}): `apply --merge` \
              will refuse them"
-        ));
+        )),
+        Ok(k) if k.over_budget > 0 => warnings.push(format!(
+            "{} modified file(s) have no merge base: the job's {} MiB for the host's copies \
+             filled, so `apply --merge` will refuse them (a whole-file apply is unaffected)",
+            k.over_budget,
+            cofferdam_stage::base::BASES_TOTAL_MAX >> 20
+        )),
+        Ok(_) => {}
     }
     // The trace before the bundle, so the bundle can say when the trace misses the seal.
     let lost = trace(TraceEventKind::StageSealed {

@@ -43,3 +43,4 @@ mod suspend;
 mod tiers;
 mod trust;
 mod usage;
+mod web;

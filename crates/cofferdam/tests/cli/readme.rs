@@ -48,6 +48,11 @@ const SKIPPED: &[(&str, &str)] = &[
         "installs host packages",
     ),
     (
+        "cofferdam review last --web",
+        "serves until its page closes; `web::the_review_page_applies_a_hunk_in_a_real_browser_\
+         and_refuses_strangers` drives it in chromium",
+    ),
+    (
         "cofferdam apply last --interactive",
         "asks on a terminal; `hunks::interactive_apply_asks_per_hunk_on_a_terminal` drives \
          it on a pty",

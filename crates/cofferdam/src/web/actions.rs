@@ -1,0 +1,247 @@
+//! What the review page reads and does, by running this binary's own subcommands on the
+//! job: `status --review` (JSON and text) and `diff --json` for what is shown, `apply` and
+//! `drop` for the buttons. So the page shows exactly what the command line shows and applies
+//! through the same engine (conflict check, symlink safety, ledger, trace events), and an
+//! apply the page starts is crash-safe the same way. It may not read or write the stage
+//! itself.
+
+use crate::exit::Failure;
+use cofferdam_stage::job::Job;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The job the server reviews.
+#[derive(Debug)]
+pub struct Target {
+    /// This binary.
+    exe: PathBuf,
+    /// The job's directory (the address every command is given: no `last` that could move).
+    job_dir: PathBuf,
+    /// The job's id.
+    job_id: String,
+    /// The workdir it applies to (the commands run there, so `--path` is relative to it).
+    workdir: PathBuf,
+}
+
+/// What the page asks to apply: whole paths (relative to the workdir) and hunk ids as
+/// `diff --json` lists them.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Selection {
+    /// Whole changes, by path.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Single hunks, by id.
+    #[serde(default)]
+    pub hunks: Vec<String>,
+}
+
+/// One command run for the page: its arguments after the binary, exit code and output.
+fn outcome(args: &[String], code: Option<i32>, stdout: &[u8], stderr: &[u8]) -> Value {
+    let mut text = String::from_utf8_lossy(stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(stderr));
+    json!({"command": args.join(" "), "code": code, "output": text})
+}
+
+/// Whether `id` can be a hunk id (what `diff --json` prints: no separator, no option).
+fn plausible_hunk_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('-')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.'))
+}
+
+/// The commands that apply `sel`: hunks first (they leave the rest of their files staged),
+/// then whole paths; or why the selection is refused.
+pub fn apply_commands(job: &str, sel: &Selection) -> Result<Vec<Vec<String>>, String> {
+    if sel.paths.is_empty() && sel.hunks.is_empty() {
+        return Err("nothing selected: tick files or hunks first".into());
+    }
+    if let Some(bad) = sel.hunks.iter().find(|h| !plausible_hunk_id(h)) {
+        return Err(format!("{bad:?} is not a hunk id `diff --json` lists"));
+    }
+    if sel.paths.iter().any(|p| p.is_empty() || p.contains('\0')) {
+        return Err("an empty path or one with a NUL byte was selected".into());
+    }
+    let command = |flag: &str, items: &[String]| -> Vec<String> {
+        let mut c: Vec<String> = ["--color", "never", "apply", job]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        for item in items {
+            c.push(flag.to_owned());
+            c.push(item.clone());
+        }
+        c
+    };
+    let mut out = Vec::new();
+    if !sel.hunks.is_empty() {
+        out.push(command("--hunks", &sel.hunks));
+    }
+    if !sel.paths.is_empty() {
+        out.push(command("--path", &sel.paths));
+    }
+    Ok(out)
+}
+
+impl Target {
+    /// The target for `job`, applying to `workdir`.
+    pub fn new(job: &Job, workdir: PathBuf) -> Result<Self, Failure> {
+        let exe = std::env::current_exe()
+            .map_err(|e| Failure::setup(format!("cannot find this program's file: {e}")))?;
+        Ok(Target {
+            exe,
+            job_dir: job.dir().to_path_buf(),
+            job_id: job.id().to_owned(),
+            workdir,
+        })
+    }
+
+    fn job_arg(&self) -> String {
+        self.job_dir.to_string_lossy().into_owned()
+    }
+
+    /// Run `cofferdam ARGS` in the workdir: its exit code (`None`: killed) and output.
+    fn run(&self, args: &[String]) -> (Option<i32>, Vec<u8>, Vec<u8>) {
+        match Command::new(&self.exe)
+            .args(args)
+            .current_dir(&self.workdir)
+            .env("PAGER", "cat")
+            .stdin(std::process::Stdio::null())
+            .output()
+        {
+            Ok(o) => (o.status.code(), o.stdout, o.stderr),
+            Err(e) => (
+                None,
+                Vec::new(),
+                format!("cannot run {}: {e}\n", self.exe.display()).into_bytes(),
+            ),
+        }
+    }
+
+    /// `args` run and its stdout parsed as JSON (null, with the error, when it is not).
+    fn run_json(&self, args: &[&str], errors: &mut Vec<String>) -> Value {
+        let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        let (code, stdout, stderr) = self.run(&args);
+        match serde_json::from_slice(&stdout) {
+            Ok(v) => v,
+            Err(_) => {
+                errors.push(format!(
+                    "`cofferdam {}` (exit {code:?}): {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&stderr).trim()
+                ));
+                Value::Null
+            }
+        }
+    }
+
+    /// What the page shows: the review (JSON, and the text `status --review` prints) and
+    /// every remaining change with its diff and hunks.
+    pub fn review(&self) -> Value {
+        let job = self.job_arg();
+        let mut errors = Vec::new();
+        let review = self.run_json(
+            &["--json", "status", "--review", &job, "--no-pager"],
+            &mut errors,
+        );
+        let (_, text, _) = self.run(&[
+            "--color".into(),
+            "never".into(),
+            "status".into(),
+            "--review".into(),
+            job.clone(),
+            "--no-pager".into(),
+        ]);
+        let diff = self.run_json(&["--json", "diff", &job], &mut errors);
+        json!({
+            "job": self.job_id,
+            "workdir": self.workdir.to_string_lossy(),
+            "review": review,
+            "review_text": String::from_utf8_lossy(&text),
+            "diff": diff,
+            "errors": errors,
+        })
+    }
+
+    /// Apply `sel` with `cofferdam apply`, as the command line would.
+    pub fn apply(&self, sel: &Selection) -> Value {
+        let commands = match apply_commands(&self.job_arg(), sel) {
+            Ok(c) => c,
+            Err(why) => return json!({"ok": false, "steps": [], "error": why}),
+        };
+        let mut steps = Vec::new();
+        let mut ok = true;
+        for c in commands {
+            let (code, stdout, stderr) = self.run(&c);
+            steps.push(outcome(&c, code, &stdout, &stderr));
+            if code != Some(0) {
+                ok = false;
+                break;
+            }
+        }
+        json!({"ok": ok, "steps": steps})
+    }
+
+    /// Discard the stage with `cofferdam drop`.
+    pub fn drop_stage(&self) -> Value {
+        let c = vec![
+            "--color".to_owned(),
+            "never".to_owned(),
+            "drop".to_owned(),
+            self.job_arg(),
+        ];
+        let (code, stdout, stderr) = self.run(&c);
+        json!({"ok": code == Some(0), "steps": [outcome(&c, code, &stdout, &stderr)]})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sel(paths: &[&str], hunks: &[&str]) -> Selection {
+        Selection {
+            paths: paths.iter().map(|s| (*s).to_owned()).collect(),
+            hunks: hunks.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn hunks_go_first_then_paths() {
+        let c = apply_commands("/j", &sel(&["a b", "-x"], &["h1", "h2"])).unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(
+            c[0],
+            [
+                "--color", "never", "apply", "/j", "--hunks", "h1", "--hunks", "h2"
+            ]
+        );
+        assert_eq!(
+            c[1],
+            [
+                "--color", "never", "apply", "/j", "--path", "a b", "--path", "-x"
+            ]
+        );
+        assert_eq!(apply_commands("/j", &sel(&["f"], &[])).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn bad_selections_are_refused() {
+        assert!(apply_commands("/j", &sel(&[], &[])).is_err());
+        assert!(apply_commands("/j", &sel(&[], &["a,b"])).is_err());
+        assert!(apply_commands("/j", &sel(&[], &["--force"])).is_err());
+        assert!(apply_commands("/j", &sel(&[""], &[])).is_err());
+        assert!(apply_commands("/j", &sel(&["a\0b"], &[])).is_err());
+    }
+
+    #[test]
+    fn a_selection_takes_no_other_fields() {
+        assert!(serde_json::from_str::<Selection>(r#"{"paths":["a"],"force":true}"#).is_err());
+        let s: Selection = serde_json::from_str(r#"{"hunks":["x"]}"#).unwrap();
+        assert_eq!(s.hunks, ["x"]);
+    }
+}
