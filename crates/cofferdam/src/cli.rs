@@ -98,6 +98,8 @@ pub enum Command {
     /// Immutable savepoints of a stopped job's stage: create, list, show, delete.
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
+    /// Run the tasks of a TOML or JSON Lines file, N at once, each a labelled job.
+    Batch(BatchArgs),
     /// Stop a running job from another terminal (it ends `cancelled`, exit 130).
     Kill(KillArgs),
     /// A first run for newcomers: a scratch project, a scripted agent, its review.
@@ -129,6 +131,17 @@ pub enum Command {
     /// Print a man page (roff): cofferdam(1), or COMMAND's (`run`, `bundle-verify` and so on);
     /// `--out DIR` writes every page (cofferdam.1, cofferdam-run.1 and the rest) into DIR.
     Man(ManArgs),
+}
+
+/// `cofferdam batch`.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// The task file: `[[task]]` tables (TOML) or one JSON object a line (JSON Lines).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Run at most N tasks at once [default: from the CPUs and the available memory].
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    pub jobs: Option<usize>,
 }
 
 /// `cofferdam man`.

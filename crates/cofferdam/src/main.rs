@@ -4,6 +4,7 @@
 //! C `main` below, not std's wrapper (see `entry`).
 #![cfg_attr(not(test), no_main)]
 
+mod batch;
 mod cli;
 mod cmd;
 mod config_files;
@@ -104,6 +105,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Checkpoint(c) => cmd::checkpoint::checkpoint(c, cli.global.json),
         Command::Export(a) => cmd::export::export(a, cli.global.json),
         Command::Import(a) => cmd::import::import(a, cli.global.json),
+        Command::Batch(a) => cmd::batch::batch(a, cli.global.json),
         Command::Kill(a) => cmd::kill::kill(a, cli.global.json),
         Command::Demo => cmd::demo::demo(style, cli.global.json),
         Command::Trust(a) => cmd::trust::trust(a, cli.global.json),
@@ -133,6 +135,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Checkpoint(_) => "checkpoint",
         Command::Export(_) => "export",
         Command::Import(_) => "import",
+        Command::Batch(_) => "batch",
         Command::Kill(_) => "kill",
         Command::Demo => "demo",
         Command::Trust(_) => "trust",

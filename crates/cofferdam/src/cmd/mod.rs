@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod apply;
 pub mod apply_hunks;
+pub mod batch;
 pub mod bundle;
 pub mod checkpoint;
 pub mod complete;

@@ -8,6 +8,7 @@ mod agents;
 mod agents_real;
 mod agents_toolchain;
 mod apply;
+mod batch;
 mod bundles;
 mod checkpoint;
 mod common;
