@@ -12,6 +12,7 @@ mod context;
 mod egress;
 mod entry;
 mod exit;
+mod k8s;
 mod lifecycle;
 mod manual;
 mod pager;
@@ -22,7 +23,7 @@ mod signals;
 mod style;
 mod trace_append;
 
-use cli::{BundleCommand, Cli, Command};
+use cli::{BundleCommand, Cli, Command, K8sCommand};
 use exit::Failure;
 use std::io::Write as _;
 
@@ -106,6 +107,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Export(a) => cmd::export::export(a, cli.global.json),
         Command::Import(a) => cmd::import::import(a, cli.global.json),
         Command::Batch(a) => cmd::batch::batch(a, cli.global.json),
+        Command::K8s(K8sCommand::Job(a)) => cmd::k8s::job(a),
         Command::Kill(a) => cmd::kill::kill(a, cli.global.json),
         Command::Demo => cmd::demo::demo(style, cli.global.json),
         Command::Trust(a) => cmd::trust::trust(a, cli.global.json),
@@ -136,6 +138,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Export(_) => "export",
         Command::Import(_) => "import",
         Command::Batch(_) => "batch",
+        Command::K8s(_) => "k8s",
         Command::Kill(_) => "kill",
         Command::Demo => "demo",
         Command::Trust(_) => "trust",

@@ -16,6 +16,7 @@ pub mod gc;
 pub mod import;
 pub mod jobref;
 pub mod jobrules;
+pub mod k8s;
 pub mod kill;
 pub mod logs;
 pub mod man;

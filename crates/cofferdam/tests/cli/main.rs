@@ -19,6 +19,7 @@ mod gc;
 mod housekeeping;
 mod hunks;
 mod json_output;
+mod k8s;
 mod lastref;
 mod lifecycle;
 mod limits;
