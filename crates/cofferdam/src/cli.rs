@@ -101,6 +101,11 @@ pub enum Command {
     /// Immutable savepoints of a stopped job's stage: create, list, show, delete.
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
+    /// Run the tasks of a TOML or JSON Lines file, N at once, each a labelled job.
+    Batch(BatchArgs),
+    /// Print manifests that run cofferdam elsewhere: `k8s job` (a Kubernetes Job).
+    #[command(subcommand)]
+    K8s(K8sCommand),
     /// Stop a running job from another terminal (it ends `cancelled`, exit 130).
     Kill(KillArgs),
     /// A first run for newcomers: a scratch project, a scripted agent, its review.
@@ -132,6 +137,45 @@ pub enum Command {
     /// Print a man page (roff): cofferdam(1), or COMMAND's (`run`, `bundle-verify` and so on);
     /// `--out DIR` writes every page (cofferdam.1, cofferdam-run.1 and the rest) into DIR.
     Man(ManArgs),
+}
+
+/// `cofferdam batch`.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// The task file: `[[task]]` tables (TOML) or one JSON object a line (JSON Lines).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Run at most N tasks at once [default: from the CPUs and the available memory].
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    pub jobs: Option<usize>,
+}
+
+/// `cofferdam k8s …`.
+#[derive(Debug, Subcommand)]
+pub enum K8sCommand {
+    /// Print a Kubernetes Job (JSON) that runs COMMAND under cofferdam and exports its job.
+    Job(K8sJobArgs),
+}
+
+/// `cofferdam k8s job`.
+#[derive(Debug, Args)]
+pub struct K8sJobArgs {
+    /// The policy (as `run`'s; not --workdir or --publish).
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// The image: cofferdam and the agent installed.
+    #[arg(long, value_name = "IMG", default_value = "cofferdam:latest")]
+    pub image: String,
+    /// The Job's name.
+    #[arg(long, value_name = "N", default_value = "cofferdam-run")]
+    pub name: String,
+    /// The cluster has no user namespaces per pod (`hostUsers: false`): run on the scoped
+    /// tier.
+    #[arg(long = "no-user-namespaces")]
+    pub no_user_namespaces: bool,
+    /// The command and its arguments.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 /// `cofferdam man`.

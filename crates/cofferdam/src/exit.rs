@@ -22,6 +22,7 @@ pub const SETUP: u8 = 125;
 /// Every code cofferdam's own commands exit with (a run's other codes are its command's,
 /// `cofferdam_policy::outcome`'s): each is a row of `manual::EXIT_STATUS`, which the
 /// README's "Exit codes" table repeats (both are tested).
+#[cfg(test)]
 pub const CODES: &[u8] = &[
     OK,
     NOT_RUNNING,

@@ -4,6 +4,7 @@
 //! C `main` below, not std's wrapper (see `entry`).
 #![cfg_attr(not(test), no_main)]
 
+mod batch;
 mod cli;
 mod cmd;
 mod config_files;
@@ -11,6 +12,7 @@ mod context;
 mod egress;
 mod entry;
 mod exit;
+mod k8s;
 mod lifecycle;
 mod manual;
 mod pager;
@@ -22,7 +24,7 @@ mod style;
 mod trace_append;
 mod web;
 
-use cli::{BundleCommand, Cli, Command};
+use cli::{BundleCommand, Cli, Command, K8sCommand};
 use exit::Failure;
 use std::io::Write as _;
 
@@ -107,6 +109,8 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Checkpoint(c) => cmd::checkpoint::checkpoint(c, cli.global.json),
         Command::Export(a) => cmd::export::export(a, cli.global.json),
         Command::Import(a) => cmd::import::import(a, cli.global.json),
+        Command::Batch(a) => cmd::batch::batch(a, cli.global.json),
+        Command::K8s(K8sCommand::Job(a)) => cmd::k8s::job(a),
         Command::Kill(a) => cmd::kill::kill(a, cli.global.json),
         Command::Demo => cmd::demo::demo(style, cli.global.json),
         Command::Trust(a) => cmd::trust::trust(a, cli.global.json),
@@ -137,6 +141,8 @@ fn command_name(c: &Command) -> &'static str {
         Command::Checkpoint(_) => "checkpoint",
         Command::Export(_) => "export",
         Command::Import(_) => "import",
+        Command::Batch(_) => "batch",
+        Command::K8s(_) => "k8s",
         Command::Kill(_) => "kill",
         Command::Demo => "demo",
         Command::Trust(_) => "trust",

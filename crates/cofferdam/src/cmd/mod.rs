@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod apply;
 pub mod apply_hunks;
+pub mod batch;
 pub mod bundle;
 pub mod checkpoint;
 pub mod complete;
@@ -15,6 +16,7 @@ pub mod gc;
 pub mod import;
 pub mod jobref;
 pub mod jobrules;
+pub mod k8s;
 pub mod kill;
 pub mod logs;
 pub mod man;

@@ -205,7 +205,16 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
             } else {
                 Vec::new()
             };
-            render_bundle(&mut o, b, args.review, stage_state, keep.as_ref(), &git, s)
+            render_bundle(
+                &mut o,
+                b,
+                job.id(),
+                args.review,
+                stage_state,
+                keep.as_ref(),
+                &git,
+                s,
+            )
         }
     }
     if let Some(r) = &stage_review {
@@ -325,10 +334,13 @@ pub(crate) fn ending_word(b: &RunBundle) -> String {
 
 /// `rollup`: roll up directories added whole and leave out the object files of each `git`
 /// directory summarised, keeping the entries it names listed; `None` lists every entry
-/// (`--all`).
+/// (`--all`). `job_id` is the local job's id, which the next steps name: an imported job's
+/// bundle keeps the run id of the machine it ran on.
+#[allow(clippy::too_many_arguments)]
 fn render_bundle(
     o: &mut String,
     b: &RunBundle,
+    job_id: &str,
     review: bool,
     state: StageState,
     rollup: Option<&std::collections::HashSet<&str>>,
@@ -482,7 +494,7 @@ fn render_bundle(
             let _ = writeln!(o, "  {} {}", s.warn("-"), escape(w));
         }
     }
-    let id = escape(&r.run_id);
+    let id = escape(job_id);
     match state {
         StageState::Applied => {
             let _ = writeln!(

@@ -193,6 +193,18 @@ fn importing_onto_a_tree_that_differs_conflicts_and_writes_nothing() {
     std::fs::write(other.path().join("b"), "same\n").unwrap();
     let before = tree(other.path());
     let moved = import(&s, &file, other.path());
+    // The review's next steps name the local job, not the run id it came with.
+    let review = s
+        .cmd()
+        .args(["status", "--review", "--no-pager", &moved])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&review.stdout);
+    assert!(
+        text.contains(&format!("next: cofferdam diff {moved}"))
+            && !text.contains(&format!("diff {job}")),
+        "{moved} (from {job}): {text}"
+    );
     let v = apply(&s, &moved, 3);
     assert_eq!(v["refused"], true, "{v}");
     assert_eq!(v["conflicts"][0]["path"], "a", "{v}");

@@ -83,6 +83,13 @@ const FILLED: &[(&str, &str)] = &[
     ),
     ("cofferdam trust [FILE]", "cofferdam trust cofferdam.toml"),
     (
+        "cofferdam batch -j 2 tasks.toml",
+        // The README's task file, the `make test` task as a command present here.
+        "printf '[[task]]\\nworkdir = \".\"\\ncommand = [\"sh\", \"-c\", \"echo one > one.txt\"]\\n\
+         task_id = \"one\"\\nlabels = { model = \"a\" }\\n\\n[[task]]\\ncopy_of = \".\"\\n\
+         command = [\"true\"]\\ntimeout = \"10m\"\\n' > tasks.toml && cofferdam batch -j 2 tasks.toml",
+    ),
+    (
         "cofferdam bundle verify FILE|last",
         "cofferdam bundle verify last",
     ),

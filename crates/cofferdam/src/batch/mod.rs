@@ -1,0 +1,9 @@
+//! `cofferdam batch`: many runs from one task file, at most N at once, each a job of its
+//! own labelled `batch=<id>` and `batch.task=<n>`. `spec` reads the task file, `schedule`
+//! runs the tasks as `cofferdam run` children, `report` tells what they came to. May not
+//! import `cmd` (its command, `cmd::batch`, is the caller) nor the lifecycle (each task's
+//! run is a child process's; `schedule` says why).
+
+pub mod report;
+pub mod schedule;
+pub mod spec;

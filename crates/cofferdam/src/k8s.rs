@@ -1,0 +1,168 @@
+//! The Kubernetes Job manifest of `cofferdam k8s job`: one pod whose container runs
+//! `cofferdam run` with the task's policy flags and then `cofferdam export` of that job to
+//! a volume (`/export`), so the stage leaves the pod as one archive for `cofferdam import`.
+//! Printed as JSON, which `kubectl apply -f` reads as it reads YAML, so no YAML writer is
+//! needed and the output is exactly what a JSON Schema validator checks.
+//!
+//! The pod settings and why:
+//! - `hostUsers: false` (a user namespace per pod) when the cluster supports it: the
+//!   sealed tier needs to create user, mount and pid namespaces, which an unprivileged
+//!   container can only do inside its own user namespace. On a cluster without the
+//!   feature, `--no-user-namespaces` leaves `hostUsers` out and caps the run at
+//!   `--tier scoped` (Landlock, seccomp, no namespaces).
+//! - `seccompProfile: Unconfined`: the container runtime's default profile refuses
+//!   `unshare(2)`, `mount(2)` and `pivot_root(2)` with namespace flags, which the sealed
+//!   tier's init calls; cofferdam installs its own seccomp filter on the workload.
+//! - `appArmorProfile: Unconfined`: the runtime's default AppArmor profile denies `mount`,
+//!   which the sealed tier needs inside its namespaces, and on Ubuntu 23.10+ nodes
+//!   unprivileged user namespaces are granted only to profiles that allow them; cofferdam's
+//!   Landlock rules and mount namespace confine the workload instead. (The field needs
+//!   Kubernetes 1.30+; older clusters take the `container.apparmor.security.beta.
+//!   kubernetes.io` annotation.)
+//! - `allowPrivilegeEscalation: false` and every capability dropped: cofferdam needs none
+//!   outside the user namespace it makes.
+//!
+//! Owns the manifest's shape; may not run anything. Pure.
+
+use serde_json::{Value, json};
+
+/// What the manifest is made from.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// The Job's name (a DNS-1123 label).
+    pub name: String,
+    /// The container image: cofferdam and the agent installed.
+    pub image: String,
+    /// The `cofferdam run` policy flags.
+    pub run_flags: Vec<String>,
+    /// The command.
+    pub command: Vec<String>,
+    /// No user namespace per pod: the run is capped at the scoped tier.
+    pub scoped_only: bool,
+}
+
+/// Whether `name` is a DNS-1123 label a Job may be named (at most 63 characters).
+pub fn valid_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// `word` quoted for `sh -c`.
+fn quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// The container's shell line: the run, its exit code kept, the export, that exit code.
+pub fn container_script(spec: &JobSpec) -> String {
+    let mut run = vec!["cofferdam", "--json", "run", "--no-tty", "--capture"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    if spec.scoped_only {
+        run.push("--tier=scoped".into());
+    }
+    run.push("--workdir=/work".into());
+    run.extend(spec.run_flags.iter().cloned());
+    run.push("--".into());
+    run.extend(spec.command.iter().cloned());
+    let run: Vec<String> = run.iter().map(|w| quoted(w)).collect();
+    format!(
+        "{} > /export/run.json; rc=$?; cofferdam export last -o /export/job.tar.zst || rc=125; \
+         exit $rc",
+        run.join(" ")
+    )
+}
+
+/// The `batch/v1` Job.
+pub fn manifest(spec: &JobSpec) -> Value {
+    let mut pod = json!({
+        "restartPolicy": "Never",
+        "containers": [{
+            "name": "cofferdam",
+            "image": spec.image,
+            "workingDir": "/work",
+            "command": ["sh", "-c", container_script(spec)],
+            "env": [
+                {"name": "COFFERDAM_HOME", "value": "/var/lib/cofferdam"},
+                {"name": "HOME", "value": "/home/agent"}
+            ],
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "Unconfined"},
+                "appArmorProfile": {"type": "Unconfined"}
+            },
+            "volumeMounts": [
+                {"name": "work", "mountPath": "/work"},
+                {"name": "store", "mountPath": "/var/lib/cofferdam"},
+                {"name": "export", "mountPath": "/export"}
+            ]
+        }],
+        "volumes": [
+            {"name": "work", "emptyDir": {}},
+            {"name": "store", "emptyDir": {}},
+            {"name": "export", "persistentVolumeClaim": {"claimName": format!("{}-export", spec.name)}}
+        ]
+    });
+    if !spec.scoped_only {
+        pod["hostUsers"] = json!(false);
+    }
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": spec.name, "labels": {"app.kubernetes.io/managed-by": "cofferdam"}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"spec": pod}
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(scoped_only: bool) -> JobSpec {
+        JobSpec {
+            name: "fix-1".into(),
+            image: "registry.example/agent:1".into(),
+            run_flags: vec!["--timeout=30m".into()],
+            command: vec!["sh".into(), "-c".into(), "echo it's".into()],
+            scoped_only,
+        }
+    }
+
+    #[test]
+    fn the_pod_has_a_user_namespace_or_runs_scoped() {
+        let m = manifest(&spec(false));
+        assert_eq!(m["spec"]["template"]["spec"]["hostUsers"], false);
+        assert!(!container_script(&spec(false)).contains("--tier=scoped"));
+        let m = manifest(&spec(true));
+        assert!(m["spec"]["template"]["spec"].get("hostUsers").is_none());
+        assert!(container_script(&spec(true)).contains("'--tier=scoped'"));
+        let sc = &m["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+        assert_eq!(sc["seccompProfile"]["type"], "Unconfined");
+        assert_eq!(sc["appArmorProfile"]["type"], "Unconfined");
+    }
+
+    #[test]
+    fn the_script_quotes_every_word_and_keeps_the_run_exit_code() {
+        let s = container_script(&spec(false));
+        assert!(s.contains(r"'echo it'\''s'"), "{s}");
+        assert!(s.contains("'--timeout=30m' '--' 'sh'"), "{s}");
+        assert!(s.ends_with("exit $rc"), "{s}");
+    }
+
+    #[test]
+    fn job_names_are_dns_labels() {
+        assert!(valid_name("fix-1"));
+        for bad in ["", "-a", "a-", "A", "a_b", &"a".repeat(64)] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+}

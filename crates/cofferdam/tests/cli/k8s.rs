@@ -1,0 +1,168 @@
+//! `cofferdam k8s job` (issue 24): the manifest is a `batch/v1` Job whose container runs
+//! the run with the given policy flags and exports its job; bad names and policy values are
+//! usage errors. What a cluster would do with it is not checked here (no cluster).
+
+use crate::common::*;
+
+#[test]
+fn the_job_manifest_carries_the_policy_and_refuses_bad_input() {
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .args(["k8s", "job", "--timeout", "30m", "--network", "none"])
+        .args([
+            "--name",
+            "fix-1",
+            "--image",
+            "reg.example/agent:1",
+            "--",
+            "make",
+            "test",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let m = json_of(&out);
+    assert_eq!(m["apiVersion"], "batch/v1");
+    assert_eq!(m["kind"], "Job");
+    assert_eq!(m["metadata"]["name"], "fix-1");
+    let pod = &m["spec"]["template"]["spec"];
+    assert_eq!(pod["hostUsers"], false);
+    assert_eq!(pod["restartPolicy"], "Never");
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], "reg.example/agent:1");
+    let script = c["command"][2].as_str().unwrap();
+    assert!(
+        script.contains("'--network=none' '--timeout=30m' '--' 'make' 'test'"),
+        "{script}"
+    );
+    assert!(script.contains("cofferdam export last -o /export/job.tar.zst"));
+    let scoped = s
+        .cmd()
+        .args(["k8s", "job", "--no-user-namespaces", "--", "true"])
+        .output()
+        .unwrap();
+    let m = json_of(&scoped);
+    assert!(m["spec"]["template"]["spec"].get("hostUsers").is_none());
+    assert!(
+        m["spec"]["template"]["spec"]["containers"][0]["command"][2]
+            .as_str()
+            .unwrap()
+            .contains("'--tier=scoped'")
+    );
+    for bad in [
+        &["--name", "Bad_Name", "--", "true"][..],
+        &["--timeout", "soon", "--", "true"],
+        &["--"],
+    ] {
+        let out = s.cmd().args(["k8s", "job"]).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+    }
+}
+
+/// The pod as a container runtime would make it, in a mount and pid namespace of this host
+/// (a user namespace too when not root, as `hostUsers: false` gives): a fresh root with the
+/// host's /usr, /etc, /dev and /sys, the binary as the image's, and the manifest's three
+/// volumes as folders of the test; its command line is the manifest's, under the manifest's
+/// environment. Its export is then imported and applied here. Not checked: the runtime's
+/// seccomp and AppArmor (both Unconfined in the manifest), an image other than this host.
+const POD: &str = r#"set -e
+R=$1/root; mkdir -p $R
+mount -t tmpfs pod $R
+for d in usr etc dev proc sys; do mkdir -p $R/$d; done
+for d in usr etc dev sys; do mount --rbind /$d $R/$d; done
+for l in bin sbin lib lib64; do if [ -e /$l ]; then ln -s usr/$l $R/$l; fi; done
+mkdir -p $R/work $R/export $R/var/lib/cofferdam $R/home/agent $R/tmp $R/opt/bin $R/old
+mount --bind $1/work $R/work; mount --bind $1/export $R/export
+mount --bind $1/store $R/var/lib/cofferdam; mount --bind $1/home $R/home/agent
+cp $2 $R/opt/bin/cofferdam; cp $1/script.sh $R/script.sh
+cd $R; /usr/sbin/pivot_root . old; mount -t proc proc /proc; umount -l /old
+cd /work
+exec env -i PATH=/opt/bin:/usr/bin:/bin COFFERDAM_HOME=/var/lib/cofferdam HOME=/home/agent sh /script.sh
+"#;
+
+#[test]
+fn the_pods_command_runs_in_a_pod_like_root_and_its_export_imports_here() {
+    let root = rustix::process::geteuid().is_root();
+    if !require(
+        "unshare(1) and pivot_root(8), and user namespaces when not root",
+        std::process::Command::new("unshare")
+            .args(if root {
+                &["-m", "true"][..]
+            } else {
+                &["-Urm", "true"]
+            })
+            .status()
+            .is_ok_and(|s| s.success())
+            && std::path::Path::new("/usr/sbin/pivot_root").exists(),
+    ) {
+        return;
+    }
+    let s = Sandbox::new();
+    let pod = tempfile::tempdir().unwrap();
+    for d in ["work", "export", "store", "home"] {
+        std::fs::create_dir(pod.path().join(d)).unwrap();
+    }
+    std::fs::write(pod.path().join("work/f.txt"), "hello\n").unwrap();
+    let out = s
+        .cmd()
+        .args([
+            "k8s",
+            "job",
+            "--timeout",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            "echo it\\'s >> f.txt",
+        ])
+        .output()
+        .unwrap();
+    let m = json_of(&out);
+    let c = &m["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["command"][0], "sh");
+    assert_eq!(c["command"][1], "-c");
+    std::fs::write(
+        pod.path().join("script.sh"),
+        c["command"][2].as_str().unwrap(),
+    )
+    .unwrap();
+    std::fs::write(pod.path().join("pod.sh"), POD).unwrap();
+    let bin = env!("CARGO_BIN_EXE_cofferdam");
+    let ran = std::process::Command::new("unshare")
+        .args(if root { &["-m"][..] } else { &["-Urm"] })
+        .args(["-p", "-f", "--propagation", "private", "sh"])
+        .arg(pod.path().join("pod.sh"))
+        .arg(pod.path())
+        .arg(bin)
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{ran:?}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(pod.path().join("export/run.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["exit_code"], 0, "{summary}");
+    assert_eq!(summary["changes"], 1, "{summary}");
+    // The pod's tree is untouched; the export imports and applies onto a copy of it here.
+    assert_eq!(
+        std::fs::read_to_string(pod.path().join("work/f.txt")).unwrap(),
+        "hello\n"
+    );
+    std::fs::write(s.work.path().join("f.txt"), "hello\n").unwrap();
+    let imported = s
+        .cmd()
+        .args(["--json", "import"])
+        .arg(pod.path().join("export/job.tar.zst"))
+        .arg("--workdir")
+        .arg(s.work.path())
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let job = json_of(&imported)["job"].as_str().unwrap().to_owned();
+    let applied = s.cmd().args(["apply", &job]).output().unwrap();
+    assert!(applied.status.success(), "{applied:?}");
+    assert_eq!(
+        std::fs::read_to_string(s.work.path().join("f.txt")).unwrap(),
+        "hello\nit's\n"
+    );
+}
