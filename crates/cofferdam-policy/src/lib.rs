@@ -31,6 +31,7 @@ pub mod doctor;
 
 pub use doctor::{CheckStatus, DoctorReport, doctor};
 pub mod cgroup_plan;
+pub mod controls;
 pub mod flag;
 pub mod orchestration;
 pub mod outcome;

@@ -5,6 +5,7 @@
 //! values, so it is never written to disk).
 
 use crate::allow::NetworkMode;
+use crate::controls::{ControlRequirement, SetupStep, control_requirements};
 use crate::manifest::MountMode;
 use crate::policy::{DEFAULT_PROJECTED_ENV, PROXY_ENV, Policy};
 use crate::secrets::secret_paths;
@@ -54,6 +55,69 @@ pub struct SandboxPlan {
     /// The network (DESIGN.md §6).
     #[serde(default)]
     pub network: NetworkPlan,
+    /// How the tier depends on each control row the init reads back
+    /// ([`control_requirements`] of the tier): a row that does not hold its requirement
+    /// refuses the run. No default: a plan without it would refuse nothing.
+    pub requirements: Vec<ControlRequirement>,
+}
+
+impl SandboxPlan {
+    /// Whether the network is confined (any mode but `host`).
+    pub fn network_confined(&self) -> bool {
+        self.network.mode != PlanNetworkMode::Host
+    }
+
+    /// The init's setup steps, in order (DESIGN.md §3), after the namespaces: the sealed
+    /// tier's pid 1 composes its root and hardens itself; the scoped tier hardens the host
+    /// process in the copy; the advisory tier sets only the environment and the rlimits.
+    pub fn setup_program(&self) -> Vec<SetupStep> {
+        use SetupStep as S;
+        let memfd = (!self.fs.workdir_exec).then_some(S::MemfdNoexec);
+        let steps: Vec<Option<SetupStep>> = match self.tier {
+            EnforcementTier::MountnsPivotRootLandlockSeccomp => vec![
+                memfd,
+                Some(S::ComposeRoot),
+                Some(S::Hostname),
+                Some(S::Network),
+                Some(S::Rlimits),
+                Some(S::BuildSeccomp),
+                Some(S::CloseFds),
+                Some(S::StatusCloexec),
+                Some(S::NotDumpable),
+                Some(S::DropCapabilities),
+                Some(S::NoNewPrivs),
+                Some(S::Landlock),
+                Some(S::Seccomp),
+            ],
+            EnforcementTier::LandlockSeccomp => vec![
+                Some(S::EnterWorkdir),
+                Some(S::NoPidNamespace),
+                Some(S::Rlimits),
+                Some(S::BuildSeccomp),
+                Some(S::CloseFds),
+                Some(S::StatusCloexec),
+                self.terminal.is_some().then_some(S::Terminal),
+                Some(S::NotDumpable),
+                Some(S::DropCapabilities),
+                Some(S::NoNewPrivs),
+                Some(S::Landlock),
+                Some(S::MetadataFilter),
+                self.landlock.tcp.is_some().then_some(S::SocketFilter),
+                Some(S::HiddenPaths),
+                memfd,
+                Some(S::Seccomp),
+            ],
+            EnforcementTier::None => vec![
+                Some(S::EnterWorkdir),
+                Some(S::NoPidNamespace),
+                Some(S::Rlimits),
+                Some(S::CloseFds),
+                Some(S::StatusCloexec),
+                Some(S::AdvisoryAbsences),
+            ],
+        };
+        steps.into_iter().flatten().collect()
+    }
 }
 
 /// The network mode as the init sees it.
@@ -465,6 +529,7 @@ pub fn build_plan(
         hostname: "cofferdam".into(),
         terminal: None,
         network: network_plan(policy),
+        requirements: control_requirements(decision.tier, policy.network.mode != NetworkMode::Host),
     }
 }
 
@@ -600,6 +665,115 @@ mod tests {
         );
         assert_eq!(host.network.mode, PlanNetworkMode::Host);
         assert!(host.network.tcp_ports.is_empty() && host.fs.resolv_conf.is_none());
+    }
+
+    #[test]
+    fn the_setup_program_hardens_in_order_and_installs_seccomp_last() {
+        use crate::controls::SetupStep as S;
+        let mut plan = build_plan(
+            &policy(RunFlags::default()),
+            &HostFacts::capable_example(),
+            &inv(),
+            &job(),
+            vec!["true".into()],
+        );
+        // `--no-exec` (workdir_exec false) raises memfd_noexec first.
+        plan.fs.workdir_exec = false;
+        assert_eq!(
+            plan.setup_program(),
+            vec![
+                S::MemfdNoexec,
+                S::ComposeRoot,
+                S::Hostname,
+                S::Network,
+                S::Rlimits,
+                S::BuildSeccomp,
+                S::CloseFds,
+                S::StatusCloexec,
+                S::NotDumpable,
+                S::DropCapabilities,
+                S::NoNewPrivs,
+                S::Landlock,
+                S::Seccomp,
+            ]
+        );
+        plan.tier = EnforcementTier::LandlockSeccomp;
+        plan.terminal = Some(TerminalPlan { rows: 24, cols: 80 });
+        plan.landlock.tcp = Some(TcpRules {
+            connect: Vec::new(),
+            bind: Vec::new(),
+        });
+        plan.fs.workdir_exec = true;
+        let scoped = plan.setup_program();
+        assert_eq!(
+            scoped,
+            vec![
+                S::EnterWorkdir,
+                S::NoPidNamespace,
+                S::Rlimits,
+                S::BuildSeccomp,
+                S::CloseFds,
+                S::StatusCloexec,
+                S::Terminal,
+                S::NotDumpable,
+                S::DropCapabilities,
+                S::NoNewPrivs,
+                S::Landlock,
+                S::MetadataFilter,
+                S::SocketFilter,
+                S::HiddenPaths,
+                S::Seccomp,
+            ]
+        );
+        plan.tier = EnforcementTier::None;
+        assert_eq!(
+            plan.setup_program(),
+            vec![
+                S::EnterWorkdir,
+                S::NoPidNamespace,
+                S::Rlimits,
+                S::CloseFds,
+                S::StatusCloexec,
+                S::AdvisoryAbsences,
+            ]
+        );
+        // Every tier that builds a seccomp filter installs it, as its last step.
+        for tier in EnforcementTier::ALL {
+            plan.tier = tier;
+            let steps = plan.setup_program();
+            assert_eq!(
+                steps.contains(&S::BuildSeccomp),
+                steps.last() == Some(&S::Seccomp),
+                "{tier}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_plan_carries_the_requirements_of_its_tier_and_network() {
+        use crate::controls::control_requirements;
+        let facts = HostFacts::capable_example();
+        let none = build_plan(&policy(RunFlags::default()), &facts, &inv(), &job(), vec![]);
+        assert_eq!(
+            none.requirements,
+            control_requirements(EnforcementTier::MountnsPivotRootLandlockSeccomp, true)
+        );
+        let host = build_plan(
+            &policy(RunFlags {
+                network: Some("host".into()),
+                ..RunFlags::default()
+            }),
+            &facts,
+            &inv(),
+            &job(),
+            vec![],
+        );
+        assert!(!host.network_confined());
+        assert_eq!(
+            host.requirements,
+            control_requirements(EnforcementTier::MountnsPivotRootLandlockSeccomp, false)
+        );
+        assert!(host.requirements.len() < none.requirements.len());
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! of the returned plan): the sandbox init `chdir`s there and never composes a root.
 
 use crate::allow::NetworkMode;
+use crate::controls::control_requirements;
 use crate::plan::{Invoker, JobPaths, SYSTEM_DIRS, SandboxPlan, TcpRules, build_plan};
 use crate::policy::Policy;
 use crate::tier::ContainmentDecision;
@@ -75,6 +76,7 @@ pub fn build_copy_plan(
 ) -> SandboxPlan {
     let mut plan = build_plan(policy, facts, inv, &paths.job, argv);
     plan.tier = decision.tier;
+    plan.requirements = control_requirements(plan.tier, plan.network_confined());
     for (name, value) in plan.env.iter_mut() {
         match name.as_str() {
             "HOME" => *value = paths.home.to_string_lossy().into_owned(),

@@ -23,6 +23,15 @@ pub const NET: RawFd = 6;
 /// (`crate::publish`); pid 1 closes its copy with the other inherited descriptors.
 pub const PUBLISH: RawFd = 7;
 
+/// Take the terminal socket (fd [`TERMINAL`]), present when the plan has a terminal. The
+/// caller owns it from here: only the process that sends the command's terminal (or drops
+/// its copy) calls this, once.
+pub(crate) fn take_terminal() -> OwnedFd {
+    // SAFETY: with a terminal in the plan the supervisor hands the terminal socket as fd
+    // TERMINAL, and nothing else in this process owns it: each process takes it once.
+    unsafe { OwnedFd::from_raw_fd(TERMINAL) }
+}
+
 /// The init's status channel over its life: not yet taken from fd [`STATUS`], owned, or
 /// closed (after which nothing is sent and the number is never taken again).
 enum Status {

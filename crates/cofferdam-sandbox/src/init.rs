@@ -32,11 +32,12 @@
 //! `crate::entry` chooses between the two, so this module does not import `scoped`.
 
 use crate::fds;
+use crate::setup::{self, check, fail, first_refusal, open_terminal, refuse, report};
 use crate::setup_error::SetupError;
 use crate::sigaction;
 use crate::status::StatusMessage;
-use crate::{caps, egress, landlock, memfd, mounts, pty, rlimit, seccomp, userns};
-use cofferdam_policy::plan::{SandboxPlan, TerminalPlan};
+use crate::{pty, userns};
+use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_record::bundle::{ControlObservation, ControlStatus};
 use rustix::process::{Pid, Signal, WaitOptions};
 use std::ffi::CString;
@@ -48,8 +49,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 /// The hidden first argument that makes the binary run as the sandbox init.
 pub const INIT_ARG: &str = "__cofferdam-sandbox-init";
 
-/// Exit code for a setup failure before the command started.
-pub const SETUP_FAILED: i32 = 125;
+pub use crate::setup_error::SETUP_FAILED;
 
 /// The process the forwarding handlers signal (pid 1's command, or init's pid 1).
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
@@ -119,25 +119,6 @@ fn reset_handlers(sigs: &[libc::c_int]) {
 /// them: the terminal sends those to the whole foreground process group, the command
 /// included.
 const FORWARDED: &[libc::c_int] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
-
-/// Take the terminal socket (fd [`fds::TERMINAL`]), present when the plan has a terminal.
-fn take_terminal_socket() -> OwnedFd {
-    // SAFETY: with a terminal in the plan the supervisor hands the terminal socket as fd
-    // fds::TERMINAL, and nothing else in this process owns it: the caller takes it once.
-    unsafe { OwnedFd::from_raw_fd(fds::TERMINAL) }
-}
-
-pub(crate) fn report(o: ControlObservation) {
-    fds::send_status(&StatusMessage::Control { observation: o });
-}
-
-pub(crate) fn fail(e: &SetupError) -> i32 {
-    fds::send_status(&StatusMessage::SetupFailed {
-        step: e.step.clone(),
-        error: e.to_string(),
-    });
-    SETUP_FAILED
-}
 
 /// The plan pipe (fd [`fds::PLAN`]), read in two steps: the plan, then the supervisor's go.
 ///
@@ -318,36 +299,30 @@ pub(crate) fn unsealed_plan() -> Result<SandboxPlan, i32> {
 }
 
 fn plan_failed(error: String) -> i32 {
-    fds::send_status(&StatusMessage::SetupFailed {
-        step: "receive the plan".into(),
-        error,
-    });
-    SETUP_FAILED
+    refuse("receive the plan".into(), error)
 }
 
 /// The sealed tier: the namespaces first, then the plan (which must agree), the go, pid 1.
 pub(crate) fn sealed_main(early: EarlyNamespaces) -> i32 {
     die_with_parent();
     // Before the go: only this process's own namespaces, which touch nothing of the job.
-    // Each namespace row is a reading; one that reads back as the host's refuses the run,
-    // after the go (the supervisor places the init in its cgroups first).
-    let mut not_new = match userns::enter_user_namespace(early.uid, early.gid) {
-        Ok(o) => unshared(o),
+    // Each namespace row is a reading, reported at once and checked against the plan's
+    // requirements once it arrives; one that does not hold refuses the run, after the go
+    // (the supervisor places the init in its cgroups first).
+    let mut rows = match userns::enter_user_namespace(early.uid, early.gid) {
+        Ok(o) => vec![o],
         Err(e) => return fail(&e),
     };
+    rows.iter().cloned().for_each(report);
     // Without a user namespace of its own the others would be the host's to make: none is.
-    let namespaces = match not_new {
-        None => userns::enter_namespaces(early.host_network),
-        Some(_) => Ok(Vec::new()),
-    };
-    match namespaces {
-        Ok(obs) => {
-            for o in obs {
-                let refusal = unshared(o);
-                not_new = not_new.or(refusal);
+    if rows.iter().all(|o| o.status == ControlStatus::Enforced) {
+        match userns::enter_namespaces(early.host_network) {
+            Ok(obs) => {
+                obs.iter().cloned().for_each(report);
+                rows.extend(obs);
             }
+            Err(e) => return fail(&e),
         }
-        Err(e) => return fail(&e),
     }
     let mut channel = PlanChannel::open();
     let plan = match channel.plan() {
@@ -363,27 +338,18 @@ pub(crate) fn sealed_main(early: EarlyNamespaces) -> i32 {
             early.to_arg()
         ));
     }
-    if let Some((step, error)) = not_new {
+    if let Some((step, error)) = first_refusal(&plan, &rows, unshare_step) {
         if let Err(code) = await_go(channel) {
             return code;
         }
-        fds::send_status(&StatusMessage::SetupFailed { step, error });
-        return SETUP_FAILED;
+        return refuse(step, error);
     }
     run_init(&plan, channel)
 }
 
-/// Report a namespace row; the step and reason of a refusal when it does not read as new.
-fn unshared(o: ControlObservation) -> Option<(String, String)> {
-    let refusal = (o.status != ControlStatus::Enforced).then(|| {
-        let why = o.reason.clone();
-        (
-            format!("unshare ({})", o.mechanism),
-            why.unwrap_or_else(|| format!("{:?}", o.status)),
-        )
-    });
-    report(o);
-    refusal
+/// The step a namespace row that does not hold names.
+fn unshare_step(o: &ControlObservation) -> String {
+    format!("unshare ({})", o.mechanism)
 }
 
 /// Wait for the supervisor's go (closing the plan pipe); a missing go is not reported (the
@@ -409,7 +375,7 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
     }
     match userns::enter_cgroup_namespace() {
         Ok(o) => {
-            if let Err(code) = require(o, "unshare(CLONE_NEWCGROUP)") {
+            if let Err(code) = check(plan, vec![o], |_| "unshare(CLONE_NEWCGROUP)".into()) {
                 return code;
             }
         }
@@ -436,7 +402,7 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
     set_handlers(FORWARDED, forward);
     if plan.terminal.is_some() {
         // Only pid 1 talks over the terminal socket.
-        drop(take_terminal_socket());
+        drop(fds::take_terminal());
         // The supervisor continues a stopped command through here (see `Stopped`).
         set_handlers(&[libc::SIGCONT], forward);
     }
@@ -484,112 +450,14 @@ fn wait_for(pid: i32) -> i32 {
     }
 }
 
-/// A control that must be enforced for the sealed tier to hold: anything else is a setup
-/// failure (the command does not run).
-pub(crate) fn require(o: ControlObservation, step: &str) -> Result<(), i32> {
-    let ok = o.status == ControlStatus::Enforced;
-    let reason = o
-        .reason
-        .clone()
-        .unwrap_or_else(|| format!("{:?}", o.status));
-    report(o);
-    if ok {
-        Ok(())
-    } else {
-        fds::send_status(&StatusMessage::SetupFailed {
-            step: step.into(),
-            error: reason,
-        });
-        Err(SETUP_FAILED)
-    }
-}
-
+/// Pid 1: the plan's setup program in the one setup loop (`crate::setup`: the composed
+/// root, then the hardening steps, Landlock and seccomp last), then the command.
 fn pid1(plan: &SandboxPlan) -> i32 {
     die_with_parent();
-    match pid1_setup(plan) {
-        Ok(()) => {}
-        Err(code) => return code,
+    match setup::run(plan) {
+        Ok(slave) => run_command_on(plan, slave),
+        Err(code) => code,
     }
-    run_command(plan)
-}
-
-fn pid1_setup(plan: &SandboxPlan) -> Result<(), i32> {
-    // Through the host's procfs, before the composed root makes /proc/sys read-only: the
-    // value is this (new) pid namespace's.
-    if !plan.fs.workdir_exec {
-        report(memfd::seal_exec(true));
-    }
-    // A mount that reads back weaker than planned (`failed`: a read-only bind found
-    // writable), or could not be read back (`unknown`), refuses the run; `partial` ones are
-    // recorded as read.
-    // Every row is reported first, then the first such one refuses.
-    let mut refusal = None;
-    for o in mounts::compose_and_pivot(&plan.fs).map_err(|e| fail(&e))? {
-        if matches!(o.status, ControlStatus::Failed | ControlStatus::Unknown) && refusal.is_none() {
-            let why = o.reason.clone().unwrap_or_else(|| o.status.to_string());
-            refusal = Some((format!("compose the root ({})", o.mechanism), why));
-        }
-        report(o);
-    }
-    if let Some((step, error)) = refusal {
-        fds::send_status(&StatusMessage::SetupFailed { step, error });
-        return Err(SETUP_FAILED);
-    }
-    rustix::system::sethostname(plan.hostname.as_bytes()).map_err(|e| {
-        fail(&SetupError {
-            step: "sethostname".into(),
-            errno: e,
-        })
-    })?;
-    // The network namespace, read back by inode, must be new unless none was asked for.
-    let network = egress::configure(&plan.network).map_err(|e| fail(&e))?;
-    if plan.network.mode == cofferdam_policy::plan::PlanNetworkMode::Host {
-        report(network);
-    } else {
-        require(network, "unshare (netns)")?;
-    }
-    for o in rlimit::apply(&plan.rlimits) {
-        report(o);
-    }
-    // Built before any restriction: building allocates and may fail on its own terms.
-    let filter = seccomp::build_filter().map_err(|e| {
-        fail(&SetupError {
-            step: format!("build the seccomp filter: {e}"),
-            errno: rustix::io::Errno::INVAL,
-        })
-    })?;
-    // The terminal socket stays open for pid 1 to send the command's pty over; it is closed
-    // before the command starts.
-    let keep: &[i32] = if plan.terminal.is_some() {
-        &[fds::STATUS, fds::TERMINAL]
-    } else {
-        &[fds::STATUS]
-    };
-    require(caps::close_fds(keep), "close inherited file descriptors")?;
-    // The status channel must not reach the command; pid 1 itself must not be readable
-    // through /proc/1 (fd, mem, environ) by the command, which runs as the same uid.
-    fds::status_cloexec().map_err(|e| {
-        fail(&SetupError {
-            step: "mark the status channel close-on-exec".into(),
-            errno: e,
-        })
-    })?;
-    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-        .map_err(|e| {
-            fail(&SetupError {
-                step: "make pid 1 non-dumpable".into(),
-                errno: e,
-            })
-        })?;
-    require(caps::drop_all(), "drop capabilities")?;
-    require(caps::no_new_privs(), "set no_new_privs")?;
-    for o in landlock::install(&plan.landlock) {
-        // Landlock is best effort on the sealed tier: its status is recorded as observed.
-        report(o);
-    }
-    require(seccomp::install(&filter), "install the seccomp filter")?;
-    fds::send_status(&StatusMessage::Ready);
-    Ok(())
 }
 
 /// Candidate paths for `argv[0]`: itself when it has a `/`, else each `PATH` entry.
@@ -607,13 +475,9 @@ fn candidates(argv0: &str, env: &[(String, String)]) -> Vec<CString> {
         .collect()
 }
 
-pub(crate) fn run_command(plan: &SandboxPlan) -> i32 {
-    run_command_on(plan, None)
-}
-
-/// [`run_command`] on `slave`, the command's terminal when it was allocated already (the
-/// scoped tier allocates it before Landlock, to grant that one terminal alone); `None`
-/// allocates it here when the plan has a terminal.
+/// Fork and exec the command on `slave`, the command's terminal when it was allocated
+/// already (the scoped tier allocates it before Landlock, to grant that one terminal
+/// alone); `None` allocates it here when the plan has a terminal.
 pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 {
     let argv: Vec<CString> = plan
         .argv
@@ -638,7 +502,7 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
         (None, None) => None,
         (None, Some(size)) => match open_terminal(size) {
             Ok(slave) => Some(slave),
-            Err(code) => return code,
+            Err(e) => return fail(&e),
         },
     };
     let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
@@ -755,26 +619,6 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
     reap(child, plan.terminal.is_some())
 }
 
-/// The command's pseudo-terminal, allocated from the sandbox's own devpts (so it is a real
-/// `/dev/pts/N` inside) with the plan's window size; the master goes to the supervisor over
-/// the terminal socket, which is closed afterwards. Returns the slave (close-on-exec).
-pub(crate) fn open_terminal(size: TerminalPlan) -> Result<OwnedFd, i32> {
-    let socket = take_terminal_socket();
-    let pair = pty::open_pair(size).map_err(|errno| {
-        fail(&SetupError {
-            step: "allocate the command's terminal".into(),
-            errno,
-        })
-    })?;
-    pty::send_master(socket.as_fd(), pair.master.as_fd()).map_err(|errno| {
-        fail(&SetupError {
-            step: "hand the command's terminal to the supervisor".into(),
-            errno,
-        })
-    })?;
-    Ok(pair.slave)
-}
-
 /// Reap every process in the namespace until the command's main process ends; return its
 /// status as an exit code. Pid 1's exit then kills whatever is left. With a terminal, a stop
 /// of the main process is reported (nobody else would see it: the command has its own
@@ -814,37 +658,7 @@ mod tests {
     use std::io::Write;
 
     fn plan_json() -> Vec<u8> {
-        let places = cofferdam_policy::policy::Places {
-            cwd: "/work".into(),
-            home: "/home/me".into(),
-        };
-        let policy = cofferdam_policy::policy::resolve_policy(
-            None,
-            &cofferdam_policy::policy::RunFlags::default(),
-            &places,
-        )
-        .unwrap();
-        let plan = cofferdam_policy::plan::build_plan(
-            &policy,
-            &cofferdam_record::HostFacts::capable_example(),
-            &cofferdam_policy::plan::Invoker {
-                uid: 1000,
-                gid: 1000,
-                user: "me".into(),
-                home: "/home/me".into(),
-                env: Vec::new(),
-                ssh_host_keys: Vec::new(),
-            },
-            &cofferdam_policy::plan::JobPaths {
-                run_id: "run-x".into(),
-                new_root: "/s/root".into(),
-                upper: "/s/upper".into(),
-                overlay_work: "/s/work".into(),
-                storage_root: "/s".into(),
-            },
-            vec!["true".into()],
-        );
-        serde_json::to_vec(&plan).unwrap()
+        serde_json::to_vec(&crate::setup::tests::sealed_plan()).unwrap()
     }
 
     /// A channel whose writer wrote `chunks` (each its own write) and then closed.

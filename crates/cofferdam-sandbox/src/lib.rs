@@ -28,6 +28,7 @@ pub mod relay;
 pub mod rlimit;
 pub mod scoped;
 pub mod seccomp;
+pub mod setup;
 pub mod setup_error;
 pub mod shebang;
 pub mod sigaction;

@@ -5,6 +5,9 @@ use crate::probe::names::errno_name;
 use rustix::io::Errno;
 use std::fmt;
 
+/// The init's exit code for a setup failure before the command started.
+pub const SETUP_FAILED: i32 = 125;
+
 /// A setup step that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct SetupError {

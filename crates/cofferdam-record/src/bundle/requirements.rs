@@ -1,11 +1,12 @@
-//! Which controls each enforcement tier installs: one table per tier, the data the writer's
-//! summary, the strict reader and (later) the policy plan share.
+//! Which controls each enforcement tier installs and how it depends on each: one table per
+//! tier, the data the writer's summary, the strict reader and the policy plan share (the
+//! plan turns a tier's rows into the requirement levels the sandbox init checks, see
+//! `cofferdam_policy::plan::control_requirements`).
 //!
-//! Owns `TierControls`, `RequiredControl`, `Requirement` and `tier_controls`. The tables are
-//! derived from what the sandbox installs today (`cofferdam-sandbox`'s `init.rs` for the
-//! sealed tier, `scoped.rs` for the scoped and advisory tiers). It may not look at a host or
-//! decide admission: it only says, for a tier, which rows a complete set of observations
-//! holds and which mechanisms the tier cannot install at all.
+//! Owns `TierControls`, `RequiredControl`, `Requirement` and `tier_controls`. It may not look
+//! at a host or decide admission: it only says, for a tier, which rows a complete set of
+//! observations holds, which ones refuse the run when they do not hold, and which mechanisms
+//! the tier cannot install at all.
 
 use super::control::{ControlDimension as D, ControlMechanism as M};
 use crate::containment::EnforcementTier;
@@ -47,6 +48,10 @@ pub struct RequiredControl {
     pub control: Option<&'static str>,
     /// When it applies.
     pub applies: Applies,
+    /// For a `Hard` row: whether a `partial` reading refuses the run too (the control has no
+    /// residual the tier can hold with, e.g. a seccomp filter or a namespace). Otherwise a
+    /// `partial` reading is recorded with its residual and the run goes on.
+    pub partial_refuses: bool,
 }
 
 impl RequiredControl {
@@ -65,6 +70,10 @@ pub struct TierControls {
     pub tier: EnforcementTier,
     /// The rows a complete set of observations holds.
     pub required: &'static [RequiredControl],
+    /// Rows the sandbox init checks as `Hard` too, which `required` leaves out so that the
+    /// strict reader's completeness check (and so every bundle it accepts) is unchanged:
+    /// a setup step's row that a run always reports but older bundles may lack.
+    pub init_only: &'static [RequiredControl],
     /// The mechanisms the tier may install besides those of `required` (other than
     /// `absent` ones). A row of any other mechanism must say `unavailable`: the tier cannot
     /// have attempted it, let alone enforced it.
@@ -77,6 +86,16 @@ impl TierControls {
         self.required
             .iter()
             .filter(move |r| r.applies == Applies::Always || network_confined)
+    }
+
+    /// The rows the sandbox init checks when the network is (or is not) confined: the
+    /// applicable `required` rows, then the applicable `init_only` ones.
+    pub fn init_checks(&self, network_confined: bool) -> impl Iterator<Item = &RequiredControl> {
+        self.applicable(network_confined).chain(
+            self.init_only
+                .iter()
+                .filter(move |r| r.applies == Applies::Always || network_confined),
+        )
     }
 
     /// Whether the tier can install `mechanism` at all.
@@ -96,6 +115,15 @@ const fn req(mechanism: M, dimension: D, requirement: Requirement) -> RequiredCo
         requirement,
         control: None,
         applies: Applies::Always,
+        partial_refuses: false,
+    }
+}
+
+/// A `Hard` row that only an `enforced` reading satisfies.
+const fn strict(mechanism: M, dimension: D) -> RequiredControl {
+    RequiredControl {
+        partial_refuses: true,
+        ..req(mechanism, dimension, Hard)
     }
 }
 
@@ -106,28 +134,39 @@ use Requirement::{Absent, BestEffort, Hard};
 const SEALED: TierControls = TierControls {
     tier: EnforcementTier::MountnsPivotRootLandlockSeccomp,
     required: &[
-        req(M::Userns, D::Process, Hard),
+        strict(M::Userns, D::Process),
+        // The propagation row of the composed root (the namespace's own row is
+        // `filesystem_write`, see `init_only`).
         req(M::Mountns, D::FilesystemRead, Hard),
-        req(M::Pidns, D::Process, Hard),
-        req(M::Ipcns, D::Process, Hard),
-        req(M::Utsns, D::Process, Hard),
-        req(M::Cgroupns, D::Process, Hard),
+        strict(M::Pidns, D::Process),
+        strict(M::Ipcns, D::Process),
+        strict(M::Utsns, D::Process),
+        strict(M::Cgroupns, D::Process),
         // With `--network host` the namespace is not created (its row says `unavailable`).
         RequiredControl {
             applies: Applies::NetworkConfined,
-            ..req(M::Netns, D::Network, Hard)
+            ..strict(M::Netns, D::Network)
         },
+        // The composed root's rows: a mount read back weaker than planned is `partial`
+        // (recorded with its residual) or `failed` (refused).
         req(M::Overlay, D::FilesystemWrite, Hard),
         req(M::PivotRoot, D::FilesystemWrite, Hard),
         req(M::ProcMask, D::KernelSurface, Hard),
         req(M::MinimalDev, D::KernelSurface, Hard),
         req(M::SecretsHidden, D::FilesystemRead, Hard),
-        req(M::Capabilities, D::KernelSurface, Hard),
-        req(M::NoNewPrivs, D::Process, Hard),
+        strict(M::Capabilities, D::KernelSurface),
+        strict(M::NoNewPrivs, D::Process),
         req(M::Landlock, D::FilesystemRead, BestEffort),
         req(M::Landlock, D::FilesystemWrite, BestEffort),
-        req(M::Seccomp, D::KernelSurface, Hard),
+        strict(M::Seccomp, D::KernelSurface),
         req(M::Rlimit, D::Resources, BestEffort),
+    ],
+    init_only: &[
+        // The mount namespace itself (the unshare, read back by inode).
+        strict(M::Mountns, D::FilesystemWrite),
+        // The private /tmp, HOME and /dev/shm.
+        req(M::Tmpfs, D::FilesystemWrite, Hard),
+        strict(M::CloseFds, D::KernelSurface),
     ],
     also_installs: &[
         M::CloseFds,
@@ -145,20 +184,24 @@ const SCOPED: TierControls = TierControls {
     required: &[
         req(M::WorkdirCopy, D::FilesystemWrite, Hard),
         req(M::Pidns, D::Process, Absent),
+        // `partial` is an unprivileged caller's bounding set, which it cannot empty without
+        // CAP_SETPCAP: no_new_privs (strict) keeps an exec from using it.
         req(M::Capabilities, D::KernelSurface, Hard),
-        req(M::NoNewPrivs, D::Process, Hard),
+        strict(M::NoNewPrivs, D::Process),
         req(M::Landlock, D::FilesystemRead, Hard),
-        req(M::Landlock, D::FilesystemWrite, Hard),
-        // The metadata filter: Landlock has no right for modes, owners, times or xattrs.
+        // The tier's write boundary: a ruleset enforced only in part does not hold it.
+        strict(M::Landlock, D::FilesystemWrite),
+        // The metadata filter: Landlock has no right for modes, owners, times or xattrs;
+        // its residual (descriptor touch for root) is `partial`.
         req(M::Seccomp, D::FilesystemWrite, Hard),
         req(M::SecretsHidden, D::FilesystemRead, BestEffort),
-        req(M::Seccomp, D::KernelSurface, Hard),
+        strict(M::Seccomp, D::KernelSurface),
         req(M::Rlimit, D::Resources, BestEffort),
         // The socket filter and Landlock's (ABI-dependent) unix-socket confinement, when
         // the network is confined.
         RequiredControl {
             applies: Applies::NetworkConfined,
-            ..req(M::Seccomp, D::Network, Hard)
+            ..strict(M::Seccomp, D::Network)
         },
         RequiredControl {
             applies: Applies::NetworkConfined,
@@ -166,6 +209,7 @@ const SCOPED: TierControls = TierControls {
             ..req(M::Landlock, D::Network, BestEffort)
         },
     ],
+    init_only: &[strict(M::CloseFds, D::KernelSurface)],
     also_installs: &[M::CloseFds, M::Cgroup, M::WallClock, M::EgressProxy],
 };
 
@@ -181,6 +225,7 @@ const ADVISORY: TierControls = TierControls {
         req(M::Seccomp, D::KernelSurface, Absent),
         req(M::Rlimit, D::Resources, BestEffort),
     ],
+    init_only: &[strict(M::CloseFds, D::KernelSurface)],
     also_installs: &[
         M::WorkdirCopy,
         M::CloseFds,
