@@ -12,6 +12,7 @@ pub mod conflict;
 pub mod copystage;
 pub mod diff;
 pub mod fingerprint;
+pub mod fork;
 pub(crate) mod fsops;
 pub mod gitsummary;
 pub mod hunk;

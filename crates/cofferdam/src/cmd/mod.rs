@@ -11,6 +11,7 @@ pub mod diff;
 pub mod doctor;
 pub mod drop;
 pub mod export;
+pub mod fork;
 pub mod gc;
 pub mod import;
 pub mod jobref;
