@@ -214,3 +214,22 @@ fn discard_stage(run_id: &str) -> Result<(), Failure> {
         .map_err(job_failure)?;
     job.remove_stage().map_err(job_failure)
 }
+
+/// The forks of `parent` (a job id) whose stage is live (running or staged), by id.
+pub(crate) fn live_forks(store: &cofferdam_stage::job::JobStore, parent: &str) -> Vec<String> {
+    use cofferdam_stage::job::JobSummary;
+    let Ok(list) = store.list() else {
+        return Vec::new();
+    };
+    list.into_iter()
+        .filter_map(|s| match s {
+            JobSummary::Readable { job, state }
+                if matches!(state.state, StageState::Active | StageState::Staged)
+                    && state.parent.as_ref().is_some_and(|p| p.run_id == parent) =>
+            {
+                Some(job.id().to_owned())
+            }
+            _ => None,
+        })
+        .collect()
+}

@@ -21,6 +21,7 @@ mod json_output;
 mod lastref;
 mod lifecycle;
 mod limits;
+mod lineage;
 mod load;
 mod mounts;
 mod mutants;
