@@ -408,6 +408,10 @@ pub struct DiffArgs {
     /// its count and size (changes that run code or conflict are listed either way).
     #[arg(long)]
     pub all: bool,
+    /// For a fork: list what it changed on top of the checkpoint it started from (new,
+    /// changed differently, or reverted to the host's), instead of against the host.
+    #[arg(long = "against-parent")]
+    pub against_parent: bool,
     /// Print directly, never through `$PAGER` (by default output taller than the terminal
     /// goes through `$PAGER`, or `less -FRX`; `PAGER=` or `PAGER=cat` turn that off too).
     #[arg(long)]

@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod complete;
 pub mod demo;
 pub mod diff;
+pub mod diff_parent;
 pub mod doctor;
 pub mod drop;
 pub mod export;

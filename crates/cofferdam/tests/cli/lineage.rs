@@ -278,3 +278,54 @@ fn fork_usage_errors_exit_2_before_anything_runs() {
     assert!(e.contains("parent's workdir"), "{e}");
     assert_eq!(ok_json(&s, &["jobs"]).as_array().map(Vec::len), Some(1));
 }
+
+#[test]
+fn diff_against_parent_lists_only_what_the_fork_did() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    for name in ["a.txt", "h.txt"] {
+        s.write(name, "host\n");
+    }
+    let parent = run_in(
+        &s,
+        s.work.path(),
+        "echo parent > a.txt; echo p > p.txt; echo same > s.txt",
+    );
+    let (_, child) = fork(
+        &s,
+        "fork",
+        &parent,
+        &[],
+        "echo child > a.txt; rm p.txt; echo new > n.txt; rm h.txt",
+    );
+    let child = child["job"].as_str().unwrap().to_owned();
+    let d = ok_json(&s, &["diff", "--against-parent", &child]);
+    assert_eq!(d["parent"], parent.as_str(), "{d}");
+    let got: Vec<(String, String)> = d["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_owned(),
+                c["against_parent"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want = [
+        ("a.txt", "changed"),
+        ("h.txt", "new"),
+        ("n.txt", "new"),
+        ("p.txt", "reverted"),
+    ];
+    assert_eq!(got, want.map(|(p, k)| (p.to_owned(), k.to_owned())), "{d}");
+    // A job that is no fork has no parent to compare with.
+    let out = s
+        .cmd()
+        .args(["diff", "--against-parent", &parent])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", err(&out));
+}
