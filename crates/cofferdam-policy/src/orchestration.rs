@@ -27,6 +27,8 @@ pub struct Orchestration {
     pub labels: BTreeMap<String, String>,
     /// `--task-id ID`.
     pub task_id: Option<String>,
+    /// For a fork: the parent run and checkpoint (the bundle's `lineage`).
+    pub lineage: Option<cofferdam_record::bundle::RunLineage>,
 }
 
 /// Parse `--label` and `--task-id` values. A key is 1 to [`KEY_MAX`] ASCII letters, digits,

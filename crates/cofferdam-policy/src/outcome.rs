@@ -259,7 +259,11 @@ pub fn assemble_bundle(
         generated_at_unix_ms: r.finished_at_unix_ms,
         run: BundleRun {
             run_id: r.run_id.clone(),
-            parent_run_id: None,
+            parent_run_id: policy
+                .orchestration
+                .lineage
+                .as_ref()
+                .map(|l| l.parent_run_id.clone()),
             task_id: policy.orchestration.task_id.clone(),
             attempt_id: format!("{}-attempt-1", r.run_id),
             session_id: r.run_id.clone(),
@@ -286,7 +290,7 @@ pub fn assemble_bundle(
             result_artifacts: Vec::new(),
             event_stream_ref: Some(r.trace_path.display().to_string()),
         },
-        lineage: None,
+        lineage: policy.orchestration.lineage.clone(),
         executor_observations: observations,
         executor_plan: Some(executor_plan),
         safety,

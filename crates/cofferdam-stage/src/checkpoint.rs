@@ -401,6 +401,14 @@ fn fill(
     Ok(manifest)
 }
 
+/// Recreate the checkpoint's staged tree at `to`, which must not exist yet (a fork's
+/// stage, [`crate::fork`]): the same copy as [`create`] makes, so it costs O(staged
+/// entries) and shares data by reflink where the filesystem can. Nothing done to `to`
+/// afterwards reaches the checkpoint.
+pub fn restore(c: &Checkpoint, to: &Path) -> Result<Counts, CheckpointError> {
+    copy_tree(&c.upper(), to)
+}
+
 /// Remove a checkpoint. The caller holds the job lock.
 pub fn delete(c: &Checkpoint) -> Result<(), CheckpointError> {
     // Renamed first, so a half-removed checkpoint is never listed.

@@ -284,6 +284,18 @@ pub struct JobState {
     /// `run --task-id ID` (absent when none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
+    /// For a fork (`fork`, `run --on`, `inspect --keep`): where its stage started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Box<JobParent>>,
+}
+
+/// A fork's origin, in `job.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobParent {
+    /// The run it was forked from.
+    pub run_id: String,
+    /// The checkpoint of that run's stage it started from.
+    pub checkpoint_id: String,
 }
 
 fn state_version() -> u32 {
@@ -698,6 +710,7 @@ impl JobStore {
             changed_files: None,
             labels: Default::default(),
             task_id: None,
+            parent: None,
         };
         init(&mut state);
         state.id.clone_from(&id);
@@ -1216,6 +1229,7 @@ mod tests {
             changed_files: None,
             labels: Default::default(),
             task_id: None,
+            parent: None,
         };
         let v = serde_json::to_value(&state).unwrap();
         assert_eq!(v["workdir"], serde_json::json!([47, 119, 47, 255]));

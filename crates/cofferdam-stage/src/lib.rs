@@ -4,6 +4,7 @@
 //! with its ledger, and drop (DESIGN.md §4–§5). It may not run processes or decide
 //! containment.
 
+pub mod against_parent;
 pub mod apply;
 pub mod archive;
 pub mod base;
@@ -12,6 +13,7 @@ pub mod conflict;
 pub mod copystage;
 pub mod diff;
 pub mod fingerprint;
+pub mod fork;
 pub(crate) mod fsops;
 pub mod gitsummary;
 pub mod hunk;

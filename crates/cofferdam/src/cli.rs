@@ -98,6 +98,11 @@ pub enum Command {
     Export(ExportArgs),
     /// Make an archive from `export` a local job, checked, whose apply checks this tree.
     Import(ImportArgs),
+    /// A new job on top of JOB's staged result (or --checkpoint's): `fork JOB -- CMD`.
+    Fork(ForkArgs),
+    /// Run CMD (default $SHELL) sealed on JOB's staged view; its writes are discarded
+    /// unless --keep keeps them as a fork. Exit code: CMD's.
+    Inspect(ForkArgs),
     /// Immutable savepoints of a stopped job's stage: create, list, show, delete.
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
@@ -325,7 +330,7 @@ fn parse_class(s: &str) -> Result<ContainmentClass, String> {
 }
 
 /// `cofferdam run`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// The policy.
     #[command(flatten)]
@@ -363,9 +368,30 @@ pub struct RunArgs {
     /// The orchestrator's task id: the bundle's `run.task_id`, shown and filtered by `jobs`.
     #[arg(long = "task-id", value_name = "ID")]
     pub task_id: Option<String>,
+    /// Run on top of a job's staged result (a fork of JOB): review and apply then bring
+    /// JOB's changes too. Sealed tier only.
+    #[arg(long, value_name = "JOB")]
+    pub on: Option<String>,
+    /// With `--on` (or `fork`, `inspect`): start from this checkpoint of the job instead of
+    /// a new one of its current stage.
+    #[arg(long, value_name = "ID")]
+    pub checkpoint: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// `cofferdam fork JOB` and `cofferdam inspect JOB`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The parent job: `last` (the newest job of this directory), an id prefix, or a path.
+    pub job: String,
+    /// `inspect`: keep the run's stage as a fork instead of discarding it.
+    #[arg(long, hide = true)]
+    pub keep: bool,
+    /// The run's flags, as `run` takes them.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// `cofferdam scope`.
@@ -458,6 +484,10 @@ pub struct DiffArgs {
     /// its count and size (changes that run code or conflict are listed either way).
     #[arg(long)]
     pub all: bool,
+    /// For a fork: list what it changed on top of the checkpoint it started from (new,
+    /// changed differently, or reverted to the host's), instead of against the host.
+    #[arg(long = "against-parent")]
+    pub against_parent: bool,
     /// Print directly, never through `$PAGER` (by default output taller than the terminal
     /// goes through `$PAGER`, or `less -FRX`; `PAGER=` or `PAGER=cat` turn that off too).
     #[arg(long)]

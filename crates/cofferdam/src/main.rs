@@ -95,7 +95,12 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
             if cli.global.json {
                 json_run_stdout()?;
             }
-            cmd::run::run(a, cli.global.json)
+            match &a.on {
+                Some(parent) => {
+                    cmd::fork::run_on(parent, a, cmd::fork::Mode::Fork, cli.global.json)
+                }
+                None => cmd::run::run(a, cli.global.json),
+            }
         }
         Command::Status(a) => cmd::status::status(a, cli.global.json, style),
         Command::Jobs(a) => cmd::status::jobs(a, cli.global.json, style),
@@ -107,6 +112,16 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Apply(a) => cmd::apply::apply(a, cli.global.json, style),
         Command::Drop(a) => cmd::drop::drop_job(a, cli.global.json, style),
         Command::Checkpoint(c) => cmd::checkpoint::checkpoint(c, cli.global.json),
+        Command::Fork(a) | Command::Inspect(a) => {
+            if cli.global.json {
+                json_run_stdout()?;
+            }
+            cmd::fork::fork(
+                a,
+                matches!(cli.command, Command::Inspect(_)),
+                cli.global.json,
+            )
+        }
         Command::Export(a) => cmd::export::export(a, cli.global.json),
         Command::Import(a) => cmd::import::import(a, cli.global.json),
         Command::Batch(a) => cmd::batch::batch(a, cli.global.json),
@@ -139,6 +154,8 @@ fn command_name(c: &Command) -> &'static str {
         Command::Apply(_) => "apply",
         Command::Drop(_) => "drop",
         Command::Checkpoint(_) => "checkpoint",
+        Command::Fork(_) => "fork",
+        Command::Inspect(_) => "inspect",
         Command::Export(_) => "export",
         Command::Import(_) => "import",
         Command::Batch(_) => "batch",

@@ -26,6 +26,9 @@ use std::os::fd::AsFd;
 
 /// `cofferdam diff`.
 pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
+    if a.against_parent {
+        return super::diff_parent::diff(&a.job, json);
+    }
     let (env, job) = jobref::open(&a.job)?;
     let mut state = job.state().map_err(job_failure)?;
     if state.state == StageState::Active {

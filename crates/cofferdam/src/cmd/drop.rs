@@ -26,7 +26,7 @@ fn remove_stage(job: &cofferdam_stage::job::Job, json: bool) -> Result<(), Failu
 
 /// `cofferdam drop`.
 pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
-    let (_env, job) = jobref::open(&a.job)?;
+    let (env, job) = jobref::open(&a.job)?;
     let lock = lock(&job, "drop")?;
     // Room for the state write that comes before the stage's removal, on a full disk too.
     job.release_drop_reserve();
@@ -115,6 +115,17 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
         }
     };
     drop(lock);
+    // A fork has its own stage (its parent's changes included): it stays whole.
+    if let Ok(store) = cofferdam_stage::job::JobStore::open(&env.storage_root) {
+        let forks = crate::cmd::fork::live_forks(&store, &id);
+        if !forks.is_empty() {
+            eprintln!(
+                "cofferdam: note: job {id} has live fork(s) {}: each keeps its own stage, with \
+                 this job's changes in it, and stays applicable",
+                forks.join(", ")
+            );
+        }
+    }
     if json {
         let st = job.state().map_err(job_failure)?;
         crate::print_json(&json!({

@@ -12,6 +12,11 @@ use cofferdam_policy::outcome::Ending;
 
 /// Run the command; returns the exit code (the command's, or 125/126/127).
 pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
+    if args.checkpoint.is_some() {
+        return Err(Failure::usage(
+            "--checkpoint picks the checkpoint of a parent: give the parent with `--on JOB`",
+        ));
+    }
     let req = request(args, json)?;
     let finished = lifecycle::run(&req)?;
     render(&finished, args.quiet, json)
@@ -19,7 +24,7 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
 
 /// The arguments as a request: the policy resolved (flags, user config, trusted manifest,
 /// agent profile) and checked; usage errors exit 2 before anything exists.
-fn request(args: &RunArgs, json: bool) -> Result<RunRequest, Failure> {
+pub(crate) fn request(args: &RunArgs, json: bool) -> Result<RunRequest, Failure> {
     if args.command.is_empty() {
         return Err(Failure::usage(
             "give the command to run after `--`, e.g. `cofferdam run -- bash`",
@@ -56,11 +61,12 @@ fn request(args: &RunArgs, json: bool) -> Result<RunRequest, Failure> {
         force_tty,
         capture: args.capture,
         progress: crate::progress::wanted(json, args.quiet),
+        fork: None,
     })
 }
 
 /// Tell how the run ended and where its job is; the exit code.
-fn render(f: &Finished, quiet: bool, json: bool) -> Result<u8, Failure> {
+pub(crate) fn render(f: &Finished, quiet: bool, json: bool) -> Result<u8, Failure> {
     if let Ending::SetupFailed { error, .. } = &f.ending {
         eprintln!(
             "cofferdam: the sandbox could not be set up: {}",

@@ -45,6 +45,17 @@ pub(super) fn decide(req: &RunRequest) -> Result<Decided, Failure> {
         );
     }
     let copy_tier = decision.tier != EnforcementTier::MountnsPivotRootLandlockSeccomp;
+    // A fork's stage starts as its parent's staged tree under the overlay; the copy tiers
+    // stage by a copy of the workdir alone, which would lose the parent's changes.
+    if copy_tier && req.fork.is_some() {
+        return Err(Failure::setup(format!(
+            "refusing to fork: a fork runs on the parent's staged result, which needs the \
+             sealed tier (an overlay over the workdir), and this run would be on the {} tier; \
+             run it where `cofferdam doctor` shows the sealed tier, or apply the parent and \
+             start a new run",
+            decision.tier
+        )));
+    }
     Ok(Decided {
         store,
         facts,

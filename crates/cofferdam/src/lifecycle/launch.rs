@@ -87,10 +87,26 @@ pub(super) fn create_job(req: &RunRequest, store: &JobStore) -> Result<JobRun, F
             s.started_at_unix_ms = Some(s.created_at_unix_ms);
             s.labels.clone_from(&req.policy.orchestration.labels);
             s.task_id.clone_from(&req.policy.orchestration.task_id);
+            if let Some(l) = &req.policy.orchestration.lineage {
+                s.parent = Some(Box::new(cofferdam_stage::job::JobParent {
+                    run_id: l.parent_run_id.clone(),
+                    checkpoint_id: l.checkpoint_id.clone(),
+                }));
+            }
         })
         .map_err(Failure::setup)?;
     let trace = TraceLog::open(&job.trace_path()).map_err(Failure::setup)?;
     Ok(JobRun { job, lock, trace })
+}
+
+/// A fork's stage: the checkpoint's staged tree, before the init is sent its plan.
+pub(super) fn seed_fork(
+    job: &Job,
+    c: &cofferdam_stage::checkpoint::Checkpoint,
+) -> Result<(), Failure> {
+    cofferdam_stage::fork::seed(job, c)
+        .map(drop)
+        .map_err(Failure::setup)
 }
 
 /// Who runs the command, as the plan needs it.

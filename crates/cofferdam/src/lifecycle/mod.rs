@@ -43,6 +43,9 @@ pub struct RunRequest {
     pub capture: bool,
     /// Show progress on long work (the copy, the seal) when stderr is a terminal.
     pub progress: bool,
+    /// A fork (`fork`, `run --on`, `inspect`): the stage starts as this checkpoint of the
+    /// parent's (`policy.orchestration.lineage` names both).
+    pub fork: Option<cofferdam_stage::checkpoint::Checkpoint>,
 }
 
 /// A run that reached its records (sealed, bundle written, job `staged`).
@@ -61,7 +64,8 @@ pub struct Finished {
 }
 
 /// Run `req` to its records. The order of effects is this function's: decide (refusing
-/// below the floor before touching anything), start the init, create the job, plan, install
+/// below the floor before touching anything), start the init, create the job (a fork's
+/// stage seeded from its checkpoint), plan, install
 /// the limits, send the plan, write the trace's start, make the copy stage, write the
 /// provisional bundle, launch and supervise, judge the ending, seal and write the records,
 /// mark the job staged.
@@ -100,6 +104,9 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
         lock,
         mut trace,
     } = launch::create_job(req, &store)?;
+    if let Some(c) = &req.fork {
+        launch::seed_fork(&job, c)?;
+    }
     let inv = launch::invoker(&req.env, &facts);
     let (mut plan, copy_paths) = launch::plan(req, &facts, &inv, &decision, &job, copy_tier);
     plan.terminal = terminal;

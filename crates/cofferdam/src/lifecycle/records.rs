@@ -109,6 +109,9 @@ pub(crate) fn seal_and_write(
     drop(line);
     let mut fingerprints = sealed.fingerprints;
     fingerprints.run_started_at_unix_ms = started;
+    // A fork keeps its parent's view of the host for what the parent changed.
+    let fingerprints =
+        cofferdam_stage::fork::inherit(job.dir(), fingerprints).map_err(Failure::setup)?;
     cofferdam_stage::fingerprint::write_fingerprints_with(
         &job.fingerprints_path(),
         &fingerprints,

@@ -23,6 +23,7 @@ mod k8s;
 mod lastref;
 mod lifecycle;
 mod limits;
+mod lineage;
 mod load;
 mod mounts;
 mod mutants;

@@ -81,7 +81,15 @@ pub struct TierSpec {
     pub no_userns: bool,
     /// Only the attacks with these ids (all that run on `tier` when empty).
     pub only: &'static [&'static str],
+    /// Every attack run is a fork (`run --on PARENT`) of a job staged first in the same
+    /// workdir ([`FORK_PARENT`]): the stage the attack works in starts as another's.
+    pub fork: bool,
 }
+
+/// The parent run of a fork row: it stages a file, a directory and a whiteout (of the
+/// host's `.fork-gone`), so the fork's stage starts with each kind of entry.
+pub const FORK_PARENT: &str =
+    "echo parent > .fork-parent && mkdir -p .fork-dir && touch .fork-dir/x && rm .fork-gone";
 
 /// Runs its arguments where nested user namespaces are impossible: inside `unshare -U -r`
 /// with `user.max_user_namespaces` 0, so cofferdam's probe finds none and the host offers
@@ -97,6 +105,7 @@ pub const TIERS: &[TierSpec] = &[
         label: "sealed",
         no_userns: false,
         only: &[],
+        fork: false,
     },
     TierSpec {
         tier: Tier::Scoped,
@@ -105,6 +114,7 @@ pub const TIERS: &[TierSpec] = &[
         label: "scoped",
         no_userns: false,
         only: &[],
+        fork: false,
     },
     // The same tier reached the way a user without user namespaces gets it: a sample of
     // every boundary, to show `--tier scoped` is that tier.
@@ -134,6 +144,39 @@ pub const TIERS: &[TierSpec] = &[
             "rec.forge-status",
             "res.timeout-outlive",
         ],
+        fork: false,
+    },
+    // The sealed tier again, every run a fork of a staged job: a sample of every boundary,
+    // with the attacks on the stage, its records and apply, on a stage seeded from a
+    // checkpoint of another job's.
+    TierSpec {
+        tier: Tier::Sealed,
+        containment: "sealed",
+        run_args: &["--containment", "sealed"],
+        label: "sealed/fork",
+        no_userns: false,
+        only: &[
+            "fw.usr",
+            "fw.job-store",
+            "fw.overlay-xattr",
+            "fw.symlink-out",
+            "fw.rename-out",
+            "fw.sensitive-git-hook",
+            "fr.ssh-key",
+            "fr.job-store",
+            "fr.symlink-to-store",
+            "ps.kill-host-pid",
+            "ps.unshare-userns",
+            "ks.bpf",
+            "ks.mount-syscall",
+            "net.tcp-host-loopback",
+            "rec.forge-status",
+            "rec.earlier-job",
+            "rec.own-job",
+            "rec.stage-chmod-0",
+            "rec.apply-xattrs",
+        ],
+        fork: true,
     },
     TierSpec {
         tier: Tier::Advisory,
@@ -142,6 +185,7 @@ pub const TIERS: &[TierSpec] = &[
         label: "advisory",
         no_userns: false,
         only: &[],
+        fork: false,
     },
 ];
 
@@ -545,6 +589,8 @@ pub struct Ctx {
     /// The resource-limit flags of the last run, which the scope report is asked with.
     limits: RefCell<Vec<String>>,
     canaries: std::cell::OnceCell<Canaries>,
+    /// A fork row's parent job, made on the first run.
+    fork_parent: std::cell::OnceCell<String>,
     private_mounts: std::cell::Cell<bool>,
 }
 
@@ -573,6 +619,7 @@ impl Ctx {
             vars: RefCell::new(Vec::new()),
             limits: RefCell::new(Vec::new()),
             canaries: std::cell::OnceCell::new(),
+            fork_parent: std::cell::OnceCell::new(),
             private_mounts: std::cell::Cell::new(false),
         };
         for (k, v) in [
@@ -669,10 +716,17 @@ impl Ctx {
     /// [`Ctx::run`], with `tweak` applied to the command before it starts (e.g. lower
     /// limits for cofferdam itself).
     pub fn run_with(&self, extra: &[&str], argv: &[&str], tweak: impl FnOnce(&mut Command)) -> Run {
+        let parent = self
+            .tier
+            .fork
+            .then(|| self.fork_parent.get_or_init(|| self.make_fork_parent()));
         let mut c = self.detached_cmd();
         tweak(&mut c);
         c.args(["--color", "never", "run", "--json", "--capture"])
             .args(self.tier.run_args);
+        if let Some(p) = &parent {
+            c.args(["--on", p]);
+        }
         for (k, _) in self.vars.borrow().iter() {
             c.args(["--env", k]);
         }
@@ -709,6 +763,22 @@ impl Ctx {
             bundle_path,
             bundle,
         }
+    }
+
+    /// A fork row's parent, one for every run of the attack: a job staged by
+    /// [`FORK_PARENT`] in the workdir; its id.
+    fn make_fork_parent(&self) -> String {
+        std::fs::write(self.work().join(".fork-gone"), "host\n").unwrap();
+        let out = self
+            .detached_cmd()
+            .args(["--color", "never", "run", "--json"])
+            .args(self.tier.run_args)
+            .args(["--", "sh", "-c", FORK_PARENT])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "the fork's parent run: {out:?}");
+        json_of(&out)["job"].as_str().unwrap().to_owned()
     }
 
     /// `sh -c script`.

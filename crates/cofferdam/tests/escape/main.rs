@@ -17,9 +17,11 @@
 //! Tiers today: `sealed`; `scoped` asked with `run --tier scoped` (every attack that applies:
 //! not the `--mount`/`--read-only` ones, which the tier refuses); `scoped/no-userns`, a
 //! sample run on a simulated host without user namespaces, where the scoped tier is what the
-//! host offers; `advisory`, a harmless sample whose bundle must claim no boundary. The scope
-//! report checked for a `documented` row is asked with the same tier flags (`scope --tier`)
-//! and the run's resource flags; its resource rows' limitations count as lines
+//! host offers; `sealed/fork`, a sample run as forks (`run --on`) of a job staged first, so
+//! the stage attacked starts as a checkpoint of another job's; `advisory`, a harmless sample
+//! whose bundle must claim no boundary. The scope report checked for a `documented` row is
+//! asked with the same tier flags (`scope --tier`) and the run's resource flags; its
+//! resource rows' limitations count as lines
 //! (`<name>: <limitation>`).
 //!
 //! Attacks target canaries. The suite runs as root on developers' machines and in CI, and

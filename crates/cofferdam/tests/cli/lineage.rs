@@ -1,0 +1,331 @@
+//! Forks and inspect (issue 21), driven through the real binary on the sealed tier:
+//! run → checkpoint → fork → inspect → apply of the fork, and a sibling fork from the same
+//! checkpoint whose apply then conflicts; a host edit made after the parent looked is a
+//! conflict for the fork (inherited fingerprints); a parent applied after its child, a
+//! parent dropped with a live child; usage errors.
+
+use crate::common::*;
+use crate::housekeeping::run_in;
+use cofferdam_testkit::require;
+use serde_json::Value;
+use std::path::Path;
+
+fn sealed() -> bool {
+    require("user namespaces (sealed tier)", userns_independently())
+}
+
+fn err(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `cofferdam --json ARGS…`, which must succeed; its JSON.
+fn ok_json(s: &Sandbox, args: &[&str]) -> Value {
+    let out = s.cmd().arg("--json").args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", err(&out));
+    json_of(&out)
+}
+
+/// `fork`/`inspect` (`verb`) of `parent` with `extra` flags running `script`: the exit code
+/// and the JSON summary.
+fn fork(s: &Sandbox, verb: &str, parent: &str, extra: &[&str], script: &str) -> (i32, Value) {
+    let out = s
+        .cmd()
+        .arg("--json")
+        .args([verb, parent])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap();
+    assert!(
+        code == 0 || verb == "inspect",
+        "{verb} {parent} {extra:?}: {}",
+        err(&out)
+    );
+    (code, json_of(&out))
+}
+
+fn bundle(s: &Sandbox, job: &str) -> Value {
+    ok_json(s, &["status", "--review", job])
+}
+
+fn changed_paths(review: &Value) -> Vec<String> {
+    let mut v: Vec<String> = review["filesystem"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn read(dir: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(name)).ok()
+}
+
+fn apply(s: &Sandbox, job: &str) -> std::process::Output {
+    s.cmd().args(["apply", job]).output().unwrap()
+}
+
+#[test]
+fn run_checkpoint_fork_inspect_apply_and_a_sibling_conflicts() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let w = s.work.path();
+    s.write("a.txt", "host\n");
+    s.write("k.txt", "kept by the host\n");
+    let parent = run_in(
+        &s,
+        w,
+        "echo parent > a.txt; echo p > p.txt; rm k.txt; mkdir d; echo x > d/x",
+    );
+    let made = ok_json(&s, &["checkpoint", "create", &parent, "--name", "base"]);
+    let ckpt = made["id"].as_str().unwrap().to_owned();
+
+    // The fork sees the parent's staged result over the host.
+    let (_, f1) = fork(
+        &s,
+        "fork",
+        &parent,
+        &["--checkpoint", "base"],
+        "test \"$(cat a.txt)\" = parent && test -f p.txt && test ! -e k.txt && \
+         test -f d/x && echo f1 > f1.txt",
+    );
+    let f1 = f1["job"].as_str().unwrap().to_owned();
+    let b = bundle(&s, &f1);
+    assert_eq!(b["lineage"]["parent_run_id"], parent.as_str(), "{b}");
+    assert_eq!(b["lineage"]["checkpoint_id"], ckpt.as_str(), "{b}");
+    assert_eq!(b["run"]["parent_run_id"], parent.as_str(), "{b}");
+    // Reviewed against the host: the parent's changes are part of what applying brings.
+    assert_eq!(
+        changed_paths(&b),
+        ["a.txt", "d", "d/x", "f1.txt", "k.txt", "p.txt"],
+        "{b}"
+    );
+    // The parent is untouched by its fork.
+    assert_eq!(
+        changed_paths(&bundle(&s, &parent)),
+        ["a.txt", "d", "d/x", "k.txt", "p.txt"]
+    );
+
+    // Inspect the fork: its view, the command's exit code, and its writes discarded.
+    let (code, ins) = fork(
+        &s,
+        "inspect",
+        &f1,
+        &[],
+        "test \"$(cat f1.txt)\" = f1 && test \"$(cat a.txt)\" = parent && echo junk > junk \
+         && rm f1.txt && exit 7",
+    );
+    assert_eq!(code, 7, "{ins}");
+    assert_eq!(ins["discarded"], true, "{ins}");
+    let inspected = ins["job"].as_str().unwrap();
+    let st = ok_json(&s, &["status", inspected]);
+    assert_eq!(st["review_context"]["job_state"], "discarded");
+    assert_eq!(
+        changed_paths(&bundle(&s, &f1)),
+        ["a.txt", "d", "d/x", "f1.txt", "k.txt", "p.txt"],
+        "the inspection changed the fork"
+    );
+    // Inspect made its own checkpoint of the fork and removed it with its stage.
+    let left = ok_json(&s, &["checkpoint", "list", &f1]);
+    assert_eq!(left.as_array().unwrap().len(), 0, "{left}");
+    assert!(read(w, "junk").is_none());
+
+    // The second fork from the same checkpoint.
+    let (_, f2) = fork(
+        &s,
+        "fork",
+        &parent,
+        &["--checkpoint", &ckpt],
+        "echo f2 > f2.txt",
+    );
+    let f2 = f2["job"].as_str().unwrap().to_owned();
+
+    // Apply of the fork brings what it inherits.
+    let out = apply(&s, &f1);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(read(w, "a.txt").as_deref(), Some("parent\n"));
+    assert_eq!(read(w, "p.txt").as_deref(), Some("p\n"));
+    assert_eq!(read(w, "d/x").as_deref(), Some("x\n"));
+    assert_eq!(read(w, "f1.txt").as_deref(), Some("f1\n"));
+    assert!(read(w, "k.txt").is_none());
+
+    // The sibling's apply checks the host as any apply does, and refuses, writing nothing.
+    let out = apply(&s, &f2);
+    assert_eq!(out.status.code(), Some(3), "{}", err(&out));
+    assert!(err(&out).contains("conflict a.txt"), "{}", err(&out));
+    assert!(read(w, "f2.txt").is_none());
+
+    // The parent, applied after its child: its changes are on the host already (with other
+    // content under them than it saw), so it refuses like any apply whose host moved.
+    let out = apply(&s, &parent);
+    assert_eq!(out.status.code(), Some(3), "{}", err(&out));
+    assert!(err(&out).contains("conflict a.txt"), "{}", err(&out));
+}
+
+#[test]
+fn a_host_edit_after_the_parent_ran_is_a_conflict_for_the_fork() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let w = s.work.path();
+    s.write("a.txt", "host\n");
+    let parent = run_in(&s, w, "echo parent > a.txt");
+    // The host moves on after the parent looked, before the fork runs.
+    s.write("a.txt", "edited on the host\n");
+    // `run --on` forks from a new checkpoint of the parent's stage.
+    let out = s
+        .cmd()
+        .args(["--json", "run", "--on", &parent, "--", "sh", "-c"])
+        .arg("test \"$(cat a.txt)\" = parent && echo b > b.txt")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", err(&out));
+    let child = json_of(&out)["job"].as_str().unwrap().to_owned();
+    assert_eq!(
+        ok_json(&s, &["checkpoint", "list", &parent])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let out = apply(&s, &child);
+    assert_eq!(out.status.code(), Some(3), "{}", err(&out));
+    assert!(err(&out).contains("conflict a.txt"), "{}", err(&out));
+    assert_eq!(read(w, "a.txt").as_deref(), Some("edited on the host\n"));
+    assert!(read(w, "b.txt").is_none());
+}
+
+#[test]
+fn a_parent_dropped_with_a_live_child_leaves_the_child_whole() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let w = s.work.path();
+    let parent = run_in(&s, w, "echo p > p.txt");
+    let (_, child) = fork(&s, "fork", &parent, &[], "echo c > c.txt");
+    let child = child["job"].as_str().unwrap().to_owned();
+    let out = s.cmd().args(["drop", &parent]).output().unwrap();
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(
+        err(&out).contains(&child),
+        "the drop names the live fork: {}",
+        err(&out)
+    );
+    let out = apply(&s, &child);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(read(w, "p.txt").as_deref(), Some("p\n"));
+    assert_eq!(read(w, "c.txt").as_deref(), Some("c\n"));
+    // A dropped parent cannot be forked again but for its checkpoints.
+    let out = s
+        .cmd()
+        .args(["fork", &parent, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", err(&out));
+    assert!(err(&out).contains("--checkpoint"), "{}", err(&out));
+}
+
+#[test]
+fn inspect_keep_keeps_a_fork() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let parent = run_in(&s, s.work.path(), "echo p > p.txt");
+    let (code, kept) = fork(&s, "inspect", &parent, &["--keep"], "echo t > t.txt");
+    assert_eq!(code, 0, "{kept}");
+    let kept = kept["job"].as_str().unwrap().to_owned();
+    let b = bundle(&s, &kept);
+    assert_eq!(b["lineage"]["parent_run_id"], parent.as_str(), "{b}");
+    assert_eq!(changed_paths(&b), ["p.txt", "t.txt"], "{b}");
+}
+
+#[test]
+fn fork_usage_errors_exit_2_before_anything_runs() {
+    let s = Sandbox::new();
+    let code = |args: &[&str]| {
+        let out = s.cmd().args(args).output().unwrap();
+        (out.status.code().unwrap(), err(&out))
+    };
+    let (c, e) = code(&["run", "--checkpoint", "x", "--", "true"]);
+    assert_eq!(c, 2, "{e}");
+    assert!(e.contains("--on"), "{e}");
+    // An unknown parent is "not found", as for every command that takes a job.
+    let (c, e) = code(&["fork", "no-such-job", "--", "true"]);
+    assert_eq!(c, 4, "{e}");
+    if !sealed() {
+        return;
+    }
+    let parent = run_in(&s, s.work.path(), "echo p > p.txt");
+    let (c, e) = code(&["fork", &parent, "--keep", "--", "true"]);
+    assert_eq!(c, 2, "{e}");
+    let (c, e) = code(&["fork", &parent, "--on", &parent, "--", "true"]);
+    assert_eq!(c, 2, "{e}");
+    let (c, e) = code(&["fork", &parent, "--checkpoint", "nope", "--", "true"]);
+    assert_eq!(c, 2, "{e}");
+    assert!(e.contains("checkpoint list"), "{e}");
+    let other = tempfile::tempdir().unwrap();
+    let dir = other.path().to_str().unwrap();
+    let (c, e) = code(&["fork", &parent, "--workdir", dir, "--", "true"]);
+    assert_eq!(c, 2, "{e}");
+    assert!(e.contains("parent's workdir"), "{e}");
+    assert_eq!(ok_json(&s, &["jobs"]).as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn diff_against_parent_lists_only_what_the_fork_did() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    for name in ["a.txt", "h.txt"] {
+        s.write(name, "host\n");
+    }
+    let parent = run_in(
+        &s,
+        s.work.path(),
+        "echo parent > a.txt; echo p > p.txt; echo same > s.txt",
+    );
+    let (_, child) = fork(
+        &s,
+        "fork",
+        &parent,
+        &[],
+        "echo child > a.txt; rm p.txt; echo new > n.txt; rm h.txt",
+    );
+    let child = child["job"].as_str().unwrap().to_owned();
+    let d = ok_json(&s, &["diff", "--against-parent", &child]);
+    assert_eq!(d["parent"], parent.as_str(), "{d}");
+    let got: Vec<(String, String)> = d["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_owned(),
+                c["against_parent"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want = [
+        ("a.txt", "changed"),
+        ("h.txt", "new"),
+        ("n.txt", "new"),
+        ("p.txt", "reverted"),
+    ];
+    assert_eq!(got, want.map(|(p, k)| (p.to_owned(), k.to_owned())), "{d}");
+    // A job that is no fork has no parent to compare with.
+    let out = s
+        .cmd()
+        .args(["diff", "--against-parent", &parent])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", err(&out));
+}
