@@ -3,10 +3,11 @@
 //! limit, reads the kernel's counters after the run (OOM kills, denied forks) and removes
 //! the cgroup.
 //!
-//! Owns every cgroupfs write cofferdam makes. It may not decide which mechanism enforces
-//! what (`cofferdam_policy::cgroup_plan` does) nor place processes: the supervisor writes
-//! the init's pid into [`RunCgroup::procs_files`] before the init reads its plan
-//! (`crate::launch`), so pid 1 and everything after it start inside.
+//! Owns every cgroupfs write cofferdam makes but the placement. It may not decide which
+//! mechanism enforces what (`cofferdam_policy::cgroup_plan` does) nor place processes
+//! (`crate::launch` does, before pid 1 starts): in the v1 hierarchies the init is born
+//! inside ([`RunCgroup::v1_dirs`]: the thread that starts it moves itself in first), in the
+//! unified one the supervisor writes its pid into [`RunCgroup::v2_procs_files`].
 //!
 //! v1: the directory of the supervisor's own cgroup in each controller's hierarchy is
 //! found from `/proc/self/cgroup` and `/proc/self/mountinfo`; the run's cgroup is a child of
@@ -309,6 +310,35 @@ impl RunCgroup {
         out
     }
 
+    /// The run's directories in the v1 hierarchies, one per hierarchy (`crate::launch`
+    /// starts the init from a thread that moved itself into each through its `tasks` file:
+    /// a thread moving itself skips the kernel's global lock, and its wait for an RCU grace
+    /// period, that moving a process by pid takes).
+    pub fn v1_dirs(&self) -> Vec<PathBuf> {
+        self.dirs_of(CgroupVersion::V1)
+    }
+
+    /// The `cgroup.procs` file of the run's directory in the unified hierarchy, if any: the
+    /// init is moved there by pid once started (a v2 domain cgroup takes no single thread).
+    pub fn v2_procs_files(&self) -> Vec<PathBuf> {
+        self.dirs_of(CgroupVersion::V2)
+            .into_iter()
+            .map(|d| d.join("cgroup.procs"))
+            .collect()
+    }
+
+    fn dirs_of(&self, version: CgroupVersion) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = self
+            .dirs
+            .iter()
+            .filter(|(_, v, _)| *v == version)
+            .map(|(_, _, d)| d.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     fn dir_of(&self, controller: &str) -> Option<(CgroupVersion, &Path)> {
         self.dirs
             .iter()
@@ -404,6 +434,21 @@ mod tests {
             v2_own_dir(MOUNTINFO, PROC),
             Some(PathBuf::from("/sys/fs/cgroup/unified/user.slice"))
         );
+    }
+
+    #[test]
+    fn each_version_is_placed_its_own_way() {
+        let cg = RunCgroup {
+            dirs: vec![
+                ("memory", CgroupVersion::V1, PathBuf::from("/m/r")),
+                ("pids", CgroupVersion::V1, PathBuf::from("/p/r")),
+                ("memory", CgroupVersion::V2, PathBuf::from("/u/r")),
+                ("pids", CgroupVersion::V2, PathBuf::from("/u/r")),
+            ],
+        };
+        assert_eq!(cg.v1_dirs(), [PathBuf::from("/m/r"), PathBuf::from("/p/r")]);
+        assert_eq!(cg.v2_procs_files(), [PathBuf::from("/u/r/cgroup.procs")]);
+        assert_eq!(cg.procs_files().len(), 3);
     }
 
     #[test]

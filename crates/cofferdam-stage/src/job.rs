@@ -109,6 +109,25 @@ pub const JOB_STATE_VERSION: u32 = 1;
 /// Every job id starts with this.
 pub const ID_PREFIX: &str = "run-";
 
+/// The id of a job not created yet: a fresh `run-<uuid v7>`, for a caller that must name
+/// things after the job before it exists (a run's cgroup, made before its init starts).
+/// Only [`NewJobId::new`] makes one, and [`JobStore::create_locked_as`] uses it up.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NewJobId(String);
+
+impl NewJobId {
+    /// A fresh id.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Self(format!("{ID_PREFIX}{}", uuid::Uuid::now_v7().hyphenated()))
+    }
+
+    /// The id's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 const JOBS_DIR: &str = "jobs";
 const JOB_FILE: &str = "job.json";
 const LOCK_FILE: &str = "lock";
@@ -692,7 +711,18 @@ impl JobStore {
         stage_dir: Option<&Path>,
         init: impl FnOnce(&mut JobState),
     ) -> Result<(Job, JobLock), JobError> {
-        let id = format!("{ID_PREFIX}{}", uuid::Uuid::now_v7().hyphenated());
+        self.create_locked_as(NewJobId::new(), workdir, stage_dir, init)
+    }
+
+    /// [`JobStore::create_locked_with`], the job taking the id `id` chosen beforehand.
+    pub fn create_locked_as(
+        &self,
+        id: NewJobId,
+        workdir: &Path,
+        stage_dir: Option<&Path>,
+        init: impl FnOnce(&mut JobState),
+    ) -> Result<(Job, JobLock), JobError> {
+        let id = id.0;
         let entry = self.jobs.join(&id);
         let workdir_canon = fs::canonicalize(workdir).unwrap_or_else(|_| workdir.to_path_buf());
         let mut state = JobState {

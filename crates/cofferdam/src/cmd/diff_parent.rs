@@ -4,7 +4,8 @@
 //! is `cofferdam_stage::against_parent`'s. Reads only.
 
 use crate::cmd::jobref;
-use crate::cmd::jobrules::{NOT_FOUND, job_failure};
+use crate::cmd::jobrules::job_failure;
+use crate::exit::NOT_FOUND;
 use crate::exit::{Failure, OK, USAGE};
 use cofferdam_stage::against_parent::{Difference, against_parent};
 use cofferdam_stage::checkpoint;

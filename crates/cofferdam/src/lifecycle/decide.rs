@@ -32,7 +32,7 @@ pub(super) fn decide(req: &RunRequest) -> Result<Decided, Failure> {
     let store = JobStore::open(&req.env.storage_root).map_err(Failure::setup)?;
     // The namespace facts are cached per boot and settings: the init re-attempts every
     // mechanism anyway, so a stale cache can only make the setup fail, never weaken it.
-    // The cgroup layout is read once the init is started (`with_cgroups`).
+    // The cgroup layout is read by the run, right before its cgroup is made (`with_cgroups`).
     let facts = cofferdam_sandbox::probe::probe_host_cached(&store.root().join("host-facts.json"));
     let decision = facts.decide(policy.floor, req.tier_cap);
     // The one decision `scope` reports too: what this tier cannot carry is refused here.

@@ -2,7 +2,6 @@
 //! write the trace's start, make the copy stage. Owns the order inside each of these
 //! steps; the order between them is `super::run`'s.
 
-use super::decide::Decided;
 use super::{RunRequest, TraceSink, copy};
 use crate::context::Env;
 use crate::exit::Failure;
@@ -14,7 +13,7 @@ use cofferdam_record::HostFacts;
 use cofferdam_record::trace::TraceEventKind;
 use cofferdam_sandbox::init::EarlyNamespaces;
 use cofferdam_sandbox::launch::{PendingInit, Streams, spawn_init};
-use cofferdam_stage::job::{Job, JobLock, JobStore};
+use cofferdam_stage::job::{Job, JobLock, JobStore, NewJobId};
 use cofferdam_stage::trace_log::TraceLog;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -32,19 +31,22 @@ pub(super) struct Spawned {
 /// Start the init. Terminals on stdin and stdout (or `--tty`): the command gets its own
 /// pseudo-terminal, relayed to the caller's; otherwise three pipes. Never a descriptor of
 /// the caller's.
-/// `publish` is the sandbox's end of the `--publish` socket, when there is one.
+/// `publish` is the sandbox's end of the `--publish` socket, when there is one; `born_in`
+/// the run's cgroup v1 directories, which the init starts inside.
 pub(super) fn spawn(
     req: &RunRequest,
-    decided: &Decided,
+    facts: &HostFacts,
+    copy_tier: bool,
     publish: Option<std::os::fd::OwnedFd>,
+    born_in: &[PathBuf],
 ) -> Result<Spawned, Failure> {
     let terminal = cofferdam_sandbox::pty::caller_terminal(req.force_tty);
     let (net, net_theirs) = crate::egress::socket(&req.policy)
         .map_err(Failure::setup)?
         .unzip();
-    let early = (!decided.copy_tier).then_some(EarlyNamespaces {
-        uid: decided.facts.uid(),
-        gid: decided.facts.gid(),
+    let early = (!copy_tier).then_some(EarlyNamespaces {
+        uid: facts.uid,
+        gid: facts.gid,
         host_network: req.policy.network.mode == cofferdam_net::NetworkMode::Host,
     });
     let exe = PathBuf::from("/proc/self/exe");
@@ -57,6 +59,7 @@ pub(super) fn spawn(
         early,
         net_theirs,
         publish,
+        born_in,
     )
     .map_err(Failure::setup)?;
     Ok(Spawned {
@@ -79,9 +82,13 @@ pub(super) struct JobRun {
 /// Create and lock the job. What `status` shows of a live job: the command line, and the
 /// supervisor's pid (`cofferdam kill` signals it; the lock proves it). The start time is
 /// the job's until the records give the run's own.
-pub(super) fn create_job(req: &RunRequest, store: &JobStore) -> Result<JobRun, Failure> {
+pub(super) fn create_job(
+    req: &RunRequest,
+    store: &JobStore,
+    id: NewJobId,
+) -> Result<JobRun, Failure> {
     let (job, lock) = store
-        .create_locked_with(&req.policy.workdir, req.stage.as_deref(), |s| {
+        .create_locked_as(id, &req.policy.workdir, req.stage.as_deref(), |s| {
             s.command = req.argv.clone();
             s.pid = Some(std::process::id());
             s.started_at_unix_ms = Some(s.created_at_unix_ms);

@@ -58,31 +58,76 @@ fn default_pids_skipped() -> ControlObservation {
     o
 }
 
-/// Install the run's cgroup and arm the watch; adjusts `plan.rlimits` where a cgroup
-/// enforces the same limit for the whole run (so an allocation past the memory limit ends
-/// in the cgroup's OOM kill, which is recorded, rather than a failed `malloc`). With
-/// `poll_stage` false (the copy tiers: the changes reach `upper` only when the run ends) the
-/// stage cap is checked at the end only.
-pub fn prepare(
+/// The run's cgroup, installed before its init starts (the init is born inside its v1
+/// directories: `cofferdam_sandbox::launch::spawn_init`), with one observation per limit.
+pub struct CgroupSetup {
+    cgroup: Option<RunCgroup>,
+    controls: Vec<ControlObservation>,
+    not_planned: Vec<(ResourceDimension, String)>,
+}
+
+impl CgroupSetup {
+    /// The v1 directories the init is to be born in.
+    pub fn v1_dirs(&self) -> Vec<PathBuf> {
+        self.cgroup
+            .as_ref()
+            .map(RunCgroup::v1_dirs)
+            .unwrap_or_default()
+    }
+}
+
+/// Plan and install the cgroup of run `run_id` (named after the job it will be). `stage`
+/// is where the job's directory will be made (its stage's disk, for `io_bps`).
+pub fn install_cgroup(
     policy: &Policy,
     facts: &cofferdam_record::HostFacts,
-    plan: &mut SandboxPlan,
-    upper: &Path,
-    poll_stage: bool,
-) -> Limits {
+    run_id: &str,
+    stage: &Path,
+) -> CgroupSetup {
     let r = &policy.resources;
     // The disks behind what the workload reads (the workdir, the overlay's lower layer) and
     // writes (the stage), only when disk bandwidth is limited.
     let io = match r.io_bps {
         Some(_) => cofferdam_sandbox::blockdev::resolve_all(&[
             ("workdir", &policy.workdir),
-            ("stage", upper),
+            ("stage", stage),
         ]),
         None => IoDevices::default(),
     };
     let cplan = plan_cgroup(r, &facts.cgroup, facts.is_root, &io);
     let mut controls = Vec::new();
-    for (dim, reason) in &cplan.not_planned {
+    let cgroup = (!cplan.limits.is_empty()).then(|| {
+        let (cg, obs) = cofferdam_sandbox::cgroup::install(&cplan, run_id);
+        controls.extend(obs);
+        cg
+    });
+    CgroupSetup {
+        cgroup,
+        controls,
+        not_planned: cplan.not_planned,
+    }
+}
+
+/// Arm the watch around the run's cgroup `setup` (from [`install_cgroup`]); adjusts
+/// `plan.rlimits` where a cgroup enforces the same limit for the whole run (so an
+/// allocation past the memory limit ends in the cgroup's OOM kill, which is recorded,
+/// rather than a failed `malloc`). With `poll_stage` false (the copy tiers: the changes
+/// reach `upper` only when the run ends) the stage cap is checked at the end only.
+pub fn prepare(
+    setup: CgroupSetup,
+    policy: &Policy,
+    plan: &mut SandboxPlan,
+    upper: &Path,
+    poll_stage: bool,
+) -> Limits {
+    let r = &policy.resources;
+    let CgroupSetup {
+        cgroup,
+        controls: installed,
+        not_planned,
+    } = setup;
+    let mut controls = Vec::new();
+    for (dim, reason) in &not_planned {
         let mut o = ControlObservation::new(
             ControlMechanism::Cgroup,
             ControlDimension::Resources,
@@ -95,11 +140,7 @@ pub fn prepare(
         );
         controls.push(o);
     }
-    let cgroup = (!cplan.limits.is_empty()).then(|| {
-        let (cg, obs) = cofferdam_sandbox::cgroup::install(&cplan, &plan.run_id);
-        controls.extend(obs);
-        cg
-    });
+    controls.extend(installed);
     let by_cgroup = |dim| {
         controls.iter().any(|o| {
             o.mechanism == ControlMechanism::Cgroup
@@ -138,8 +179,7 @@ pub fn prepare(
         warnings.push("`cpus` is not enforced on this host (no usable cgroup cpu controller); the run goes on without it".into());
     }
     if r.io_bps.is_some() && !io_by_cgroup {
-        let why = cplan
-            .not_planned
+        let why = not_planned
             .iter()
             .find(|(d, _)| *d == ResourceDimension::IoBytesPerSec)
             .map_or("the cgroup could not be installed", |(_, w)| w.as_str());
@@ -192,6 +232,14 @@ pub fn prepare(
 }
 
 impl Limits {
+    /// The run's v2 `cgroup.procs` files, where the init is moved by pid.
+    pub fn v2_procs_files(&self) -> Vec<PathBuf> {
+        self.cgroup
+            .as_ref()
+            .map(RunCgroup::v2_procs_files)
+            .unwrap_or_default()
+    }
+
     /// Whether the run has cgroups of its own (removed when this drops: they must be empty).
     pub fn has_cgroup(&self) -> bool {
         self.cgroup.is_some()

@@ -64,9 +64,9 @@ pub struct Finished {
 }
 
 /// Run `req` to its records. The order of effects is this function's: decide (refusing
-/// below the floor before touching anything), start the init, create the job (a fork's
-/// stage seeded from its checkpoint), plan, install
-/// the limits, send the plan, write the trace's start, make the copy stage, write the
+/// below the floor before touching anything), install the run's cgroup, start the init
+/// (inside it), create the job (a fork's stage seeded from its checkpoint), plan, arm the
+/// other limits, send the plan, write the trace's start, make the copy stage, write the
 /// provisional bundle, launch and supervise, judge the ending, seal and write the records,
 /// mark the job staged.
 pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
@@ -81,46 +81,57 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     // the command; without, to the sandbox's process group), and the supervisor must live
     // to restore the terminal and write the records.
     let quiet = crate::signals::IgnoreTerminalSignals::new();
-    let launch::Spawned {
-        mut init,
-        terminal,
-        net,
-    } = launch::spawn(
-        req,
-        &decided,
-        published
-            .as_mut()
-            .and_then(crate::publish::Published::sandbox_end),
-    )?;
     let decide::Decided {
         store,
         facts,
         decision,
         copy_tier,
     } = decided;
+    // The run's cgroup comes before its init, which is born inside its v1 directories (a
+    // move by pid afterwards waits for an RCU grace period: `cofferdam_sandbox::launch`).
+    // It is named after the job, whose id is chosen here.
     let facts = facts.with_cgroups();
+    let job_id = cofferdam_stage::job::NewJobId::new();
+    let stage_parent = req
+        .stage
+        .as_deref()
+        .map_or_else(|| store.root().to_path_buf(), nearest_existing);
+    let cgroup = limits::install_cgroup(&req.policy, &facts, job_id.as_str(), &stage_parent);
+    let launch::Spawned {
+        mut init,
+        terminal,
+        net,
+    } = launch::spawn(
+        req,
+        &facts,
+        copy_tier,
+        published
+            .as_mut()
+            .and_then(crate::publish::Published::sandbox_end),
+        &cgroup.v1_dirs(),
+    )?;
     let launch::JobRun {
         job,
         lock,
         mut trace,
-    } = launch::create_job(req, &store)?;
+    } = launch::create_job(req, &store, job_id)?;
     if let Some(c) = &req.fork {
         launch::seed_fork(&job, c)?;
     }
     let inv = launch::invoker(&req.env, &facts);
     let (mut plan, copy_paths) = launch::plan(req, &facts, &inv, &decision, &job, copy_tier);
     plan.terminal = terminal;
-    // Cgroup, timeout and stage cap; the cgroup is removed when `limits` drops, at the end.
-    // On the copy tiers the changes reach `upper/` only when the run ends, so the stage cap
-    // is checked then, not polled.
-    let limits = limits::prepare(&req.policy, &facts, &mut plan, &job.upper(), !copy_tier);
+    // Timeout and stage cap around the cgroup; the cgroup is removed when `limits` drops,
+    // at the end. On the copy tiers the changes reach `upper/` only when the run ends, so
+    // the stage cap is checked then, not polled.
+    let limits = limits::prepare(cgroup, &req.policy, &mut plan, &job.upper(), !copy_tier);
     for warning in &limits.warnings {
         eprintln!("cofferdam: warning: {}", crate::shown_text(warning));
     }
-    // Moving the init into the run's cgroups waits for the kernel, in the background, while
-    // the rest happens here. The go comes after both.
+    // Moving the init into the run's v2 cgroup waits for the kernel, in the background,
+    // while the rest happens here. The go comes after both.
     init.send_plan(&plan).map_err(Failure::setup)?;
-    init.join_cgroups(limits.watch.cgroup_procs.clone());
+    init.join_cgroups(limits.v2_procs_files());
     let started = launch::trace_start(req, &facts, &inv, &job, &mut trace)?;
     let mut trace = TraceSink::new(trace);
     // After the start time: a host edit after the copy is newer than the run's start, so
@@ -185,6 +196,15 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
         bundle,
         ending,
     })
+}
+
+/// `path`, or its nearest ancestor that exists (a `--stage` directory may be made by the
+/// run): the disk the job's stage will be on.
+fn nearest_existing(path: &std::path::Path) -> PathBuf {
+    path.ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(path)
+        .to_path_buf()
 }
 
 /// The run's trace once it has started: a write that fails is told at once
