@@ -1,8 +1,9 @@
 //! The real agent CLIs (issue 19) inside `cofferdam run` with no cofferdam flags: only the
 //! agent's own environment (a dummy key, its base URL or provider config pointing at a
 //! scripted model server on 127.0.0.1, `tests/agents/model_server.py`). Each completes a
-//! turn that writes one file; the write is staged (not in the tree), and the bundle shows
-//! the model server allowed through the proxy by the profile. A CLI that is not installed
+//! turn that writes one file and runs one shell command; both are staged (not in the tree)
+//! and applied, and the bundle shows the model server allowed through the proxy by the
+//! profile. A CLI that is not installed
 //! is a `SKIP-HOST`, unless `COFFERDAM_TEST_REQUIRE` is set (CI installs them in .ci/run).
 
 use crate::common::{Sandbox, json_of, network_decisions, require, userns_independently};
@@ -136,11 +137,23 @@ fn assert_staged_and_allowed(s: &Sandbox, out: &std::process::Output, srv: &Mode
 
 /// `cofferdam run -- ARGV` with only the agent's `env` added; the turn's edit staged.
 fn agent_turn(s: &Sandbox, srv: &ModelServer, env: &[(&str, String)], argv: &[&str]) {
+    agent_turn_answering(s, srv, env, argv, "");
+}
+
+/// [`agent_turn`] with `answers` on the agent's standard input (its confirmation prompts).
+fn agent_turn_answering(
+    s: &Sandbox,
+    srv: &ModelServer,
+    env: &[(&str, String)],
+    argv: &[&str],
+    answers: &str,
+) {
     let mut c = s.cmd();
     for (k, v) in env {
         c.env(k, v);
     }
     let out = c
+        .write_stdin(answers)
         .args(["run", "--"])
         .args(argv)
         .timeout(std::time::Duration::from_secs(300))
@@ -278,6 +291,9 @@ fn gemini_cli_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
     )
     .unwrap();
     let (_, p) = prompt(&s);
+    // Then a shell command through its run_shell_command tool (offered under --yolo).
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={}", ran.display());
     let env = [
         (
             "GOOGLE_GEMINI_BASE_URL",
@@ -286,7 +302,13 @@ fn gemini_cli_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         ("GEMINI_API_KEY", "dummy-key".to_owned()),
     ];
     agent_turn(&s, &srv, &env, &["gemini", "--yolo", "-p", &p]);
-    apply_brings(&s, None);
+    assert!(
+        srv.requests().contains("run_shell_command"),
+        "{}",
+        srv.requests()
+    );
+    ran_staged(&s, &srv, &ran);
+    apply_brings(&s, Some(&ran));
 }
 
 #[test]
@@ -301,6 +323,11 @@ fn aider_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         .unwrap();
     assert!(git.success());
     let (_, p) = prompt(&s);
+    // Then the shell command the model suggests in a ```bash block (only its `diff` edit
+    // format carries them). aider runs a suggested command only on an explicit yes, which
+    // `--yes-always` never gives: the user's answers come on standard input instead.
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={}", ran.display());
     let env = [
         (
             "OPENAI_API_BASE",
@@ -313,15 +340,16 @@ fn aider_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         "--model",
         "openai/mock",
         "--edit-format",
-        "whole",
-        "--yes-always",
+        "diff",
+        "--no-fancy-input",
         "--no-check-update",
         "--no-show-model-warnings",
         "--message",
         &p,
     ];
-    agent_turn(&s, &srv, &env, &argv);
-    apply_brings(&s, None);
+    agent_turn_answering(&s, &srv, &env, &argv, &"y\n".repeat(20));
+    ran_staged(&s, &srv, &ran);
+    apply_brings(&s, Some(&ran));
 }
 
 /// No real CLI needed: the codex profile lends `~/.codex` writable but its `config.toml`
