@@ -17,7 +17,7 @@ use cofferdam_record::scope::{GrantSource, GrantSourceReport};
 use std::path::{Component, Path, PathBuf};
 
 /// The origin of a toolchain mount in records.
-pub const ORIGIN: &str = "toolchain";
+pub const ORIGIN: &str = crate::policy::TOOLCHAIN_ORIGIN;
 
 /// The tree to lend for `file`, when it lives under `home`.
 pub fn install_tree(file: &Path, home: &Path) -> Option<PathBuf> {

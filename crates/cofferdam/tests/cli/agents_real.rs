@@ -78,8 +78,13 @@ fn installed(program: &str) -> bool {
 }
 
 fn ready(program: &str) -> Option<Sandbox> {
-    // The profile's `allow` network and state mount need the sealed tier.
-    if !require("user namespaces (sealed tier)", userns_independently()) || !installed(program) {
+    sealed().filter(|_| installed(program))
+}
+
+/// A sandbox whose HOME and workdir the sealed tier can lend; `None` (a skip) without it:
+/// the profile's `allow` network and state mount need that tier.
+fn sealed() -> Option<Sandbox> {
+    if !require("user namespaces (sealed tier)", userns_independently()) {
         return None;
     }
     let s = Sandbox::new();
@@ -357,13 +362,7 @@ fn aider_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
 /// grant the run after it a new host.
 #[test]
 fn a_codex_run_cannot_rewrite_the_config_that_names_its_next_destination() {
-    if !require("user namespaces (sealed tier)", userns_independently()) {
-        return;
-    }
-    let s = Sandbox::new();
-    for d in [s.home.path(), s.work.path()] {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let Some(s) = sealed() else { return };
     let cfg_text = "openai_base_url = \"http://127.0.0.1:9/v1\"\n";
     let codex = s.home.path().join(".codex");
     std::fs::create_dir(&codex).unwrap();
@@ -397,6 +396,57 @@ fn a_codex_run_cannot_rewrite_the_config_that_names_its_next_destination() {
     let grants = v["grant_sources"].to_string();
     assert!(grants.contains("127.0.0.1:9"), "{grants}");
     assert!(!grants.contains("exfil.example"), "{grants}");
+}
+
+/// No real CLI needed: the codex profile's optional `~/.codex/config.toml` is absent (a user
+/// on the default provider); that is no warning the user can act on, so stderr stays quiet,
+/// while the bundle's `run.warnings` and the scope report's `host_paths` still record it.
+/// A skipped mount the user wrote (`--mount X?`) still warns.
+#[test]
+fn a_profile_mount_whose_source_is_absent_is_recorded_but_not_warned_about() {
+    let Some(s) = sealed() else { return };
+    std::fs::create_dir(s.home.path().join(".codex")).unwrap();
+    let mine = s.home.path().join("no-such-cache");
+    let out = s
+        .cmd()
+        .args(["run", "--agent", "codex", "--mount"])
+        .arg(format!("{}:read?", mine.display()))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("config.toml"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: optional mount {} (--mount) skipped",
+            mine.display()
+        )),
+        "{stderr}"
+    );
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let warnings = b["run"]["warnings"].to_string();
+    assert!(
+        warnings.contains("optional mount ~/.codex/config.toml (profile:codex) skipped"),
+        "{warnings}"
+    );
+    let v = json_of(
+        &s.cmd()
+            .args(["scope", "--json", "--agent", "codex"])
+            .output()
+            .unwrap(),
+    );
+    let cfg = s.home.path().join(".codex/config.toml");
+    assert!(
+        v["host_paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["source"] == cfg.display().to_string()
+                && h["effect"].as_str().unwrap_or("").starts_with("skipped")),
+        "{}",
+        v["host_paths"]
+    );
 }
 
 /// Claude Code's interactive TUI in a real terminal (tmux): the prompt typed in, the edit
