@@ -10,6 +10,8 @@
 //! Where that parent is HOME itself or `~/.local` (whose `share/` and `state/` hold other
 //! programs' data), only the file's own directory is lent (`~/bin`, `~/.local/bin`). HOME is
 //! never lent whole; trees inside or around the workdir are left alone (it is staged).
+//! Some installs run code from a second tree ([`companions`]: rustup proxies, pyenv shims,
+//! `pip --user` scripts); that tree is lent too, when it exists.
 
 use crate::manifest::MountMode;
 use crate::policy::{Mount, Policy};
@@ -58,8 +60,24 @@ pub fn install_tree(file: &Path, home: &Path) -> Option<PathBuf> {
 /// The trees to lend for the files `chain` (program, symlink hops, interpreters): one per
 /// install, none inside another, none inside or around `workdir`.
 pub fn trees(chain: &[PathBuf], home: &Path, workdir: &Path) -> Vec<PathBuf> {
+    distinct(chain.iter().filter_map(|f| install_tree(f, home)), workdir)
+}
+
+/// [`trees`] and the [`companions`] they need, among what `exists` says is there.
+pub fn needed(
+    chain: &[PathBuf],
+    home: &Path,
+    workdir: &Path,
+    exists: &dyn Fn(&Path) -> bool,
+) -> Vec<PathBuf> {
+    let own = chain.iter().filter_map(|f| install_tree(f, home));
+    distinct(own.chain(companions(chain, home, exists)), workdir)
+}
+
+/// `candidates` with none inside another, none inside or around `workdir`.
+fn distinct(candidates: impl Iterator<Item = PathBuf>, workdir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    for t in chain.iter().filter_map(|f| install_tree(f, home)) {
+    for t in candidates {
         if t.starts_with(workdir) || workdir.starts_with(&t) {
             continue;
         }
@@ -69,6 +87,45 @@ pub fn trees(chain: &[PathBuf], home: &Path, workdir: &Path) -> Vec<PathBuf> {
         out.retain(|o| !o.starts_with(&t));
         out.push(t);
     }
+    out
+}
+
+/// What an install in `chain` needs at run time beyond its own tree, among what `exists`
+/// says is there; each lent whole, read-only, like a tree:
+/// - a rustup proxy (a file in `~/.cargo/bin` beside `rustup`) runs its toolchain from
+///   `~/.rustup`;
+/// - a pyenv shim (a file in `~/.pyenv/shims`) runs pyenv itself (`libexec/`), which picks
+///   a version in `versions/` at run time: the pyenv root;
+/// - a `pip install --user` script (a file in `~/.local/bin`) run by `pythonX.Y` imports from
+///   `~/.local/lib/pythonX.Y`.
+///
+/// Only the default places under `home`: `CARGO_HOME`, `RUSTUP_HOME` and `PYENV_ROOT` are not
+/// passed into the run, so inside the tools look there.
+pub fn companions(chain: &[PathBuf], home: &Path, exists: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let cargo_bin = home.join(".cargo/bin");
+    let shims = home.join(".pyenv/shims");
+    let local_bin = home.join(".local/bin");
+    let in_dir = |d: &Path| chain.iter().any(|f| f.parent() == Some(d));
+    let mut out = Vec::new();
+    if in_dir(&cargo_bin) && exists(&cargo_bin.join("rustup")) {
+        out.push(home.join(".rustup"));
+    }
+    if in_dir(&shims) {
+        out.push(home.join(".pyenv"));
+    }
+    if in_dir(&local_bin) {
+        for f in chain {
+            let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+            if let Some(v) = name.as_deref().and_then(|n| n.strip_prefix("python"))
+                && v.contains('.')
+                && v.chars().all(|c| c.is_ascii_digit() || c == '.')
+            {
+                out.push(home.join(format!(".local/lib/python{v}")));
+            }
+        }
+    }
+    out.retain(|p| exists(p));
+    out.dedup();
     out
 }
 
@@ -157,6 +214,62 @@ mod tests {
             vec![
                 PathBuf::from("/h/u/.local/bin"),
                 PathBuf::from("/h/u/.pyenv/versions/3.12")
+            ]
+        );
+    }
+
+    #[test]
+    fn rustup_pyenv_and_pip_user_installs_bring_what_they_run_from_when_it_exists() {
+        let home = Path::new("/h/u");
+        let chain = |fs: &[&str]| fs.iter().map(PathBuf::from).collect::<Vec<_>>();
+        let all = |_: &Path| true;
+        let rustup = chain(&["/h/u/.cargo/bin/cargo"]);
+        assert_eq!(
+            companions(&rustup, home, &all),
+            [PathBuf::from("/h/u/.rustup")]
+        );
+        // A cargo home without rustup (cargo installed otherwise) needs nothing more; nor
+        // does a rustup home that is not there.
+        let no_rustup = |p: &Path| p != Path::new("/h/u/.cargo/bin/rustup");
+        assert!(companions(&rustup, home, &no_rustup).is_empty());
+        let no_home = |p: &Path| p != Path::new("/h/u/.rustup");
+        assert!(companions(&rustup, home, &no_home).is_empty());
+        assert_eq!(
+            companions(&chain(&["/h/u/.pyenv/shims/python"]), home, &all),
+            [PathBuf::from("/h/u/.pyenv")]
+        );
+        let pip = chain(&[
+            "/h/u/.local/bin/black",
+            "/usr/bin/python3",
+            "/usr/bin/python3.11",
+        ]);
+        assert_eq!(
+            companions(&pip, home, &all),
+            [PathBuf::from("/h/u/.local/lib/python3.11")]
+        );
+        // The same interpreter for a program elsewhere lends no user site.
+        let elsewhere = chain(&["/opt/x/bin/black", "/usr/bin/python3.11"]);
+        assert!(companions(&elsewhere, home, &all).is_empty());
+        assert!(
+            companions(
+                &chain(&["/h/u/.local/bin/x", "/usr/bin/python3-config"]),
+                home,
+                &all
+            )
+            .is_empty()
+        );
+        // Lent as named, never widened to their parent (`~/.local/lib`); a pyenv shim's
+        // own directory is inside the root it brings.
+        let shim = chain(&["/h/u/.pyenv/shims/python"]);
+        assert_eq!(
+            needed(&shim, home, Path::new("/w"), &all),
+            [PathBuf::from("/h/u/.pyenv")]
+        );
+        assert_eq!(
+            needed(&pip, home, Path::new("/w"), &all),
+            [
+                PathBuf::from("/h/u/.local/bin"),
+                PathBuf::from("/h/u/.local/lib/python3.11")
             ]
         );
     }
