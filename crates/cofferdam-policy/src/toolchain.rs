@@ -129,6 +129,29 @@ pub fn companions(chain: &[PathBuf], home: &Path, exists: &dyn Fn(&Path) -> bool
     out
 }
 
+/// Why a bare command `name` was not found inside when the host's PATH has it at `found`:
+/// its directory is under `home` (private inside) and none of `lent` (the run's mount
+/// targets) covers it. The message names the path and the mount that lends its install;
+/// `None` when it should have been visible (the plain error stands).
+pub fn unlent_path_entry(
+    name: &str,
+    found: &Path,
+    home: &Path,
+    lent: &[PathBuf],
+) -> Option<String> {
+    let dir = found.parent()?;
+    if !dir.starts_with(home) || lent.iter().any(|t| dir.starts_with(t)) {
+        return None;
+    }
+    let tree = install_tree(found, home).unwrap_or_else(|| dir.to_path_buf());
+    Some(format!(
+        "{name}: command not found in the sandbox; the host's PATH has it at {}, whose          directory {} is under HOME, which is private inside and not lent: lend it read-only          with `--mount {}:read` (or `[[filesystem.mounts]]` in the user config; toolchain          lending does it for the program a run starts, unless `--no-agent-defaults`)",
+        found.display(),
+        dir.display(),
+        tree.display()
+    ))
+}
+
 /// Lend `trees` read-only, recorded like any lent path; one a mount already covers (a flag,
 /// the config, a profile) is left to it.
 pub fn apply(policy: &mut Policy, trees: &[PathBuf], home: &Path) {
@@ -272,6 +295,20 @@ mod tests {
                 PathBuf::from("/h/u/.local/lib/python3.11")
             ]
         );
+    }
+
+    #[test]
+    fn a_command_on_an_unlent_path_entry_under_home_names_it_and_the_mount() {
+        let home = Path::new("/h/u");
+        let found = Path::new("/h/u/.local/bin/tool");
+        let m = unlent_path_entry("tool", found, home, &[]).unwrap();
+        assert!(m.contains("at /h/u/.local/bin/tool"), "{m}");
+        assert!(m.contains("--mount /h/u/.local/bin:read"), "{m}");
+        let cargo = unlent_path_entry("cargo", Path::new("/h/u/.cargo/bin/cargo"), home, &[]);
+        assert!(cargo.unwrap().contains("--mount /h/u/.cargo:read"));
+        // Lent, or outside HOME (visible, or missing for another reason): the plain error.
+        assert!(unlent_path_entry("tool", found, home, &[PathBuf::from("/h/u/.local")]).is_none());
+        assert!(unlent_path_entry("sh", Path::new("/usr/bin/sh"), home, &[]).is_none());
     }
 
     #[test]

@@ -275,3 +275,41 @@ fn a_pip_user_script_runs_with_its_user_site_lent_read_only() {
         ]
     );
 }
+
+/// A bare command whose PATH entry is under HOME and not lent (toolchain lending off): exit
+/// 127 names where the host's PATH has it and the mount that lends it.
+#[test]
+fn a_command_on_a_path_entry_that_is_not_lent_exits_127_naming_it_and_the_fix() {
+    let Some(s) = ready() else { return };
+    let home = s.home.path();
+    let bin = home.join(".local/bin");
+    script(&bin.join("cofferdam-test-tool"), "#!/bin/sh\necho ran\n");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = s
+        .cmd()
+        .env("PATH", &path)
+        .args(["run", "--no-agent-defaults", "--", "cofferdam-test-tool"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the host's PATH has it at {}/cofferdam-test-tool",
+            bin.display()
+        )) && stderr.contains(&format!("--mount {}:read", bin.display())),
+        "{stderr}"
+    );
+    // With toolchain lending on, it is lent and runs.
+    let out = s
+        .cmd()
+        .env("PATH", &path)
+        .args(["run", "--", "cofferdam-test-tool"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
