@@ -2,8 +2,9 @@
 """A scripted model server on 127.0.0.1 for the real-agent tests (issue 19).
 
 It speaks just enough of each vendor's API for one edit turn: the first request that
-offers tools gets a reply asking the agent to write one file; a request that carries a
-tool result gets a short final answer. Everything else (title generation, token counts,
+offers tools gets a reply asking the agent to write one file, and, when the prompt names
+`RUN=<absolute path>`, then to run a shell command that creates it; a request that carries
+the last tool result gets a short final answer. Everything else (title generation, token counts,
 warm-ups) gets a plain text reply. The file and its content come from the prompt:
 `FILE=<absolute path>` and `TEXT=<one word>`.
 
@@ -144,12 +145,19 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.send(200, "application/json", json.dumps(reply).encode())
 
-    # OpenAI chat completions (aider): a plain-text edit in aider's `whole` format, the
-    # file named relative to the repository it runs in.
+    # OpenAI chat completions (aider): a plain-text edit, the file named relative to the
+    # repository it runs in. With `RUN=`, a new-file SEARCH/REPLACE block (aider's `diff`
+    # format, the one that carries shell commands) and the command in a ```bash block,
+    # which aider offers to run; else the file whole (its `whole` format).
     def chat_completions(self, text, req):
         path, word = target(text)
         name = path.rsplit("/", 1)[-1]
-        content = f"{name}\n```\n{word}\n```\n"
+        ran = ran_file(text)
+        if ran:
+            content = (f"{name}\n```\n<<<<<<< SEARCH\n=======\n{word}\n>>>>>>> REPLACE\n```\n\n"
+                       f"```bash\necho ran > {ran}\n```\n")
+        else:
+            content = f"{name}\n```\n{word}\n```\n"
         cid = "chatcmpl-" + uuid.uuid4().hex[:12]
         base = {"id": cid, "created": 0, "model": req.get("model", "mock")}
         usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
@@ -222,7 +230,8 @@ def from_schema(schema):
 
 
 def gemini_reply(text, req):
-    """One Gemini candidate: a write_file call first, then a final answer."""
+    """One Gemini candidate: a write_file call first, then (with `RUN=`) a
+    run_shell_command call, then a final answer."""
     config = req.get("generationConfig") or {}
     schema = config.get("responseJsonSchema") or config.get("responseSchema")
     if config.get("responseMimeType") == "application/json":
@@ -231,11 +240,18 @@ def gemini_reply(text, req):
                                 "finishReason": "STOP", "index": 0}]}
     names = [f.get("name") for t in req.get("tools") or []
              for f in t.get("functionDeclarations") or []]
-    if "write_file" in names and '"functionResponse"' not in text:
+    results = text.count('"functionResponse"')
+    ran = ran_file(text)
+    shell = ran and "run_shell_command" in names
+    if "write_file" in names and results == 0:
         path, word = target(text)
         part = {"functionCall": {"name": "write_file",
                                  "args": {"file_path": path, "content": word + "\n"}}}
-    elif '"functionResponse"' in text:
+    elif shell and results == 1:
+        part = {"functionCall": {"name": "run_shell_command",
+                                 "args": {"command": f"echo ran > {ran}",
+                                          "description": "Run a shell command"}}}
+    elif results:
         part = {"text": "Done."}
     else:
         part = {"text": "Agent test"}

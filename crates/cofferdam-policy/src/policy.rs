@@ -39,6 +39,9 @@ pub const DEFAULT_FLOOR: ContainmentClass = ContainmentClass::Scoped;
 /// are real-time scheduling and raised priority (`RLIMIT_RTPRIO` = `RLIMIT_NICE` = 0).
 pub const DEFAULT_PIDS: u64 = 4096;
 
+/// The origin of a mount toolchain lending adds (`crate::toolchain`).
+pub const TOOLCHAIN_ORIGIN: &str = "toolchain";
+
 /// Host variables projected into every run (DESIGN.md §8).
 pub const DEFAULT_PROJECTED_ENV: &[&str] = &[
     "PATH",
@@ -152,6 +155,14 @@ impl Mount {
             self.origin,
             self.source.display()
         )
+    }
+
+    /// Whether the user wrote this mount (a flag, the user config, a manifest), not
+    /// cofferdam on their behalf (an agent profile's optional paths, toolchain lending). A
+    /// skipped mount the user did not write is no warning they can act on: it stays in the
+    /// bundle's `run.warnings` and the scope report's `host_paths`, off stderr.
+    pub fn named_by_user(&self) -> bool {
+        !(self.origin.starts_with("profile:") || self.origin == TOOLCHAIN_ORIGIN)
     }
 }
 
@@ -966,6 +977,14 @@ mod tests {
             pol.skipped_mounts[1].skipped_line(),
             "optional mount /c (--mount) skipped: its source /c does not exist"
         );
+        assert!(pol.skipped_mounts.iter().all(Mount::named_by_user));
+        let by = |origin: &str| Mount {
+            origin: origin.to_owned(),
+            ..pol.skipped_mounts[0].clone()
+        };
+        assert!(by("config:filesystem.mounts[0]").named_by_user());
+        assert!(!by("profile:codex").named_by_user());
+        assert!(!by(TOOLCHAIN_ORIGIN).named_by_user());
     }
 
     #[test]

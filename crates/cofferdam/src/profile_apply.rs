@@ -102,8 +102,13 @@ pub fn apply_profile(
     if !args.no_agent_defaults
         && let Some((invoked, _)) = &located
     {
-        let trees =
-            cofferdam_policy::toolchain::trees(&toolchain_files(invoked), home, &policy.workdir);
+        let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+        let trees = cofferdam_policy::toolchain::needed(
+            &toolchain_files(invoked),
+            home,
+            &policy.workdir,
+            &exists,
+        );
         cofferdam_policy::toolchain::apply(policy, &trees, home);
     }
     Ok(())

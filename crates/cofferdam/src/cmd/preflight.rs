@@ -23,15 +23,17 @@ pub const MIN_OPEN_FILES: u64 = 16;
 pub const MIN_FS_SIZE: u64 = 1 << 20;
 
 /// Skip the optional mounts whose source does not exist (moved to `skipped_mounts`, which
-/// the bundle and the scope report show); the warnings to print. Only a source that is not
-/// there is skipped: one that cannot be read for another reason stays, for [`check`] to
-/// refuse with its cause.
+/// the bundle and the scope report show); the warnings to print, for the mounts the user
+/// wrote (a profile's absent `~/.codex/config.toml` is not theirs to act on). Only a source
+/// that is not there is skipped: one that cannot be read for another reason stays, for
+/// [`check`] to refuse with its cause.
 pub fn skip_missing_optional(policy: &mut Policy) -> Vec<String> {
     policy
         .skip_absent_optional(|p| {
             std::fs::metadata(p).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
         })
         .iter()
+        .filter(|m| m.named_by_user())
         .map(cofferdam_policy::Mount::skipped_line)
         .collect()
 }

@@ -1,8 +1,9 @@
 //! The real agent CLIs (issue 19) inside `cofferdam run` with no cofferdam flags: only the
 //! agent's own environment (a dummy key, its base URL or provider config pointing at a
 //! scripted model server on 127.0.0.1, `tests/agents/model_server.py`). Each completes a
-//! turn that writes one file; the write is staged (not in the tree), and the bundle shows
-//! the model server allowed through the proxy by the profile. A CLI that is not installed
+//! turn that writes one file and runs one shell command; both are staged (not in the tree)
+//! and applied, and the bundle shows the model server allowed through the proxy by the
+//! profile. A CLI that is not installed
 //! is a `SKIP-HOST`, unless `COFFERDAM_TEST_REQUIRE` is set (CI installs them in .ci/run).
 
 use crate::common::{Sandbox, json_of, network_decisions, require, userns_independently};
@@ -77,8 +78,13 @@ fn installed(program: &str) -> bool {
 }
 
 fn ready(program: &str) -> Option<Sandbox> {
-    // The profile's `allow` network and state mount need the sealed tier.
-    if !require("user namespaces (sealed tier)", userns_independently()) || !installed(program) {
+    sealed().filter(|_| installed(program))
+}
+
+/// A sandbox whose HOME and workdir the sealed tier can lend; `None` (a skip) without it:
+/// the profile's `allow` network and state mount need that tier.
+fn sealed() -> Option<Sandbox> {
+    if !require("user namespaces (sealed tier)", userns_independently()) {
         return None;
     }
     let s = Sandbox::new();
@@ -136,11 +142,23 @@ fn assert_staged_and_allowed(s: &Sandbox, out: &std::process::Output, srv: &Mode
 
 /// `cofferdam run -- ARGV` with only the agent's `env` added; the turn's edit staged.
 fn agent_turn(s: &Sandbox, srv: &ModelServer, env: &[(&str, String)], argv: &[&str]) {
+    agent_turn_answering(s, srv, env, argv, "");
+}
+
+/// [`agent_turn`] with `answers` on the agent's standard input (its confirmation prompts).
+fn agent_turn_answering(
+    s: &Sandbox,
+    srv: &ModelServer,
+    env: &[(&str, String)],
+    argv: &[&str],
+    answers: &str,
+) {
     let mut c = s.cmd();
     for (k, v) in env {
         c.env(k, v);
     }
     let out = c
+        .write_stdin(answers)
         .args(["run", "--"])
         .args(argv)
         .timeout(std::time::Duration::from_secs(300))
@@ -278,6 +296,9 @@ fn gemini_cli_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
     )
     .unwrap();
     let (_, p) = prompt(&s);
+    // Then a shell command through its run_shell_command tool (offered under --yolo).
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={}", ran.display());
     let env = [
         (
             "GOOGLE_GEMINI_BASE_URL",
@@ -286,7 +307,13 @@ fn gemini_cli_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         ("GEMINI_API_KEY", "dummy-key".to_owned()),
     ];
     agent_turn(&s, &srv, &env, &["gemini", "--yolo", "-p", &p]);
-    apply_brings(&s, None);
+    assert!(
+        srv.requests().contains("run_shell_command"),
+        "{}",
+        srv.requests()
+    );
+    ran_staged(&s, &srv, &ran);
+    apply_brings(&s, Some(&ran));
 }
 
 #[test]
@@ -301,6 +328,11 @@ fn aider_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         .unwrap();
     assert!(git.success());
     let (_, p) = prompt(&s);
+    // Then the shell command the model suggests in a ```bash block (only its `diff` edit
+    // format carries them). aider runs a suggested command only on an explicit yes, which
+    // `--yes-always` never gives: the user's answers come on standard input instead.
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={}", ran.display());
     let env = [
         (
             "OPENAI_API_BASE",
@@ -313,15 +345,16 @@ fn aider_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
         "--model",
         "openai/mock",
         "--edit-format",
-        "whole",
-        "--yes-always",
+        "diff",
+        "--no-fancy-input",
         "--no-check-update",
         "--no-show-model-warnings",
         "--message",
         &p,
     ];
-    agent_turn(&s, &srv, &env, &argv);
-    apply_brings(&s, None);
+    agent_turn_answering(&s, &srv, &env, &argv, &"y\n".repeat(20));
+    ran_staged(&s, &srv, &ran);
+    apply_brings(&s, Some(&ran));
 }
 
 /// No real CLI needed: the codex profile lends `~/.codex` writable but its `config.toml`
@@ -329,13 +362,7 @@ fn aider_writes_a_file_into_the_stage_with_no_cofferdam_flags() {
 /// grant the run after it a new host.
 #[test]
 fn a_codex_run_cannot_rewrite_the_config_that_names_its_next_destination() {
-    if !require("user namespaces (sealed tier)", userns_independently()) {
-        return;
-    }
-    let s = Sandbox::new();
-    for d in [s.home.path(), s.work.path()] {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let Some(s) = sealed() else { return };
     let cfg_text = "openai_base_url = \"http://127.0.0.1:9/v1\"\n";
     let codex = s.home.path().join(".codex");
     std::fs::create_dir(&codex).unwrap();
@@ -369,6 +396,57 @@ fn a_codex_run_cannot_rewrite_the_config_that_names_its_next_destination() {
     let grants = v["grant_sources"].to_string();
     assert!(grants.contains("127.0.0.1:9"), "{grants}");
     assert!(!grants.contains("exfil.example"), "{grants}");
+}
+
+/// No real CLI needed: the codex profile's optional `~/.codex/config.toml` is absent (a user
+/// on the default provider); that is no warning the user can act on, so stderr stays quiet,
+/// while the bundle's `run.warnings` and the scope report's `host_paths` still record it.
+/// A skipped mount the user wrote (`--mount X?`) still warns.
+#[test]
+fn a_profile_mount_whose_source_is_absent_is_recorded_but_not_warned_about() {
+    let Some(s) = sealed() else { return };
+    std::fs::create_dir(s.home.path().join(".codex")).unwrap();
+    let mine = s.home.path().join("no-such-cache");
+    let out = s
+        .cmd()
+        .args(["run", "--agent", "codex", "--mount"])
+        .arg(format!("{}:read?", mine.display()))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("config.toml"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: optional mount {} (--mount) skipped",
+            mine.display()
+        )),
+        "{stderr}"
+    );
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let warnings = b["run"]["warnings"].to_string();
+    assert!(
+        warnings.contains("optional mount ~/.codex/config.toml (profile:codex) skipped"),
+        "{warnings}"
+    );
+    let v = json_of(
+        &s.cmd()
+            .args(["scope", "--json", "--agent", "codex"])
+            .output()
+            .unwrap(),
+    );
+    let cfg = s.home.path().join(".codex/config.toml");
+    assert!(
+        v["host_paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["source"] == cfg.display().to_string()
+                && h["effect"].as_str().unwrap_or("").starts_with("skipped")),
+        "{}",
+        v["host_paths"]
+    );
 }
 
 /// Claude Code's interactive TUI in a real terminal (tmux): the prompt typed in, the edit
