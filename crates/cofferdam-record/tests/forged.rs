@@ -63,3 +63,25 @@ fn a_forged_bundle_is_not_written_either() {
     let e: BundleError = write_bundle_json(&bundle).unwrap_err();
     assert_eq!(e.path(), Some("executor_observations.controls"), "{e}");
 }
+
+#[test]
+fn a_completed_run_with_a_partial_strict_control_is_rejected() {
+    // The init refuses a `partial` reading of a strict row (seccomp here); a completed bundle
+    // carrying one, with its summary and safety re-derived so only the row itself is false,
+    // is refused at that row.
+    let mut bundle = read_bundle(&fixture("good_sealed.json")).unwrap();
+    let o = &mut bundle.executor_observations;
+    let i = o
+        .controls
+        .iter()
+        .position(|c| c.mechanism == cofferdam_record::bundle::ControlMechanism::Seccomp)
+        .expect("the sealed fixture has a seccomp row");
+    o.controls[i].status = ControlStatus::Partial;
+    o.summary = cofferdam_record::bundle::summarize_for_tier(o.tier, &o.controls);
+    bundle.safety = bundle.derived_safety();
+    let text = serde_json::to_string(&bundle).unwrap();
+    let e = read_bundle(text.as_bytes()).unwrap_err();
+    let path = format!("executor_observations.controls[{i}].status");
+    assert_eq!(e.path(), Some(path.as_str()), "{e}");
+    assert!(e.to_string().contains("partial"), "{e}");
+}

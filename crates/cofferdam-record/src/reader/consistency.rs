@@ -11,7 +11,7 @@ use crate::bundle::{
     ControlDimension, ControlStatus, FailureKind, RunBundle, RunState, SafetySummary, missing_rows,
     summarize_for_tier, tier_controls,
 };
-use crate::bundle::{ControlObservation, Requirement, RunFailure, TierControls};
+use crate::bundle::{ControlObservation, RequiredControl, Requirement, RunFailure, TierControls};
 use crate::bundle::{DENIALS_MAX, RULES_MAX};
 
 fn inconsistent(path: impl Into<String>, message: impl Into<String>) -> BundleError {
@@ -39,16 +39,24 @@ fn command_ran(bundle: &RunBundle) -> bool {
     }
 }
 
+/// The table's row for the observation `c` (`None`: the row is not one the table requires).
+fn required_row<'t>(
+    table: &'t TierControls,
+    confined: bool,
+    c: &ControlObservation,
+) -> Option<&'t RequiredControl> {
+    table
+        .applicable(confined)
+        .find(|r| r.matches(c.mechanism, c.dimension, c.detail_control()))
+}
+
 /// How `table` depends on the row `c` (`None`: the row is not one the table requires).
 fn requirement_of(
     table: &TierControls,
     confined: bool,
     c: &ControlObservation,
 ) -> Option<Requirement> {
-    table
-        .applicable(confined)
-        .find(|r| r.matches(c.mechanism, c.dimension, c.detail_control()))
-        .map(|r| r.requirement)
+    required_row(table, confined, c).map(|r| r.requirement)
 }
 
 /// Each row against the tier's table: no row of a mechanism the tier cannot install says
@@ -75,7 +83,8 @@ pub(super) fn check_rows(bundle: &RunBundle) -> Result<(), BundleError> {
 
 /// When the command ran, the rows are complete: every row the tier's table has is present
 /// (the conditional ones when the network was confined), and no `hard` one is `failed`,
-/// `unavailable` or `unknown` (the run would have been refused).
+/// `unavailable` or `unknown`, nor `partial` where the table takes only `enforced` (the run
+/// would have been refused).
 pub(super) fn check_complete(bundle: &RunBundle) -> Result<(), BundleError> {
     if !command_ran(bundle) {
         return Ok(());
@@ -84,13 +93,17 @@ pub(super) fn check_complete(bundle: &RunBundle) -> Result<(), BundleError> {
     let table = tier_controls(o.tier);
     let confined = network_confined(bundle);
     for (i, c) in o.controls.iter().enumerate() {
-        let hard = requirement_of(table, confined, c) == Some(Requirement::Hard);
-        if hard
-            && matches!(
-                c.status,
-                ControlStatus::Failed | ControlStatus::Unavailable | ControlStatus::Unknown
-            )
-        {
+        let Some(row) = required_row(table, confined, c) else {
+            continue;
+        };
+        // A strict row refuses a `partial` reading as the init does (the plan's
+        // `partial_refuses`), so a completed run cannot carry one.
+        let refused = match c.status {
+            ControlStatus::Failed | ControlStatus::Unavailable | ControlStatus::Unknown => true,
+            ControlStatus::Partial => row.partial_refuses,
+            ControlStatus::Enforced => false,
+        };
+        if row.requirement == Requirement::Hard && refused {
             return Err(inconsistent(
                 format!("executor_observations.controls[{i}].status"),
                 format!(
