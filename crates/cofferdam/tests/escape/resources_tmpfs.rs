@@ -97,10 +97,14 @@ fn home_tmpfs_bound(ctx: &Ctx) -> Outcome {
             "{size} bytes fit in HOME and {tmp} in /tmp (ENOSPC past 4 MiB); default /tmp, HOME and /dev/shm 1 GiB; bundle and scope show the bound"
         ),
         format!(
-            "HOME took {size} bytes, /tmp {tmp}; default HOME {:?} KiB, /dev/shm {:?} KiB, /tmp {:?} KiB",
+            "HOME took {size} bytes, /tmp {tmp}; default HOME {:?} KiB, /dev/shm {:?} KiB, /tmp {:?} KiB \
+             (the df run: exit {:?}, stdout {:?}, stderr {:?})",
             kib("home"),
             kib("shm"),
-            kib("tmp")
+            kib("tmp"),
+            d.code,
+            d.out,
+            d.err
         ),
     )
 }
