@@ -160,25 +160,10 @@ pub(crate) fn link_fd(src: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &[u8]) -> 
 /// The extended attribute names of the open object `fd` (those the caller may see); none
 /// where the filesystem has no extended attributes.
 pub(crate) fn xattr_names(fd: BorrowedFd<'_>) -> Result<Vec<Vec<u8>>, Errno> {
-    let mut buf = vec![0u8; 256];
-    let n = loop {
-        match rustix::fs::flistxattr(fd, &mut buf[..]) {
-            Ok(n) => break n,
-            Err(Errno::RANGE) => {
-                let want = rustix::fs::flistxattr_query(fd)?;
-                buf.resize(want.max(buf.len() * 2), 0);
-            }
-            Err(Errno::NOTSUP) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        }
-    };
-    Ok(buf
-        .get(..n)
-        .unwrap_or_default()
-        .split(|b| *b == 0)
-        .filter(|name| !name.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect())
+    crate::xattrs::list_names(
+        |buf| rustix::fs::flistxattr(fd, buf),
+        || rustix::fs::flistxattr_query(fd),
+    )
 }
 
 /// Remove every extended attribute of the open file `fd` (the workload's `user.*` names,
