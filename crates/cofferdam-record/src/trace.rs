@@ -131,10 +131,14 @@ pub enum TraceEventKind {
         /// Paths that changed on the host since the run (the batch is refused when any).
         conflicts: usize,
     },
-    /// The stage was discarded.
+    /// The stage was discarded, or some of its changes (`drop JOB --path P`).
     Dropped {
         /// Changes thrown away.
         discarded_changes: usize,
+        /// For a per-path drop: the paths discarded (display form, as `apply_path`'s);
+        /// absent when the whole stage was.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        paths: Option<Vec<String>>,
     },
 }
 
@@ -354,6 +358,11 @@ mod tests {
             },
             TraceEventKind::Dropped {
                 discarded_changes: 2,
+                paths: None,
+            },
+            TraceEventKind::Dropped {
+                discarded_changes: 1,
+                paths: Some(vec!["a/b.txt".into()]),
             },
         ];
         kinds
@@ -375,7 +384,7 @@ mod tests {
         let (parsed, torn) = parse_lines(&text).unwrap();
         assert_eq!(parsed, events);
         assert_eq!(torn, None);
-        assert_eq!(next_seq(&parsed), 12);
+        assert_eq!(next_seq(&parsed), 13);
         assert_eq!(next_seq(&[]), FIRST_SEQ);
     }
 

@@ -18,6 +18,11 @@
 //!   changed because of cofferdam's own writes (a directory whose entries an interrupted
 //!   batch renamed, an object restored from the trash); the conflict check accepts a ctime
 //!   up to the recorded one for them.
+//! - `dropped`: change paths a per-path drop (`drop JOB --path P`) discarded: they stay in
+//!   `upper/` (the record of what the run produced, removed with the whole stage) but are
+//!   no longer staged. "Remaining" is the seal's changes minus `applied` and `dropped`; one
+//!   atomic write of this file is the whole drop, so an interrupted drop leaves either the
+//!   old stage or the new one.
 //! - `partial`: files of which only some hunks were applied (`apply --hunks`): the base
 //!   the hunks come from, the applied hunk ids, and the host file as that apply wrote it,
 //!   which the conflict check uses instead of the seal's record. Such a file is not in
@@ -265,6 +270,9 @@ pub struct Ledger {
     /// Files with only some hunks applied.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partial: Vec<PartialFile>,
+    /// Change paths discarded by a per-path drop.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub dropped: BTreeSet<RelPath>,
 }
 
 impl Default for Ledger {
@@ -276,6 +284,7 @@ impl Default for Ledger {
             accepted_ctimes: Vec::new(),
             batch: None,
             partial: Vec::new(),
+            dropped: BTreeSet::new(),
         }
     }
 }
@@ -326,6 +335,27 @@ impl Ledger {
     /// Whether `path` was applied.
     pub fn is_applied(&self, path: &[u8]) -> bool {
         self.applied.contains(&RelPath(path.to_vec()))
+    }
+
+    /// Whether `path` was discarded by a per-path drop.
+    pub fn is_dropped(&self, path: &[u8]) -> bool {
+        self.dropped.contains(&RelPath(path.to_vec()))
+    }
+
+    /// Whether `path` is no longer staged: applied, or dropped.
+    pub fn is_settled(&self, path: &[u8]) -> bool {
+        self.is_applied(path) || self.is_dropped(path)
+    }
+
+    /// Record that `paths` were dropped: they leave `pending` and `partial` too (a file with
+    /// some hunks applied keeps them on the host; the rest of it is discarded).
+    pub fn drop_paths<'a>(&mut self, paths: impl IntoIterator<Item = &'a [u8]>) {
+        for p in paths {
+            let r = RelPath(p.to_vec());
+            self.pending.remove(&r);
+            self.partial.retain(|x| x.path != r);
+            self.dropped.insert(r);
+        }
     }
 
     /// The partial apply of `path`, if only some of its hunks are applied.

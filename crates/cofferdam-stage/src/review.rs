@@ -208,23 +208,48 @@ impl Stage {
         }
     }
 
-    /// Whether change `i` is still staged (not applied).
+    /// Whether change `i` is still staged (neither applied nor dropped).
     pub fn is_remaining(&self, i: usize) -> bool {
         self.changes
             .get(i)
-            .is_some_and(|c| !self.ledger.is_applied(&c.path))
+            .is_some_and(|c| !self.ledger.is_settled(&c.path))
     }
 
     /// The changes still staged.
     pub fn remaining(&self) -> impl Iterator<Item = &StagedChange> {
         self.changes
             .iter()
-            .filter(|c| !self.ledger.is_applied(&c.path))
+            .filter(|c| !self.ledger.is_settled(&c.path))
     }
 
     /// Number of applied changes (of this stage's changes).
     pub fn applied_count(&self) -> usize {
-        self.changes.len() - self.remaining().count()
+        self.changes
+            .iter()
+            .filter(|c| self.ledger.is_applied(&c.path))
+            .count()
+    }
+
+    /// The changes as selection sees them (`crate::select`), in the same order.
+    pub fn nodes(&self) -> Vec<crate::select::Node<'_>> {
+        self.changes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| crate::select::Node {
+                path: &c.path,
+                kind: c.kind,
+                new_is_dir: c.new_is_dir(),
+                remaining: self.is_remaining(i),
+            })
+            .collect()
+    }
+
+    /// Number of changes a per-path drop discarded (of this stage's changes).
+    pub fn dropped_count(&self) -> usize {
+        self.changes
+            .iter()
+            .filter(|c| self.ledger.is_dropped(&c.path) && !self.ledger.is_applied(&c.path))
+            .count()
     }
 }
 
@@ -245,12 +270,13 @@ pub fn refresh_filesystem(
     job_state: StageState,
 ) -> FilesystemSummary {
     let applied = |c: &ChangeEntry| ledger.is_applied(change_path_bytes(c));
+    let settled = |c: &ChangeEntry| ledger.is_settled(change_path_bytes(c));
     let changes: Vec<ChangeEntry> = match job_state {
         StageState::Discarded | StageState::Applied => Vec::new(),
         StageState::Active | StageState::Interrupted | StageState::Staged => saved
             .changes
             .iter()
-            .filter(|c| !applied(c))
+            .filter(|c| !settled(c))
             .cloned()
             .collect(),
     };

@@ -1,7 +1,7 @@
 //! Which staged changes an apply takes: `--path`, `--exclude`, and the closure over
 //! dependencies (DESIGN.md §5). Pure functions over path bytes; no I/O.
 //!
-//! Owns [`select`], the [`Glob`] matcher of `--exclude` and [`normalize_arg`], which turns a
+//! Owns [`select`], [`select_drop`] (which changes a per-path drop discards), the [`Glob`] matcher of `--exclude` and [`normalize_arg`], which turns a
 //! `--path` argument into a target-relative path. It may not look at the host or the stage.
 //!
 //! # Rules
@@ -33,6 +33,9 @@
 //!    a held path. Held paths are reported ([`Hold`]), never an error.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+mod dropping;
+pub use dropping::{DropBecause, DropSelection, select_drop};
 
 use cofferdam_record::bundle::ChangeKind;
 
@@ -105,7 +108,7 @@ pub enum SelectError {
         shown: String,
     },
     /// A `--path` matches only changes that were applied already.
-    #[error("--path {shown}: every change at or beneath it was applied already")]
+    #[error("--path {shown}: every change at or beneath it was applied or dropped already")]
     AlreadyApplied {
         /// The argument, as shown.
         shown: String,
@@ -117,6 +120,15 @@ pub enum SelectError {
         shown: String,
         /// The target, as shown.
         target: String,
+    },
+    /// A `--path-bytes` argument is not hex.
+    #[error(
+        "--path-bytes {arg}: not an even number of hex digits; give the path's bytes in hex, \
+         e.g. 62ff for the bytes [98, 255] `diff --json` lists as path_bytes"
+    )]
+    BadHex {
+        /// The argument, as shown.
+        arg: String,
     },
     /// A glob does not parse.
     #[error("--exclude {pattern}: {problem}")]
@@ -234,28 +246,7 @@ pub fn select_holding(
     if paths.is_empty() {
         chosen.extend((0..nodes.len()).filter(|&i| nodes[i].remaining));
     } else {
-        for p in paths {
-            if p.is_empty() {
-                chosen.extend((0..nodes.len()).filter(|&i| nodes[i].remaining));
-                continue;
-            }
-            let mut any = false;
-            let mut any_remaining = false;
-            for i in beneath(nodes, p) {
-                any = true;
-                if nodes[i].remaining {
-                    any_remaining = true;
-                    chosen.insert(i);
-                }
-            }
-            let shown = crate::seal::display_path(p).0;
-            if !any {
-                return Err(SelectError::NoMatch { shown });
-            }
-            if !any_remaining {
-                return Err(SelectError::AlreadyApplied { shown });
-            }
-        }
+        take_paths(nodes, paths, &mut chosen)?;
         for p in pending {
             if let Some(&i) = index.get(p.as_slice())
                 && nodes[i].remaining
@@ -319,6 +310,38 @@ pub fn select_holding(
         excluded_but_required,
         held,
     })
+}
+
+/// Rule 2 for each of `paths`: the remaining changes at or beneath it (an empty path: every
+/// remaining change), into `chosen`; a path that names none is an error.
+fn take_paths(
+    nodes: &[Node<'_>],
+    paths: &[Vec<u8>],
+    chosen: &mut BTreeSet<usize>,
+) -> Result<(), SelectError> {
+    for p in paths {
+        if p.is_empty() {
+            chosen.extend((0..nodes.len()).filter(|&i| nodes[i].remaining));
+            continue;
+        }
+        let mut any = false;
+        let mut any_remaining = false;
+        for i in beneath(nodes, p) {
+            any = true;
+            if nodes[i].remaining {
+                any_remaining = true;
+                chosen.insert(i);
+            }
+        }
+        let shown = crate::seal::display_path(p).0;
+        if !any {
+            return Err(SelectError::NoMatch { shown });
+        }
+        if !any_remaining {
+            return Err(SelectError::AlreadyApplied { shown });
+        }
+    }
+    Ok(())
 }
 
 /// Indices of the nodes at or beneath `dir` (a contiguous run of the sorted nodes: every
@@ -390,6 +413,29 @@ pub fn normalize_arg(
         }
     }
     Ok(parts.join(&b'/'))
+}
+
+/// A `--path-bytes HEX` argument: the bytes of a path relative to the target, in hex
+/// (either case), then normalized as [`normalize_arg`] does from the target's root.
+pub fn path_from_hex(arg: &str, target: &[u8]) -> Result<Vec<u8>, SelectError> {
+    let bad = || SelectError::BadHex {
+        arg: crate::seal::display_path(arg.as_bytes()).0,
+    };
+    let digits = arg.as_bytes();
+    if digits.is_empty() || !digits.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    let nibble = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let bytes = digits
+        .chunks(2)
+        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
+        .collect::<Option<Vec<u8>>>()
+        .ok_or_else(bad)?;
+    normalize_arg(&bytes, Some(b""), target)
 }
 
 /// An `--exclude` pattern, matched against path bytes.
@@ -631,6 +677,22 @@ mod tests {
             ("gone", Deleted, true),
             ("gone.log", Added, false),
         ])
+    }
+
+    #[test]
+    fn hex_paths_decode_and_normalize_from_the_target() {
+        assert_eq!(path_from_hex("62ff", b"/w").unwrap(), b"b\xff");
+        assert_eq!(path_from_hex("612F2E2F62", b"/w").unwrap(), b"a/b");
+        assert!(matches!(
+            path_from_hex("2e2e2f78", b"/w"),
+            Err(SelectError::OutsideTarget { .. })
+        ));
+        for bad in ["", "6", "zz", "6 "] {
+            assert!(matches!(
+                path_from_hex(bad, b"/w"),
+                Err(SelectError::BadHex { .. })
+            ));
+        }
     }
 
     #[test]

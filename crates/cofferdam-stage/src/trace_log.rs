@@ -139,6 +139,7 @@ mod tests {
             3,
             TraceEventKind::Dropped {
                 discarded_changes: 1,
+                paths: None,
             },
         )
         .unwrap();

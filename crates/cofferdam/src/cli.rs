@@ -92,7 +92,8 @@ pub enum Command {
     /// Let a job's staged changes into the workdir (all, or --path subsets); refuses on
     /// conflicts.
     Apply(ApplyArgs),
-    /// Discard a job's stage; the workdir is not touched.
+    /// Discard a job's stage, or with --path only some of its changes; the workdir is not
+    /// touched.
     Drop(DropArgs),
     /// Write a sealed job (bundle, trace, stage, fingerprints) to one archive (tar + zstd).
     Export(ExportArgs),
@@ -505,6 +506,10 @@ pub struct ApplyArgs {
     /// parent directories and directories replaced whole come along.
     #[arg(long = "path", value_name = "PATH", allow_hyphen_values = true)]
     pub paths: Vec<PathBuf>,
+    /// Like --path, for a name that is not UTF-8: the path relative to the workdir as hex
+    /// bytes (what `diff --json` lists as `path_bytes`, hex-encoded; repeatable).
+    #[arg(long = "path-bytes", value_name = "HEX", conflicts_with = "hunks")]
+    pub path_bytes: Vec<String>,
     /// Leave out paths matching GLOB (repeatable): `*.log` matches any component,
     /// `build/**` is anchored at the workdir.
     #[arg(long = "exclude", value_name = "GLOB", allow_hyphen_values = true)]
@@ -601,6 +606,17 @@ pub struct KillArgs {
 pub struct DropArgs {
     /// The job: `last` (the newest job of this directory), an id prefix, or a path.
     pub job: String,
+    /// Discard only the staged changes at or beneath PATH (repeatable); the rest stays
+    /// staged. A directory replaced whole goes with any path inside it.
+    #[arg(long = "path", value_name = "PATH", allow_hyphen_values = true)]
+    pub paths: Vec<PathBuf>,
+    /// Like --path, for a name that is not UTF-8: the path relative to the workdir as hex
+    /// bytes (what `diff --json` lists as `path_bytes`, hex-encoded; repeatable).
+    #[arg(long = "path-bytes", value_name = "HEX")]
+    pub path_bytes: Vec<String>,
+    /// Leave paths matching GLOB staged (repeatable; as apply's --exclude).
+    #[arg(long = "exclude", value_name = "GLOB", allow_hyphen_values = true)]
+    pub exclude: Vec<PathBuf>,
 }
 
 /// `cofferdam export`.

@@ -1,4 +1,4 @@
-//! `cofferdam apply JOB [--path P]… [--exclude GLOB]… [--dry-run] [--force PATH]…
+//! `cofferdam apply JOB [--path P]… [--path-bytes HEX]… [--exclude GLOB]… [--dry-run] [--force PATH]…
 //! [--allow-special] [--allow-sensitive] [--hunks ID,…|--interactive] [--merge[=markers]]`:
 //! let staged changes into the workdir (hunks and merges: `crate::cmd::apply_hunks`). Changes that
 //! run code or change policy later (`cofferdam_stage::sensitive`) stay staged unless a
@@ -22,7 +22,7 @@ use cofferdam_record::trace::{ApplyOutcome, ApplyPathOutcome, TraceEventKind};
 use cofferdam_stage::apply::{self, Checked, Options, Step};
 use cofferdam_stage::job::{Job, StageState};
 use cofferdam_stage::review::Stage;
-use cofferdam_stage::select::{self, Because, Glob, Hold, Node, Selection, Sensitive};
+use cofferdam_stage::select::{self, Because, Glob, Hold, Selection, Sensitive};
 use cofferdam_stage::sensitive::Reason;
 use cofferdam_stage::trace_log::TraceLog;
 use serde_json::json;
@@ -43,17 +43,7 @@ fn selection(
     reasons: &[Option<Reason>],
     allow_all: bool,
 ) -> Result<Selection, Failure> {
-    let nodes: Vec<Node<'_>> = stage
-        .changes
-        .iter()
-        .enumerate()
-        .map(|(i, c)| Node {
-            path: &c.path,
-            kind: c.kind,
-            new_is_dir: c.new_is_dir(),
-            remaining: stage.is_remaining(i),
-        })
-        .collect();
+    let nodes = stage.nodes();
     let marked: Vec<bool> = reasons.iter().map(Option::is_some).collect();
     let sensitive = Sensitive {
         marked: &marked,
@@ -244,7 +234,8 @@ pub fn apply(a: &ApplyArgs, json: bool, s: Style) -> Result<u8, Failure> {
         );
     }
 
-    let paths = normalize_paths(&a.paths, &workdir, &env.places.cwd)?;
+    let mut paths = normalize_paths(&a.paths, &workdir, &env.places.cwd)?;
+    paths.extend(crate::cmd::drop::hex_paths(&a.path_bytes, &workdir)?);
     let excludes: Vec<Glob> = a
         .exclude
         .iter()

@@ -119,6 +119,14 @@ pub fn diff(a: &DiffArgs, json: bool, s: Style) -> Result<u8, Failure> {
             .zip(&shown)
             .map(|(d, &i)| {
                 let mut v = serde_json::to_value(d).unwrap_or_default();
+                // The path's identity, when its display form cannot carry it
+                // (spec/run-bundle-format.txt: use these bytes, not the display text).
+                let bytes = &stage.changes[i].path;
+                if !cofferdam_stage::seal::display_path(bytes).1
+                    && let Some(obj) = v.as_object_mut()
+                {
+                    obj.insert("path_bytes".into(), json!(bytes));
+                }
                 if d.unified.is_some()
                     && let Some(h) = crate::cmd::apply_hunks::hunks_json(&job, &stage, &workdir, i)
                     && let (Some(obj), Some(hobj)) = (v.as_object_mut(), h.as_object())

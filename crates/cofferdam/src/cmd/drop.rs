@@ -1,7 +1,14 @@
-//! `cofferdam drop JOB`: discard a job's stage. The workdir is not touched, except that
-//! the leftovers of an interrupted apply are cleaned up first (paths it had written stay
+//! `cofferdam drop JOB [--path P]… [--path-bytes HEX]… [--exclude GLOB]…`: discard a job's
+//! stage, or only some of its changes. The workdir is not touched, except that the
+//! leftovers of an interrupted apply are cleaned up first (paths it had written stay
 //! written). The job's records (`job.json` → `discarded`, the bundle, the trace with a
 //! `dropped` event) stay, so `jobs` and `status` still describe it.
+//!
+//! A per-path drop (`cofferdam_stage::select::select_drop` picks the changes) is one atomic
+//! write of the apply ledger (its `dropped` set): the files stay in `upper/` until the
+//! whole stage goes, so a drop interrupted at any point leaves the old stage or the new
+//! one, both of which review and apply accept. A per-path drop that takes everything still
+//! staged is the whole drop.
 
 use crate::cli::DropArgs;
 use crate::cmd::jobref;
@@ -14,8 +21,65 @@ use cofferdam_record::trace::TraceEventKind;
 use cofferdam_stage::job::StageState;
 use cofferdam_stage::ledger::Ledger;
 use cofferdam_stage::review::Stage;
+use cofferdam_stage::select::{self, DropBecause, DropSelection, Glob};
 use cofferdam_stage::trace_log::TraceLog;
 use serde_json::json;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// `--path-bytes HEX` arguments as target-relative paths.
+pub(crate) fn hex_paths(args: &[String], target: &Path) -> Result<Vec<Vec<u8>>, Failure> {
+    args.iter()
+        .map(|a| select::path_from_hex(a, target.as_os_str().as_bytes()).map_err(Failure::usage))
+        .collect()
+}
+
+/// What a per-path drop asked for.
+struct Wanted {
+    /// Target-relative paths (`--path` and `--path-bytes`); everything when only
+    /// `--exclude` was given.
+    paths: Vec<Vec<u8>>,
+    /// `--exclude`.
+    excludes: Vec<Glob>,
+}
+
+impl Wanted {
+    fn of(a: &DropArgs, workdir: &Path, cwd: &Path) -> Result<Option<Wanted>, Failure> {
+        if a.paths.is_empty() && a.path_bytes.is_empty() && a.exclude.is_empty() {
+            return Ok(None);
+        }
+        let mut paths = crate::cmd::jobrules::normalize_paths(&a.paths, workdir, cwd)?;
+        paths.extend(hex_paths(&a.path_bytes, workdir)?);
+        if paths.is_empty() {
+            paths.push(Vec::new());
+        }
+        let excludes = a
+            .exclude
+            .iter()
+            .map(|g| Glob::new(g.as_os_str().as_bytes()).map_err(Failure::usage))
+            .collect::<Result<_, _>>()?;
+        Ok(Some(Wanted { paths, excludes }))
+    }
+}
+
+/// The changes of `stage` a drop of `w` discards.
+fn drop_selection(stage: &Stage, w: &Wanted) -> Result<DropSelection, Failure> {
+    let nodes = stage.nodes();
+    select::select_drop(&nodes, &w.paths, &w.excludes).map_err(Failure::usage)
+}
+
+/// Why the closure added a path, for display.
+fn because_text(b: &DropBecause) -> String {
+    match b {
+        DropBecause::Holds(p) => format!(
+            "replaced whole, and it holds {}",
+            cofferdam_stage::seal::display_path(p).0
+        ),
+        DropBecause::Inside(p) => {
+            format!("inside {}", cofferdam_stage::seal::display_path(p).0)
+        }
+    }
+}
 
 /// Remove the job's stage, with a spinner on a terminal while it lasts.
 fn remove_stage(job: &cofferdam_stage::job::Job, json: bool) -> Result<(), Failure> {
@@ -28,13 +92,24 @@ fn remove_stage(job: &cofferdam_stage::job::Job, json: bool) -> Result<(), Failu
 pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let (env, job) = jobref::open(&a.job)?;
     let lock = lock(&job, "drop")?;
-    // Room for the state write that comes before the stage's removal, on a full disk too.
-    job.release_drop_reserve();
     let state = settled_state(&job, &lock)?;
+    if a.paths.is_empty() && a.path_bytes.is_empty() && a.exclude.is_empty() {
+        // Room for the state write that comes before the stage's removal, on a full disk
+        // too.
+        job.release_drop_reserve();
+    }
     let id = job.id().to_owned();
     let mut trace = TraceLog::open(&job.trace_path()).map_err(Failure::setup)?;
+    let wanted = Wanted::of(a, &state.workdir, &env.places.cwd)?;
+    // A per-path drop that takes everything still staged: the paths it named.
+    let mut whole_paths: Option<Vec<String>> = None;
 
     let (discarded, message) = match state.state {
+        StageState::Discarded if wanted.is_some() => {
+            return Err(Failure::usage(format!(
+                "job {id} was dropped already: nothing of it is staged"
+            )));
+        }
         StageState::Discarded => {
             let had = job.has_stage();
             remove_stage(&job, json)?;
@@ -69,10 +144,34 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
                 Some(st) => st
                     .changes
                     .iter()
-                    .filter(|c| !ledger.is_applied(&c.path))
+                    .filter(|c| !ledger.is_settled(&c.path))
                     .count(),
                 None => state.changed_files.unwrap_or(0),
             };
+            if let Some(w) = &wanted {
+                let Some(mut st) = stage.clone() else {
+                    return Err(Failure::usage(format!(
+                        "job {id}'s stage was never sealed, so its changes have no paths to                          pick; `cofferdam drop {id}` discards it whole"
+                    )));
+                };
+                st.ledger = ledger.clone();
+                let sel = drop_selection(&st, w)?;
+                if sel.indices.is_empty() {
+                    return Err(Failure::usage(
+                        "nothing selected: every change at those paths matched an --exclude",
+                    ));
+                }
+                if sel.indices.len() < remaining {
+                    drop(lock);
+                    return per_path(&job, &mut st, &sel, &mut trace, json, s);
+                }
+                whole_paths = Some(
+                    sel.indices
+                        .iter()
+                        .map(|&i| st.changes[i].display.clone())
+                        .collect(),
+                );
+            }
             if state.state == StageState::Applied && !job.has_stage() {
                 (
                     0,
@@ -85,6 +184,7 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
                 }
                 let dropped = TraceEventKind::Dropped {
                     discarded_changes: 0,
+                    paths: None,
                 };
                 crate::trace_append::append(&mut trace, vec![(now_ms(), dropped)], "the drop");
                 remove_stage(&job, json)?;
@@ -101,6 +201,7 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
                     .map_err(job_failure)?;
                 let dropped = TraceEventKind::Dropped {
                     discarded_changes: remaining,
+                    paths: whole_paths,
                 };
                 crate::trace_append::append(&mut trace, vec![(now_ms(), dropped)], "the drop");
                 remove_stage(&job, json)?;
@@ -141,3 +242,102 @@ pub fn drop_job(a: &DropArgs, json: bool, s: Style) -> Result<u8, Failure> {
     }
     Ok(OK)
 }
+
+/// Discard the changes `sel` picked: one atomic ledger write, then the trace event.
+fn per_path(
+    job: &cofferdam_stage::job::Job,
+    stage: &mut Stage,
+    sel: &DropSelection,
+    trace: &mut TraceLog,
+    json: bool,
+    s: Style,
+) -> Result<u8, Failure> {
+    let id = job.id();
+    let paths: Vec<&[u8]> = sel
+        .indices
+        .iter()
+        .map(|&i| stage.changes[i].path.as_slice())
+        .collect();
+    stage.ledger.drop_paths(paths);
+    stage
+        .ledger
+        .store(&job.ledger_path())
+        .map_err(Failure::setup)?;
+    drop_test_hook();
+    let shown: Vec<String> = sel
+        .indices
+        .iter()
+        .map(|&i| stage.changes[i].display.clone())
+        .collect();
+    let dropped = TraceEventKind::Dropped {
+        discarded_changes: sel.indices.len(),
+        paths: Some(shown.clone()),
+    };
+    crate::trace_append::append(trace, vec![(now_ms(), dropped)], "the drop");
+    let remaining = stage.remaining().count();
+    if json {
+        let added: Vec<serde_json::Value> = sel
+            .added
+            .iter()
+            .map(|(i, b)| json!({"path": stage.changes[*i].display, "because": because_text(b)}))
+            .collect();
+        let list: Vec<serde_json::Value> = sel
+            .indices
+            .iter()
+            .map(|&i| {
+                let c = &stage.changes[i];
+                json!({"path": c.display, "kind": c.kind})
+            })
+            .collect();
+        crate::print_json(&json!({
+            "job": id,
+            "state": "staged",
+            "dropped": list,
+            "added": added,
+            "discarded_changes": sel.indices.len(),
+            "remaining": remaining,
+        }))?;
+        return Ok(OK);
+    }
+    let mut o = format!(
+        "{}\n",
+        s.good(&format!(
+            "dropped {} staged change(s) of job {id}; {remaining} stay staged; the workdir was \
+             not touched",
+            sel.indices.len()
+        ))
+    );
+    for (n, &i) in sel.indices.iter().enumerate() {
+        if n == 200 {
+            o.push_str(&format!("  … and {} more\n", sel.indices.len() - n));
+            break;
+        }
+        let c = &stage.changes[i];
+        let why = sel
+            .added
+            .iter()
+            .find(|(j, _)| *j == i)
+            .map(|(_, b)| format!(" ({})", because_text(b)))
+            .unwrap_or_default();
+        o.push_str(&format!(
+            "  - {}{}\n",
+            crate::shown_text(&c.display),
+            crate::shown_text(&why)
+        ));
+    }
+    crate::write_stdout(o.as_bytes())?;
+    Ok(OK)
+}
+
+/// Test-only (debug builds): `COFFERDAM_TEST_DROP_KILL_AT=ledger` kills the drop right after
+/// its ledger write, before the trace event.
+#[cfg(debug_assertions)]
+fn drop_test_hook() {
+    if std::env::var("COFFERDAM_TEST_DROP_KILL_AT").as_deref() == Ok("ledger") {
+        let me = rustix::process::getpid();
+        let _ = rustix::process::kill_process(me, rustix::process::Signal::KILL);
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn drop_test_hook() {}

@@ -79,6 +79,7 @@ fn print_review_json(
         "stage": stage_review.map(|r| json!({
             "applied": r.applied,
             "remaining": r.remaining,
+            "dropped": r.dropped,
             "conflicts_now": r.conflicts.iter()
                 .map(|(path, reason)| json!({"path": path, "reason": reason}))
                 .collect::<Vec<_>>(),
@@ -848,6 +849,8 @@ fn job_ending(job: &Job, state: &JobState) -> String {
 struct StageReview {
     applied: Vec<String>,
     remaining: Vec<String>,
+    /// Changes a per-path drop discarded.
+    dropped: Vec<String>,
     conflicts: Vec<(String, String)>,
     /// Remaining changes that run code or change policy once applied, with why.
     sensitive: Vec<(String, String)>,
@@ -890,12 +893,15 @@ fn merged_paths(job: &Job) -> std::collections::HashMap<String, String> {
 fn review_stage(job: &Job, workdir: &std::path::Path) -> Option<StageReview> {
     let stage = Stage::load(job).ok()?;
     let (mut applied, mut remaining, mut indices) = (Vec::new(), Vec::new(), Vec::new());
+    let mut dropped = Vec::new();
     for (i, c) in stage.changes.iter().enumerate() {
         if stage.is_remaining(i) {
             remaining.push(c.display.clone());
             indices.push(i);
-        } else {
+        } else if stage.ledger.is_applied(&c.path) {
             applied.push(c.display.clone());
+        } else {
+            dropped.push(c.display.clone());
         }
     }
     let conflicts = if indices.is_empty() {
@@ -938,6 +944,7 @@ fn review_stage(job: &Job, workdir: &std::path::Path) -> Option<StageReview> {
     Some(StageReview {
         applied,
         remaining,
+        dropped,
         conflicts,
         sensitive,
         how,
@@ -946,14 +953,19 @@ fn review_stage(job: &Job, workdir: &std::path::Path) -> Option<StageReview> {
 
 fn render_stage(o: &mut String, r: &StageReview, s: Style) {
     render_sensitive(o, r, s);
-    if r.applied.is_empty() && r.conflicts.is_empty() && r.how.is_empty() {
+    if r.applied.is_empty() && r.dropped.is_empty() && r.conflicts.is_empty() && r.how.is_empty() {
         return;
     }
+    let dropped = if r.dropped.is_empty() {
+        String::new()
+    } else {
+        format!(", {} dropped", r.dropped.len())
+    };
     let _ = writeln!(
         o,
         "\n{}",
         s.heading(&format!(
-            "Stage: {} applied, {} remaining",
+            "Stage: {} applied, {} remaining{dropped}",
             r.applied.len(),
             r.remaining.len()
         ))
@@ -968,6 +980,9 @@ fn render_stage(o: &mut String, r: &StageReview, s: Style) {
     }
     for p in &r.remaining {
         let _ = writeln!(o, "  {} {}{}", s.warn("remaining   "), escape(p), how(p));
+    }
+    for p in &r.dropped {
+        let _ = writeln!(o, "  {} {}", s.dim("dropped     "), escape(p));
     }
     if !r.conflicts.is_empty() {
         let _ = writeln!(

@@ -24,17 +24,51 @@ pub struct Target {
     workdir: PathBuf,
 }
 
-/// What the page asks to apply: whole paths (relative to the workdir) and hunk ids as
-/// `diff --json` lists them.
+/// What the page asks to apply or drop: whole paths (relative to the workdir), paths by
+/// their bytes (for names that are not UTF-8: hex of `diff --json`'s `path_bytes`), and
+/// hunk ids as `diff --json` lists them (apply only).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Selection {
     /// Whole changes, by path.
     #[serde(default)]
     pub paths: Vec<String>,
+    /// Whole changes, by the hex of their path's bytes.
+    #[serde(default)]
+    pub path_bytes: Vec<String>,
     /// Single hunks, by id.
     #[serde(default)]
     pub hunks: Vec<String>,
+}
+
+impl Selection {
+    /// Why the paths of this selection cannot be passed on, if they cannot.
+    fn bad_paths(&self) -> Option<String> {
+        if self.paths.iter().any(|p| p.is_empty() || p.contains('\0')) {
+            return Some("an empty path or one with a NUL byte was selected".into());
+        }
+        let hex = |h: &String| {
+            !h.is_empty() && h.len().is_multiple_of(2) && h.bytes().all(|b| b.is_ascii_hexdigit())
+        };
+        if let Some(bad) = self.path_bytes.iter().find(|h| !hex(h)) {
+            return Some(format!("{bad:?} is not the hex of a path's bytes"));
+        }
+        None
+    }
+
+    /// `--path P` and `--path-bytes HEX` for each selected path.
+    fn path_args(&self) -> Vec<String> {
+        let mut c = Vec::new();
+        for p in &self.paths {
+            c.push("--path".to_owned());
+            c.push(p.clone());
+        }
+        for h in &self.path_bytes {
+            c.push("--path-bytes".to_owned());
+            c.push(h.clone());
+        }
+        c
+    }
 }
 
 /// One command run for the page: its arguments after the binary, exit code and output.
@@ -57,34 +91,58 @@ fn plausible_hunk_id(id: &str) -> bool {
 /// The commands that apply `sel`: hunks first (they leave the rest of their files staged),
 /// then whole paths; or why the selection is refused.
 pub fn apply_commands(job: &str, sel: &Selection) -> Result<Vec<Vec<String>>, String> {
-    if sel.paths.is_empty() && sel.hunks.is_empty() {
+    if sel.paths.is_empty() && sel.path_bytes.is_empty() && sel.hunks.is_empty() {
         return Err("nothing selected: tick files or hunks first".into());
     }
     if let Some(bad) = sel.hunks.iter().find(|h| !plausible_hunk_id(h)) {
         return Err(format!("{bad:?} is not a hunk id `diff --json` lists"));
     }
-    if sel.paths.iter().any(|p| p.is_empty() || p.contains('\0')) {
-        return Err("an empty path or one with a NUL byte was selected".into());
+    if let Some(bad) = sel.bad_paths() {
+        return Err(bad);
     }
-    let command = |flag: &str, items: &[String]| -> Vec<String> {
-        let mut c: Vec<String> = ["--color", "never", "apply", job]
+    let base = || -> Vec<String> {
+        ["--color", "never", "apply", job]
             .iter()
             .map(|s| (*s).to_owned())
-            .collect();
-        for item in items {
-            c.push(flag.to_owned());
-            c.push(item.clone());
-        }
-        c
+            .collect()
     };
     let mut out = Vec::new();
     if !sel.hunks.is_empty() {
-        out.push(command("--hunks", &sel.hunks));
+        let mut c = base();
+        for h in &sel.hunks {
+            c.push("--hunks".to_owned());
+            c.push(h.clone());
+        }
+        out.push(c);
     }
-    if !sel.paths.is_empty() {
-        out.push(command("--path", &sel.paths));
+    if !sel.paths.is_empty() || !sel.path_bytes.is_empty() {
+        let mut c = base();
+        c.extend(sel.path_args());
+        out.push(c);
     }
     Ok(out)
+}
+
+/// The command that drops `sel`: whole files only (a hunk cannot be dropped on its own:
+/// the page says so); or why the selection is refused. An empty selection drops the whole
+/// stage.
+pub fn drop_command(job: &str, sel: &Selection) -> Result<Vec<String>, String> {
+    if !sel.hunks.is_empty() {
+        return Err(
+            "Drop works on whole files: tick the file (a single hunk cannot be dropped; apply \
+             the hunks you want and drop the file)"
+                .into(),
+        );
+    }
+    if let Some(bad) = sel.bad_paths() {
+        return Err(bad);
+    }
+    let mut c: Vec<String> = ["--color", "never", "drop", job]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    c.extend(sel.path_args());
+    Ok(c)
 }
 
 impl Target {
@@ -186,14 +244,13 @@ impl Target {
         json!({"ok": ok, "steps": steps})
     }
 
-    /// Discard the stage with `cofferdam drop`.
-    pub fn drop_stage(&self) -> Value {
-        let c = vec![
-            "--color".to_owned(),
-            "never".to_owned(),
-            "drop".to_owned(),
-            self.job_arg(),
-        ];
+    /// Discard the selected files, or the whole stage when nothing is selected, with
+    /// `cofferdam drop`.
+    pub fn drop_selected(&self, sel: &Selection) -> Value {
+        let c = match drop_command(&self.job_arg(), sel) {
+            Ok(c) => c,
+            Err(why) => return json!({"ok": false, "steps": [], "error": why}),
+        };
         let (code, stdout, stderr) = self.run(&c);
         json!({"ok": code == Some(0), "steps": [outcome(&c, code, &stdout, &stderr)]})
     }
@@ -206,8 +263,52 @@ mod tests {
     fn sel(paths: &[&str], hunks: &[&str]) -> Selection {
         Selection {
             paths: paths.iter().map(|s| (*s).to_owned()).collect(),
+            path_bytes: Vec::new(),
             hunks: hunks.iter().map(|s| (*s).to_owned()).collect(),
         }
+    }
+
+    #[test]
+    fn paths_by_bytes_pass_as_hex_and_drop_takes_files_only() {
+        let mut s = sel(&["a"], &[]);
+        s.path_bytes.push("62ff".into());
+        let c = apply_commands("/j", &s).unwrap();
+        assert_eq!(
+            c[0],
+            [
+                "--color",
+                "never",
+                "apply",
+                "/j",
+                "--path",
+                "a",
+                "--path-bytes",
+                "62ff"
+            ]
+        );
+        assert_eq!(
+            drop_command("/j", &s).unwrap(),
+            [
+                "--color",
+                "never",
+                "drop",
+                "/j",
+                "--path",
+                "a",
+                "--path-bytes",
+                "62ff"
+            ]
+        );
+        assert_eq!(
+            drop_command("/j", &sel(&[], &[])).unwrap(),
+            ["--color", "never", "drop", "/j"]
+        );
+        assert!(drop_command("/j", &sel(&[], &["h1"])).is_err());
+        s.path_bytes = vec!["--force".into()];
+        assert!(apply_commands("/j", &s).is_err());
+        assert!(drop_command("/j", &s).is_err());
+        s.path_bytes = vec!["6".into()];
+        assert!(drop_command("/j", &s).is_err());
     }
 
     #[test]

@@ -191,8 +191,18 @@ fn respond(req: &Request, peer: SocketAddr, shared: &Shared) -> Response {
             Response::json(200, &shared.target.apply(&selection))
         }
         ("POST", "/api/drop") => {
+            let selection: actions::Selection = if req.body.is_empty() {
+                actions::Selection::default()
+            } else {
+                match serde_json::from_slice(&req.body) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        return Response::text(400, format!("bad selection: {e}\n"));
+                    }
+                }
+            };
             let _one = lock(&shared.busy);
-            Response::json(200, &shared.target.drop_stage())
+            Response::json(200, &shared.target.drop_selected(&selection))
         }
         _ => Response::text(404, "not found\n"),
     }

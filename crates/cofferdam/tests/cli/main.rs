@@ -13,6 +13,7 @@ mod bundles;
 mod checkpoint;
 mod common;
 mod docs;
+mod drop_paths;
 mod equivalence;
 mod finished;
 mod gc;

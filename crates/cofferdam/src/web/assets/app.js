@@ -188,6 +188,8 @@
     cb.type = "checkbox";
     cb.className = "pick-file";
     cb.dataset.path = c.path;
+    // A name that is not UTF-8: its identity is its bytes, passed on as hex.
+    if (Array.isArray(c.path_bytes)) cb.dataset.hex = c.path_bytes.map((b) => b.toString(16).padStart(2, "0")).join("");
     label.append(cb, " ", el("span", "path", c.path));
     head.append(label, el("span", "badge", c.kind.replace("_", " ")));
     if (c.insertions || c.deletions) {
@@ -284,15 +286,28 @@
     await load();
   }
 
-  $("apply").addEventListener("click", () => {
-    const paths = [...document.querySelectorAll(".pick-file:checked")].map((c) => c.dataset.path);
-    const whole = new Set(paths);
+  // The ticked files (by path, or by their bytes' hex) and the ticked hunks of other files.
+  function picked() {
+    const files = [...document.querySelectorAll(".pick-file:checked")];
+    const paths = files.filter((c) => !c.dataset.hex).map((c) => c.dataset.path);
+    const path_bytes = files.filter((c) => c.dataset.hex).map((c) => c.dataset.hex);
+    const whole = new Set(files.map((c) => c.dataset.path));
     const hunks = [...document.querySelectorAll(".pick-hunk:checked")]
       .filter((h) => !whole.has(h.dataset.path)).map((h) => h.dataset.hunk);
-    act("/api/apply", { paths, hunks });
-  });
+    return { paths, path_bytes, hunks };
+  }
+  $("apply").addEventListener("click", () => act("/api/apply", picked()));
   $("drop").addEventListener("click", () => {
-    if (confirm("Discard everything still staged in this job? The workdir is not touched.")) act("/api/drop");
+    const sel = picked();
+    const files = sel.paths.length + sel.path_bytes.length;
+    if (files === 0 && sel.hunks.length) {
+      showResult({ error: "Drop works on whole files: tick the file. A single hunk cannot be dropped; apply the hunks you want, then drop the file." });
+      return;
+    }
+    const question = files
+      ? "Discard the " + files + " ticked file(s) from the stage? The rest stays staged; the workdir is not touched."
+      : "Nothing is ticked: discard everything still staged in this job? The workdir is not touched.";
+    if (confirm(question)) act("/api/drop", { paths: sel.paths, path_bytes: sel.path_bytes });
   });
   $("select-all").addEventListener("click", () => {
     for (const cb of document.querySelectorAll(".pick-file")) { cb.checked = true; cb.dispatchEvent(new Event("change")); }
