@@ -189,8 +189,9 @@ pub enum GrantSource {
     Manifest,
     /// A manifest the user trusted (`cofferdam trust`) that grants more than flags and config.
     TrustedManifest,
-    /// The command's own install under HOME (its program, symlinks and `#!` interpreter),
-    /// lent read-only so that it can start.
+    /// An install under HOME lent read-only: the command's own (its program, symlinks and
+    /// `#!` interpreter), so that it can start, or under an agent profile (or
+    /// `--lend-path-toolchains`) one the caller's `PATH` names, for the programs it runs.
     Toolchain,
 }
 
@@ -204,7 +205,7 @@ impl GrantSource {
             Self::Profile => "profile",
             Self::Manifest => "manifest (narrowing)",
             Self::TrustedManifest => "trusted manifest",
-            Self::Toolchain => "toolchain (the command's install under HOME)",
+            Self::Toolchain => "toolchain (an install under HOME the command or its PATH needs)",
         }
     }
 }

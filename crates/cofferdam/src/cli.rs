@@ -281,6 +281,17 @@ pub struct PolicyArgs {
     /// Use no agent profile, even for a program that has one.
     #[arg(long = "no-agent-defaults")]
     pub no_agent_defaults: bool,
+    /// Lend read-only the toolchain installs under HOME that your PATH names (cargo home,
+    /// rustup, pyenv, an nvm node, a venv, ~/.local/bin, bun, go), for the programs the
+    /// command runs later; on under an agent profile.
+    #[arg(
+        long = "lend-path-toolchains",
+        conflicts_with = "no_lend_path_toolchains"
+    )]
+    pub lend_path_toolchains: bool,
+    /// Lend none of them, even under an agent profile.
+    #[arg(long = "no-lend-path-toolchains")]
+    pub no_lend_path_toolchains: bool,
     /// Network mode: none (default; `allow` under an agent profile), allow, host.
     #[arg(long, value_name = "MODE")]
     pub network: Option<String>,

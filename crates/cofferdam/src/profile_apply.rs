@@ -3,12 +3,15 @@
 //! `context` (building a run's policy) and `cmd::agents` (listing profiles); the decisions are
 //! `cofferdam_policy::profiles`, this only reads the environment and the disk for them.
 //! Also the toolchain the program needs: its symlinks and `#!` interpreters followed on the
-//! disk, for `cofferdam_policy::toolchain` to lend what of them lives under HOME.
+//! disk, and under a profile (or `--lend-path-toolchains`) the installs the caller's `PATH`
+//! names, for `cofferdam_policy::toolchain` to lend what of them lives under HOME; and the
+//! exit-127 explanation of a command on a `PATH` entry that is not lent.
 
 use crate::cli::PolicyArgs;
 use crate::exit::Failure;
 use cofferdam_policy::Policy;
 use cofferdam_policy::profiles::{self, Choice, Expansion};
+use cofferdam_policy::toolchain;
 use std::path::{Path, PathBuf};
 
 /// Where `program` is: itself when it names a path, else the first executable match on
@@ -81,6 +84,7 @@ pub fn apply_profile(
         located.as_ref().and_then(|(_, r)| r.as_deref()),
     )
     .map_err(|e| Failure::usage(e.to_string()))?;
+    let profiled = chosen.is_some();
     if let Some(p) = chosen {
         let mut x = expand(p, home);
         // Its arguments are the agent's: not added to another program run under its
@@ -99,19 +103,106 @@ pub fn apply_profile(
         }
         profiles::apply(policy, &x, command);
     }
+    let env = host_env();
+    let roots = toolchain::Roots::new(home, &|n: &str| {
+        env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone())
+    });
+    let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+    let mut trees = Vec::new();
     if !args.no_agent_defaults
         && let Some((invoked, _)) = &located
     {
-        let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
-        let trees = cofferdam_policy::toolchain::needed(
+        trees.extend(toolchain::needed(
             &toolchain_files(invoked),
             home,
+            &roots,
             &policy.workdir,
             &exists,
-        );
-        cofferdam_policy::toolchain::apply(policy, &trees, home);
+        ));
     }
+    if args.lend_path_toolchains || (profiled && !args.no_lend_path_toolchains) {
+        trees.extend(path_toolchains(home, &roots, &policy.workdir));
+    }
+    toolchain::apply(policy, &trees, home, &roots);
     Ok(())
+}
+
+/// How many entries of a `PATH` directory whose programs may lead elsewhere
+/// ([`toolchain::follows_entries`]) are followed; the rest only have that directory.
+const ENTRY_LIMIT: usize = 512;
+
+/// The caller's `PATH` entries as [`toolchain::PathEntry`]s (a venv's `pyvenv.cfg` read).
+fn path_entries() -> Vec<toolchain::PathEntry> {
+    let Some(path) = std::env::var_os("PATH") else {
+        return Vec::new();
+    };
+    std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .map(|dir| {
+            let venv_home = dir
+                .parent()
+                .and_then(|p| std::fs::read_to_string(p.join("pyvenv.cfg")).ok())
+                .and_then(|cfg| toolchain::venv_home(&cfg));
+            toolchain::PathEntry { dir, venv_home }
+        })
+        .collect()
+}
+
+/// The installs the caller's `PATH` lends ([`toolchain::path_trees`]), and for a lent
+/// directory whose programs may be links into other installs (`~/.local/bin`), what each
+/// program's chain needs.
+fn path_toolchains(home: &Path, roots: &toolchain::Roots, workdir: &Path) -> Vec<PathBuf> {
+    let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+    let entries = path_entries();
+    let mut trees = toolchain::path_trees(&entries, home, roots, workdir, &exists);
+    for e in entries
+        .iter()
+        .filter(|e| toolchain::follows_entries(&e.dir, home))
+    {
+        let Ok(dir) = std::fs::read_dir(&e.dir) else {
+            continue;
+        };
+        for f in dir.flatten().take(ENTRY_LIMIT) {
+            trees.extend(toolchain::needed(
+                &toolchain_files(&f.path()),
+                home,
+                roots,
+                workdir,
+                &exists,
+            ));
+        }
+    }
+    trees
+}
+
+/// For a bare command that was not found inside (exit 127): the message naming the host's
+/// PATH entry that has it and is not lent, and the flag that lends it, when that is why.
+pub fn unlent_path_entry(policy: &Policy, argv: &[String], home: &Path) -> Option<String> {
+    let name = argv.first()?;
+    if name.contains('/') {
+        return None;
+    }
+    let entry = path_entries()
+        .into_iter()
+        .find(|e| e.dir.join(name).is_file())?;
+    let env = host_env();
+    let roots = toolchain::Roots::new(home, &|n: &str| {
+        env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone())
+    });
+    let lent: Vec<PathBuf> = policy
+        .mounts
+        .iter()
+        .filter(|m| m.mode != cofferdam_policy::manifest::MountMode::Hide)
+        .map(|m| m.target.clone())
+        .collect();
+    toolchain::unlent_path_entry(
+        name,
+        &entry.dir.join(name),
+        entry.venv_home.as_deref(),
+        home,
+        &roots,
+        &lent,
+    )
 }
 
 /// How many links and interpreters are followed before giving up (a loop, or a chain no

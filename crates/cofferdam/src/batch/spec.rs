@@ -252,6 +252,8 @@ fn check(spec: TaskSpec, index: usize, base: &Path) -> Result<Task, String> {
         env: spec.env,
         agent: spec.agent,
         no_agent_defaults: spec.no_agent_defaults,
+        lend_path_toolchains: false,
+        no_lend_path_toolchains: false,
         network: spec.network,
         allow_net: spec.allow_net,
         publish: Vec::new(),

@@ -65,32 +65,6 @@ pub(crate) fn request(args: &RunArgs, json: bool) -> Result<RunRequest, Failure>
     })
 }
 
-/// For a bare command that was not found inside: the message naming the host's PATH entry
-/// that has it and is not lent, when that is why.
-fn unlent_path_entry(f: &Finished) -> Option<String> {
-    let name = f.bundle.run.command.first()?;
-    if name.contains('/') {
-        return None;
-    }
-    let found = std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|c| c.is_file())?;
-    let home = std::path::PathBuf::from(std::env::var_os("HOME")?);
-    let lent: Vec<std::path::PathBuf> = f
-        .bundle
-        .filesystem
-        .as_ref()
-        .map(|fs| {
-            fs.access_policy
-                .mounts
-                .iter()
-                .map(|m| m.target.clone())
-                .collect()
-        })
-        .unwrap_or_default();
-    cofferdam_policy::toolchain::unlent_path_entry(name, &found, &home, &lent)
-}
-
 /// Tell how the run ended and where its job is; the exit code.
 pub(crate) fn render(f: &Finished, quiet: bool, json: bool) -> Result<u8, Failure> {
     if let Ending::SetupFailed { error, .. } = &f.ending {
@@ -99,12 +73,10 @@ pub(crate) fn render(f: &Finished, quiet: bool, json: bool) -> Result<u8, Failur
             crate::shown_text(&error.to_string())
         );
     }
-    if let Ending::ExecFailed { error, code } = &f.ending {
-        let why = (*code == 127)
-            .then(|| unlent_path_entry(f))
-            .flatten()
-            .unwrap_or_else(|| error.to_string());
-        eprintln!("cofferdam: {}", crate::shown_text(&why));
+    if let Ending::ExecFailed { error, .. } = &f.ending {
+        // Exit 127 on a PATH entry that is not lent was explained by the lifecycle, in
+        // the record too (`profile_apply::unlent_path_entry`).
+        eprintln!("cofferdam: {}", crate::shown_text(&error.to_string()));
     }
     let run_id = &f.run_id;
     let changes = f

@@ -164,9 +164,17 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
         eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
         run.warnings.push(w);
     }
-    let ending = supervise::settle(
+    let mut ending = supervise::settle(
         &mut run, ending, copy_stage, &decision, &limits, &job, finished, &mut trace,
     )?;
+    // A bare command not found because its PATH entry is private and not lent: the
+    // record's failure says so and names the flag, as the message on stderr does.
+    if let Ending::ExecFailed { error, code: 127 } = &mut ending
+        && let Some(why) =
+            crate::profile_apply::unlent_path_entry(&req.policy, &req.argv, &req.env.places.home)
+    {
+        *error = why;
+    }
 
     let bundle = records::write_run_records(
         &records::RunRecords {

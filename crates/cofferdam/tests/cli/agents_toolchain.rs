@@ -3,7 +3,9 @@
 //! install trees it needs are lent read-only and recorded, a sibling install is not; and a
 //! script whose `#!` interpreter is not visible ends in exit 127 naming that interpreter and
 //! the mount that lends it. What a rustup proxy and a `pip --user` script run from besides
-//! their own tree is lent too.
+//! their own tree is lent too. Under an agent profile the installs on the caller's PATH are
+//! lent for the programs the agent's shell tool runs later, their tokens still hidden; the
+//! exit-127 explanations land in the bundle's `run.failure` as well as on stderr.
 
 use crate::common::{Sandbox, json_of, require, userns_independently};
 use std::os::unix::fs::{PermissionsExt as _, symlink};
@@ -135,6 +137,15 @@ fn a_script_whose_interpreter_is_not_visible_exits_127_naming_it_and_the_fix() {
         stderr.contains(&format!("--mount {}:read", version.display())),
         "{stderr}"
     );
+    // The bundle's typed failure names the interpreter and the fix too.
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let message = b["run"]["failure"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("is not visible")
+            && message.contains(&format!("--mount {}:read", version.display())),
+        "{}",
+        b["run"]["failure"]
+    );
     // A script in the workdir whose `#!` names a path that is nowhere.
     let script = s.write(
         "s.sh",
@@ -158,9 +169,8 @@ fn script(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-/// `cofferdam run -- ARGV`, which must exit 0; what it printed, both streams.
-fn run_ok(s: &Sandbox, argv: &[&std::ffi::OsStr]) -> String {
-    let out = s.cmd().args(["run", "--"]).args(argv).output().unwrap();
+/// What a run that must exit 0 printed, both streams.
+fn ok_output(out: &std::process::Output) -> String {
     let said = format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),
@@ -168,6 +178,12 @@ fn run_ok(s: &Sandbox, argv: &[&std::ffi::OsStr]) -> String {
     );
     assert_eq!(out.status.code(), Some(0), "{said}");
     said
+}
+
+/// `cofferdam run -- ARGV`, which must exit 0; what it printed, both streams.
+fn run_ok(s: &Sandbox, argv: &[&std::ffi::OsStr]) -> String {
+    let out = s.cmd().args(["run", "--"]).args(argv).output().unwrap();
+    ok_output(&out)
 }
 
 /// The host paths of `last`'s bundle lent from under `home`, with their modes, sorted.
@@ -297,12 +313,24 @@ fn a_command_on_a_path_entry_that_is_not_lent_exits_127_naming_it_and_the_fix() 
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(127), "{stderr}");
+    let entry = format!(
+        "the host's PATH has it at {}/cofferdam-test-tool",
+        bin.display()
+    );
+    let fix = format!("--mount {}:read", bin.display());
     assert!(
-        stderr.contains(&format!(
-            "the host's PATH has it at {}/cofferdam-test-tool",
-            bin.display()
-        )) && stderr.contains(&format!("--mount {}:read", bin.display())),
+        stderr.contains(&entry)
+            && stderr.contains(&fix)
+            && stderr.contains("--lend-path-toolchains"),
         "{stderr}"
+    );
+    // The bundle's typed failure says the same.
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let failure = &b["run"]["failure"];
+    let message = failure["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&entry) && message.contains(&fix) && failure["exit_code"] == 127,
+        "{failure}"
     );
     // With toolchain lending on, it is lent and runs.
     let out = s
@@ -312,4 +340,254 @@ fn a_command_on_a_path_entry_that_is_not_lent_exits_127_naming_it_and_the_fix() 
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// A fake HOME's toolchains, as installers lay them out: a cargo home with a program in
+/// `bin/` and registry tokens beside it, a `~/.local/bin` tool, a pyenv root whose shim
+/// runs a version, and a script folder under HOME that is no known install. Returns the
+/// `PATH` that names them, in front of the test's own.
+fn toolchains(home: &Path, cargo_home: &Path) -> String {
+    script(
+        &cargo_home.join("bin/fake-cargo"),
+        "#!/bin/sh\necho \"fake-cargo ran $* home=${CARGO_HOME:-unset}\"\n",
+    );
+    for f in ["credentials.toml", "credentials"] {
+        std::fs::write(
+            cargo_home.join(f),
+            "[registry]\ntoken = \"cofferdam-canary-token\"\n",
+        )
+        .unwrap();
+    }
+    script(&home.join(".local/bin/tool"), "#!/bin/sh\necho tool ran\n");
+    script(
+        &home.join(".pyenv/shims/fakepy"),
+        "#!/bin/sh\nexec \"$HOME/.pyenv/versions/9.9/bin/fakepy\" \"$@\"\n",
+    );
+    script(
+        &home.join(".pyenv/versions/9.9/bin/fakepy"),
+        "#!/bin/sh\necho fakepy 9.9\n",
+    );
+    script(&home.join("scripts/mine"), "#!/bin/sh\necho mine ran\n");
+    std::fs::write(home.join("notes.txt"), "private").unwrap();
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for d in [".local", ".pyenv", ".pyenv/versions"] {
+        std::fs::set_permissions(home.join(d), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let dirs = [
+        cargo_home.join("bin"),
+        home.join(".local/bin"),
+        home.join(".pyenv/shims"),
+        home.join("scripts"),
+    ];
+    let mut path: Vec<PathBuf> = dirs.to_vec();
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(path)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A fake agent: a script named `claude` in a folder of its own (outside HOME, lent by the
+/// test), whose body runs tools through `sh -c` the way an agent's shell tool does, and
+/// tries what must fail: the cargo home's tokens, a PATH entry under HOME that is no
+/// install, HOME's other files, and writing into a lent install.
+fn fake_agent(cargo_home: &Path) -> tempfile::TempDir {
+    let bin = tempfile::tempdir().unwrap();
+    let c = cargo_home.display();
+    script(
+        &bin.path().join("claude"),
+        &format!(
+            "#!/bin/sh\n\
+             sh -c 'fake-cargo test; tool; fakepy'\n\
+             for f in {c}/credentials.toml {c}/credentials; do\n\
+               sh -c \"cat $f\" 2>/dev/null && echo creds-read || echo creds-denied\n\
+             done\n\
+             sh -c mine 2>/dev/null || echo mine-not-found\n\
+             test -e \"$HOME/notes.txt\" && echo notes-visible || echo notes-hidden\n\
+             sh -c 'echo x > {c}/bin/planted' 2>/dev/null && echo planted || echo plant-refused\n\
+             echo edit > edited.txt\n"
+        ),
+    );
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// `cofferdam run` of the fake agent with `path` and `extra` flags; what it printed.
+fn agent_run(s: &Sandbox, bin: &Path, path: &str, env: &[(&str, &Path)], extra: &[&str]) -> String {
+    let path = format!("{}:{path}", bin.display());
+    let lend = format!("{}:read", bin.display());
+    let mut c = s.cmd();
+    c.env("PATH", &path)
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c
+        .args(["run", "--mount", &lend])
+        .args(extra)
+        .args(["--", "claude"])
+        .output()
+        .unwrap();
+    ok_output(&out)
+}
+
+/// The grants `scope` credits to the toolchain, as `grant` = `value` pairs.
+fn toolchain_grants(s: &Sandbox, path: &str, env: &[(&str, &Path)]) -> Vec<(String, String)> {
+    let mut c = s.cmd();
+    c.env("PATH", path);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let v = json_of(
+        &c.args(["scope", "--json", "--agent", "claude"])
+            .output()
+            .unwrap(),
+    );
+    let mut g: Vec<(String, String)> = v["grant_sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["source"] == "toolchain")
+        .map(|g| {
+            (
+                g["grant"].as_str().unwrap().to_owned(),
+                g["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    g.sort();
+    g
+}
+
+/// Under an agent profile, the programs an agent's shell tool runs later find the known
+/// toolchain installs on the caller's PATH (a cargo home, `~/.local/bin`, a pyenv root),
+/// lent read-only, recorded in `scope` as `toolchain` and in the bundle's access policy;
+/// the cargo home's tokens stay hidden; a PATH entry under HOME that is no known install
+/// is not lent, nor is the rest of HOME. `--no-lend-path-toolchains` turns it off.
+#[test]
+fn an_agents_shell_commands_find_the_toolchains_on_path_and_not_their_tokens() {
+    let Some(s) = ready() else { return };
+    let home = s.home.path();
+    std::fs::create_dir(home.join(".claude")).unwrap();
+    let cargo_home = home.join(".cargo");
+    let path = toolchains(home, &cargo_home);
+    let bin = fake_agent(&cargo_home);
+    let said = agent_run(&s, bin.path(), &path, &[], &[]);
+    for want in [
+        "fake-cargo ran test home=unset",
+        "tool ran",
+        "fakepy 9.9",
+        "mine-not-found",
+        "notes-hidden",
+        "plant-refused",
+    ] {
+        assert!(said.contains(want), "{want}: {said}");
+    }
+    assert_eq!(said.matches("creds-denied").count(), 2, "{said}");
+    assert!(!said.contains("cofferdam-canary-token"), "{said}");
+    assert!(!cargo_home.join("bin/planted").exists());
+    let read = |p: &str| (home.join(p).display().to_string(), "read".to_owned());
+    let own_state = (
+        home.join(".claude").display().to_string(),
+        "write".to_owned(),
+    );
+    let mut want = vec![
+        read(".cargo"),
+        read(".local/bin"),
+        read(".pyenv"),
+        own_state,
+    ];
+    want.sort();
+    assert_eq!(lent_from(&s, home), want);
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let hidden = b["filesystem"]["access_policy"]["hidden"].to_string();
+    for f in ["credentials.toml", "credentials\""] {
+        let p = format!("{}/{f}", cargo_home.display());
+        assert!(hidden.contains(&p), "{p} not in {hidden}");
+    }
+    assert!(
+        b["filesystem"]["changes"]
+            .to_string()
+            .contains("edited.txt"),
+        "{}",
+        b["filesystem"]["changes"]
+    );
+    let mount = |p: &str| {
+        let p = home.join(p).display().to_string();
+        ("filesystem.mounts".to_owned(), format!("{p} -> {p} (read)"))
+    };
+    assert_eq!(
+        toolchain_grants(&s, &path, &[]),
+        [mount(".cargo"), mount(".local/bin"), mount(".pyenv")]
+    );
+
+    // Off: the agent's tools are not found, and nothing is lent from HOME but its state.
+    let out = s
+        .cmd()
+        .env("PATH", format!("{}:{path}", bin.path().display()))
+        .args(["run", "--no-lend-path-toolchains", "--mount"])
+        .arg(format!("{}:read", bin.path().display()))
+        .args(["--", "claude"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !said.contains("tool ran") && !said.contains("fakepy 9.9"),
+        "{said}"
+    );
+    assert_eq!(
+        lent_from(&s, home),
+        [(
+            home.join(".claude").display().to_string(),
+            "write".to_owned()
+        )]
+    );
+}
+
+/// A cargo home moved by `CARGO_HOME` is the one lent: the variable is passed in (so cargo
+/// inside looks there), and its tokens, which the fixed secret list does not name, are
+/// hidden by a mount of their own, recorded.
+#[test]
+fn a_cargo_home_moved_by_cargo_home_is_lent_with_its_variable_and_its_tokens_hidden() {
+    let Some(s) = ready() else { return };
+    let home = s.home.path();
+    std::fs::create_dir(home.join(".claude")).unwrap();
+    let cargo_home = home.join("toolchains/cargo");
+    let path = toolchains(home, &cargo_home);
+    std::fs::set_permissions(
+        home.join("toolchains"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let bin = fake_agent(&cargo_home);
+    let env = [("CARGO_HOME", cargo_home.as_path())];
+    let said = agent_run(&s, bin.path(), &path, &env, &[]);
+    assert!(
+        said.contains(&format!(
+            "fake-cargo ran test home={}",
+            cargo_home.display()
+        )),
+        "{said}"
+    );
+    assert_eq!(said.matches("creds-denied").count(), 2, "{said}");
+    assert!(!said.contains("cofferdam-canary-token"), "{said}");
+    let grants = toolchain_grants(&s, &path, &env);
+    assert!(
+        grants.contains(&("env.allow".to_owned(), "CARGO_HOME".to_owned())),
+        "{grants:?}"
+    );
+    for f in ["credentials", "credentials.toml"] {
+        let p = cargo_home.join(f).display().to_string();
+        assert!(
+            grants.contains(&("filesystem.mounts".to_owned(), format!("{p} -> {p} (hide)"))),
+            "{p}: {grants:?}"
+        );
+    }
+    let lent = lent_from(&s, home);
+    assert!(
+        lent.contains(&(cargo_home.display().to_string(), "read".to_owned())),
+        "{lent:?}"
+    );
 }
