@@ -14,6 +14,7 @@
 //! a lent mount shows, lent on purpose or through a symlinked source, is not masked there
 //! but reported: `secrets_hidden` is then partial (`shows_secret`).
 
+use crate::probe::mountinfo::MountLine;
 use crate::setup_error::{SetupError, StepContext};
 use cofferdam_policy::mount_program::{MountOp, MountRow};
 use cofferdam_policy::plan::FsPlan;
@@ -1298,36 +1299,9 @@ fn unknown(o: &mut ControlObservation, why: String) {
     });
 }
 
-/// One line of `/proc/self/mountinfo`: where, what filesystem, its superblock options.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct MountLine {
-    point: PathBuf,
-    /// The per-mount options (`ro`/`rw`, `nosuid`, …).
-    options: String,
-    fstype: String,
-    super_options: String,
-}
-
-/// The mounts of a `/proc/self/mountinfo` text (proc(5)), in order; a line that does not
-/// parse is left out.
+/// The mounts of a `/proc/self/mountinfo` text, in order (the one parser).
 fn parse_mountinfo(text: &str) -> Vec<MountLine> {
-    text.lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mut l = left.split(' ').skip(4);
-            let point = l.next()?;
-            let options = l.next().unwrap_or("").to_owned();
-            let mut r = right.split(' ');
-            let fstype = r.next()?.to_owned();
-            let super_options = r.nth(1).unwrap_or("").to_owned();
-            Some(MountLine {
-                point: PathBuf::from(crate::probe::cgroup::unescape_mount_field(point)),
-                options,
-                fstype,
-                super_options,
-            })
-        })
-        .collect()
+    crate::probe::mountinfo::parse(text)
 }
 
 /// The `size=` of the tmpfs mounted last at `point` (another mount may cover it: a home
