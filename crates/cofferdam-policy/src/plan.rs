@@ -539,7 +539,7 @@ pub fn is_within(path: &Path, dir: &Path) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #[test]
     fn a_terminal_only_when_stdin_and_stdout_are_both_terminals_unless_forced() {
         use super::wants_terminal;
@@ -554,7 +554,7 @@ mod tests {
     use super::*;
     use crate::policy::{Places, RunFlags, resolve_policy};
 
-    fn inv() -> Invoker {
+    pub(crate) fn inv() -> Invoker {
         Invoker {
             uid: 1000,
             gid: 1000,
@@ -571,7 +571,7 @@ mod tests {
         }
     }
 
-    fn job() -> JobPaths {
+    pub(crate) fn job() -> JobPaths {
         JobPaths {
             run_id: "run-1".into(),
             new_root: "/s/jobs/run-1/root".into(),
@@ -581,7 +581,7 @@ mod tests {
         }
     }
 
-    fn policy(flags: RunFlags) -> Policy {
+    pub(crate) fn policy(flags: RunFlags) -> Policy {
         let places = Places {
             cwd: "/home/u/proj".into(),
             home: "/home/u".into(),

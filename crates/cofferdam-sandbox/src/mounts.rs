@@ -14,8 +14,10 @@
 //! a lent mount shows, lent on purpose or through a symlinked source, is not masked there
 //! but reported: `secrets_hidden` is then partial (`shows_secret`).
 
+use crate::probe::mountinfo::MountLine;
 use crate::setup_error::{SetupError, StepContext};
-use cofferdam_policy::plan::{FsPlan, PlanMountMode};
+use cofferdam_policy::mount_program::{MountOp, MountRow};
+use cofferdam_policy::plan::FsPlan;
 use cofferdam_policy::policy::normalize;
 use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
@@ -32,28 +34,6 @@ use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-
-/// `/proc` files replaced by an empty read-only file.
-const PROC_MASKED_FILES: &[&str] = &[
-    "kcore",
-    "keys",
-    "key-users",
-    "timer_list",
-    "sched_debug",
-    "sysrq-trigger",
-    "latency_stats",
-    "kallsyms",
-    "kpagecount",
-    "kpageflags",
-    "kpagecgroup",
-    "config.gz",
-];
-/// `/proc` directories made read-only.
-const PROC_READ_ONLY_DIRS: &[&str] = &["sys", "irq", "bus", "fs", "sysvipc"];
-/// `/proc` directories replaced by an empty read-only tmpfs.
-const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi", "asound"];
-/// Device nodes bound from the host into the minimal /dev.
-const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
 const MOUNT_ATTR_SIZE_VER0: usize = 32;
 
@@ -850,241 +830,424 @@ fn observation(mechanism: ControlMechanism, dimension: ControlDimension) -> Cont
     ControlObservation::new(mechanism, dimension, ControlStatus::Enforced)
 }
 
-/// Compose the new root under `plan.new_root`, pivot into it, and detach the host's root.
-/// On return the process's root is the composed tree and its cwd is the workdir.
-pub fn compose_and_pivot(plan: &FsPlan) -> Result<Vec<ControlObservation>, SetupError> {
-    let mut obs = Vec::new();
-    rustix::mount::mount_change(
-        "/",
-        MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
-    )
-    .step(|| "make / private (MS_REC|MS_PRIVATE)".into())?;
-    let mut o = observation(ControlMechanism::Mountns, ControlDimension::FilesystemRead);
-    o.details.insert("propagation".into(), json!("private"));
-    obs.push(o);
-
-    // The tmpfs's own descriptor is the new root's: every later step works relative to it.
-    // The cwd moves there too, for `mount(2)` (no directory descriptor) and `pivot_root`.
-    let root = Root {
-        path: plan.new_root.as_path(),
-        fd: tmpfs(
-            (CWD, plan.new_root.as_path()),
-            &plan.new_root,
-            "mode=0755",
-            MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
-        )?,
+/// Compose the new root by running `ops` (the plan's [`mount_program`]) one by one: pivot
+/// into it, detach the host's root, and read it back. On return the process's root is the
+/// composed tree and its cwd is the workdir; the rows are those the program reports.
+pub fn compose_and_pivot(
+    plan: &FsPlan,
+    ops: &[MountOp],
+) -> Result<Vec<ControlObservation>, SetupError> {
+    let mut c = Composer {
+        plan,
+        root: None,
+        obs: Vec::new(),
+        system: Vec::new(),
+        read_only: Vec::new(),
+        lent: Vec::new(),
+        sources: Vec::new(),
+        real_dirs: std::collections::HashMap::new(),
+        overlay: None,
+        devices: Vec::new(),
+        proc: None,
+        proc_masked: Vec::new(),
+        proc_read_only: Vec::new(),
+        masker: Masker::default(),
+        masked: Vec::new(),
+        secrets: Vec::new(),
     };
-    rustix::process::fchdir(&root.fd).step(|| format!("chdir {}", root.path.display()))?;
-
-    // The read-only system view.
-    let mut system = Vec::new();
-    for dir in &plan.system_ro {
-        let dir = host_path(dir, "system directory")?;
-        let Ok(st) = rustix::fs::lstat(dir) else {
-            continue;
-        };
-        let target = rel(dir);
-        match FileType::from_raw_mode(st.st_mode) {
-            FileType::Symlink => {
-                let link = rustix::fs::readlink(dir, Vec::new())
-                    .step(|| format!("readlink {}", dir.display()))?;
-                symlink_in(&root, link.as_c_str(), target)
-                    .step(|| format!("symlink {}", root.shown(target).display()))?;
-            }
-            FileType::Directory => {
-                let place = mkdir_p(&root, target, Purpose::System)?;
-                let attrs = if crate::mutant::active(crate::mutant::SYSTEM_READ_ONLY) {
-                    RO.difference(MountAttrFlags::MOUNT_ATTR_RDONLY)
-                } else {
-                    RO
-                };
-                bind(dir, place.at(), &root.shown(target), attrs)?;
-            }
-            _ => continue,
-        }
-        system.push(dir.display().to_string());
+    for op in ops {
+        c.apply(op)?;
     }
+    Ok(c.obs)
+}
 
-    // Private /tmp, then HOME (which may lie under /tmp).
-    let exec = if plan.workdir_exec {
-        MountAttrFlags::empty()
-    } else {
-        MountAttrFlags::MOUNT_ATTR_NOEXEC
-    };
-    // /tmp is bounded like HOME and /dev/shm, asked or not: a tmpfs without `size=` may
-    // take half the host's RAM.
-    let tmp_opts = format!("mode=1777,size={}", plan.private_tmpfs_size);
-    let home_opts = format!("mode=0700,size={}", plan.private_tmpfs_size);
-    for (dir, opts, purpose) in [
-        (Path::new("/tmp"), tmp_opts.as_str(), Purpose::System),
-        (plan.home.as_path(), home_opts.as_str(), Purpose::Home),
-    ] {
-        let target = rel(dir);
-        let place = mkdir_p(&root, target, purpose)?;
-        let shown = root.shown(target);
-        tmpfs(
-            place.at(),
-            &shown,
-            opts,
-            MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV | exec,
-        )?;
-    }
-    let mut o = observation(ControlMechanism::Tmpfs, ControlDimension::FilesystemWrite);
-    o.details
-        .insert("tmp_size_bytes".into(), json!(plan.tmp_size));
-    o.details.insert("home".into(), json!("private tmpfs"));
-    o.details
-        .insert("private_tmpfs_size".into(), json!(plan.private_tmpfs_size));
-    obs.push(o);
+/// The plan's mount program (`SandboxPlan::mount_program`), or the refusal of what it
+/// cannot carry, as the step's error.
+pub fn program(plan: &cofferdam_policy::plan::SandboxPlan) -> Result<Vec<MountOp>, SetupError> {
+    plan.mount_program().map_err(|e| SetupError {
+        step: e.to_string(),
+        errno: Errno::NOTSUP,
+    })
+}
 
-    // The workdir overlay.
-    let place = mkdir_p(&root, rel(&plan.workdir), Purpose::Workdir)?;
-    let (volatile, root_mode) = overlay(plan, place.at(), exec)?;
-    let mut o = observation(ControlMechanism::Overlay, ControlDimension::FilesystemWrite);
-    o.details.insert("lower".into(), json!(plan.workdir));
-    o.details.insert("upper".into(), json!(plan.upper));
-    o.details
-        .insert("workdir_mode".into(), json!(format!("{root_mode:04o}")));
-    o.details.insert("volatile".into(), json!(volatile));
-    obs.push(o);
-    let mut read_only = Vec::new();
-    for p in &plan.read_only {
-        let target = rel(p);
-        if let Some(fd) = read_only_target(&root, target)? {
-            if !crate::mutant::active(crate::mutant::READ_ONLY_SUBTREE) {
-                make_read_only((fd.as_fd(), Path::new("")), &root.shown(target))?;
-            }
-            read_only.push(p.display().to_string());
-        }
-    }
+/// What the operations of a mount program carry to the next, and to the rows they report.
+struct Composer<'a> {
+    plan: &'a FsPlan,
+    /// The new root, from [`MountOp::RootTmpfs`] on.
+    root: Option<Root<'a>>,
+    obs: Vec<ControlObservation>,
+    /// The system directories bound (or linked).
+    system: Vec<String>,
+    /// The read-only paths made so.
+    read_only: Vec<String>,
+    /// The targets of the lent mounts.
+    lent: Vec<String>,
+    /// Each lent mount's source, target, and where the source really is.
+    sources: Vec<(&'a Path, &'a Path, PathBuf)>,
+    /// Canonical parents, shared by the lends and the hidden paths ([`real_path`]).
+    real_dirs: std::collections::HashMap<PathBuf, Option<PathBuf>>,
+    /// The overlay's lower, upper, whether volatile, and its root's mode read back.
+    overlay: Option<(&'a Path, &'a Path, bool, u32)>,
+    /// The devices bound into /dev.
+    devices: Vec<&'a str>,
+    /// The new /proc, from [`MountOp::Proc`] on.
+    proc: Option<OwnedFd>,
+    proc_masked: Vec<String>,
+    proc_read_only: Vec<String>,
+    masker: Masker,
+    /// The hidden paths masked.
+    masked: Vec<String>,
+    /// Per hidden path, the paths masked for it ([`shows_secret`]).
+    secrets: Vec<Vec<PathBuf>>,
+}
 
-    // Lent host paths. Each source is bound as the host resolves it (through symlinks: a
-    // workdir's `cache -> ~/.ssh` lends ~/.ssh), so where it really is, asked just before
-    // the bind, is what the secrets are checked against below.
-    let mut real_dirs = std::collections::HashMap::new();
-    let mut sources = Vec::new();
-    let mut lent = Vec::new();
-    for m in &plan.mounts {
-        let target = rel(&m.target);
-        match m.mode {
-            PlanMountMode::Hide => continue,
-            PlanMountMode::Stage => {
-                return Err(SetupError {
-                    step: format!(
-                        "mount {} with mode stage (not supported by this build)",
-                        m.source.display()
-                    ),
-                    errno: Errno::NOTSUP,
-                });
-            }
-            PlanMountMode::Read | PlanMountMode::Write => {
-                host_path(&m.source, "mount source")?;
-                let st = rustix::fs::stat(&m.source)
-                    .step(|| format!("stat mount source {}", m.source.display()))?;
-                let place = if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                    mkdir_p(&root, target, Purpose::Lent)?
-                } else {
-                    touch(&root, target, Purpose::Lent)?
-                };
-                let attrs = if m.mode == PlanMountMode::Read {
-                    RO
-                } else {
-                    MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV
-                };
-                let real = real_path(&m.source, &mut real_dirs).unwrap_or(m.source.clone());
-                bind(&m.source, place.at(), &root.shown(target), attrs)?;
-                sources.push((m, real));
-            }
-        }
-        lent.push(m.target.display().to_string());
-    }
-    let mut o = observation(
-        ControlMechanism::PivotRoot,
-        ControlDimension::FilesystemWrite,
-    );
-    o.details.insert("system_read_only".into(), json!(system));
-    o.details.insert("read_only".into(), json!(read_only));
-    o.details.insert("mounts".into(), json!(lent));
-    obs.push(o);
+/// The new root, or the refusal of an operation the program puts before it.
+fn need<'r, T>(v: &'r Option<T>, what: &str) -> Result<&'r T, SetupError> {
+    v.as_ref().ok_or_else(|| SetupError {
+        step: format!(
+            "{what}: the mount program puts it before the new root or /proc it needs (please \
+             report this)"
+        ),
+        errno: Errno::INVAL,
+    })
+}
 
-    obs.push(minimal_dev(&root, plan.private_tmpfs_size, exec)?);
-    let mut masker = Masker::default();
-    obs.push(new_proc(&root, &mut masker)?);
-
-    // Secrets, the job store and hidden mounts: masked wherever they are visible.
-    // A secret that is a symlink (a dotfile manager's `~/.ssh -> dotfiles/ssh`) is hidden at
-    // its host target too, which may lie inside a visible tree such as the workdir.
-    let mut masked = Vec::new();
-    let mut secrets = Vec::new();
-    for h in &plan.hidden {
-        // Its real path is asked of the host, relative to the cwd.
-        host_path(h, "hidden path")?;
-        let mut targets = vec![h.clone()];
-        if let Some(real) = real_path(h, &mut real_dirs)
-            && real != *h
-        {
-            targets.push(real);
-        }
-        for t in &targets {
-            if masker.mask_path(&root, rel(t))? {
-                masked.push(t.display().to_string());
-            }
-        }
-        secrets.push(targets);
-    }
-    let mut o = observation(
-        ControlMechanism::SecretsHidden,
-        ControlDimension::FilesystemRead,
-    );
-    o.details.insert("masked".into(), json!(masked));
-    o.details.insert("hidden".into(), json!(plan.hidden.len()));
-    // A secret lent on purpose (`--mount ~/.aws:/creds:read`), or through a symlink
-    // (`--mount ./cache:/cache` with `cache -> ~/.ssh`), is visible at its target: the
-    // control then holds only partly, and says which, and where the source really is.
-    let lent: Vec<String> = sources
-        .iter()
-        .filter(|(m, real)| shows_secret(real, &m.target, &secrets))
-        .map(|(m, real)| {
-            let resolves = if *real == m.source {
-                String::new()
+impl<'a> Composer<'a> {
+    /// Apply one operation.
+    fn apply(&mut self, op: &'a MountOp) -> Result<(), SetupError> {
+        let plan = self.plan;
+        let exec_attr = |exec: bool| {
+            if exec {
+                MountAttrFlags::empty()
             } else {
-                format!(" (resolves to {})", real.display())
-            };
-            format!("{}{resolves} -> {}", m.source.display(), m.target.display())
-        })
-        .collect();
-    if !lent.is_empty() {
-        o.status = ControlStatus::Partial;
-        o.reason = Some(format!(
-            "secret paths lent by a mount are visible: {}",
-            lent.join(", ")
-        ));
-        o.details.insert("lent".into(), json!(lent));
+                MountAttrFlags::MOUNT_ATTR_NOEXEC
+            }
+        };
+        match op {
+            MountOp::PrivatePropagation => rustix::mount::mount_change(
+                "/",
+                MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+            )
+            .step(|| "make / private (MS_REC|MS_PRIVATE)".into())?,
+            MountOp::RootTmpfs { at } => {
+                // The tmpfs's own descriptor is the new root's: every later step works
+                // relative to it. The cwd moves there too, for `mount(2)` (no directory
+                // descriptor) and `pivot_root`.
+                let root = Root {
+                    path: at.as_path(),
+                    fd: tmpfs(
+                        (CWD, at.as_path()),
+                        at,
+                        "mode=0755",
+                        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
+                    )?,
+                };
+                rustix::process::fchdir(&root.fd)
+                    .step(|| format!("chdir {}", root.path.display()))?;
+                self.root = Some(root);
+            }
+            MountOp::SystemDir { path } => {
+                let root = need(&self.root, "system directory")?;
+                if system_dir(root, path)? {
+                    self.system.push(path.display().to_string());
+                }
+            }
+            MountOp::PrivateTmpfs {
+                at,
+                mode,
+                size,
+                exec,
+                home,
+            } => {
+                let root = need(&self.root, "private tmpfs")?;
+                let purpose = if *home {
+                    Purpose::Home
+                } else {
+                    Purpose::System
+                };
+                let target = rel(at);
+                let place = mkdir_p(root, target, purpose)?;
+                tmpfs(
+                    place.at(),
+                    &root.shown(target),
+                    &format!("mode={mode:04o},size={size}"),
+                    MountAttrFlags::MOUNT_ATTR_NOSUID
+                        | MountAttrFlags::MOUNT_ATTR_NODEV
+                        | exec_attr(*exec),
+                )?;
+            }
+            MountOp::Overlay {
+                lower,
+                upper,
+                work,
+                exec,
+            } => {
+                let root = need(&self.root, "workdir overlay")?;
+                let place = mkdir_p(root, rel(lower), Purpose::Workdir)?;
+                let (volatile, mode) = overlay(lower, upper, work, place.at(), exec_attr(*exec))?;
+                self.overlay = Some((lower, upper, volatile, mode));
+            }
+            MountOp::ReadOnly { path } => {
+                let root = need(&self.root, "read-only path")?;
+                let target = rel(path);
+                if let Some(fd) = read_only_target(root, target)? {
+                    if !crate::mutant::active(crate::mutant::READ_ONLY_SUBTREE) {
+                        make_read_only((fd.as_fd(), Path::new("")), &root.shown(target))?;
+                    }
+                    self.read_only.push(path.display().to_string());
+                }
+            }
+            MountOp::Bind {
+                source,
+                target,
+                writable,
+            } => {
+                // Each source is bound as the host resolves it (through symlinks: a
+                // workdir's `cache -> ~/.ssh` lends ~/.ssh), so where it really is, asked
+                // just before the bind, is what the secrets are checked against.
+                let root = need(&self.root, "mount")?;
+                let inside = rel(target);
+                host_path(source, "mount source")?;
+                let st = rustix::fs::stat(source)
+                    .step(|| format!("stat mount source {}", source.display()))?;
+                let place = if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                    mkdir_p(root, inside, Purpose::Lent)?
+                } else {
+                    touch(root, inside, Purpose::Lent)?
+                };
+                let attrs = if *writable {
+                    MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV
+                } else {
+                    RO
+                };
+                let real = real_path(source, &mut self.real_dirs).unwrap_or(source.clone());
+                bind(source, place.at(), &root.shown(inside), attrs)?;
+                self.sources.push((source, target, real));
+                self.lent.push(target.display().to_string());
+            }
+            MountOp::Dev {
+                devices,
+                shm_size,
+                exec,
+            } => {
+                let root = need(&self.root, "/dev")?;
+                self.devices = minimal_dev(root, devices, *shm_size, exec_attr(*exec))?;
+            }
+            MountOp::Proc => {
+                let root = need(&self.root, "/proc")?;
+                self.proc = Some(new_proc(root)?);
+            }
+            MountOp::ProcMask { name } => {
+                let root = need(&self.root, "/proc mask")?;
+                let proc = need(&self.proc, "/proc mask")?;
+                let shown = root.shown(Path::new("proc")).join(name);
+                let skip = crate::mutant::active(crate::mutant::PROC_MASK);
+                if self
+                    .masker
+                    .mask((proc.as_fd(), Path::new(name)), &shown, skip)?
+                {
+                    self.proc_masked.push(format!("/proc/{name}"));
+                }
+            }
+            MountOp::ProcReadOnly { name } => {
+                let root = need(&self.root, "/proc read-only")?;
+                let proc = need(&self.proc, "/proc read-only")?;
+                let shown = root.shown(Path::new("proc")).join(name);
+                if rustix::fs::statat(proc.as_fd(), name.as_str(), AtFlags::empty()).is_ok() {
+                    if !crate::mutant::active(crate::mutant::PROC_MASK) {
+                        make_read_only((proc.as_fd(), Path::new(name)), &shown)?;
+                    }
+                    self.proc_read_only.push(format!("/proc/{name}"));
+                }
+            }
+            MountOp::Hide { path } => {
+                // Masked wherever it is visible. A secret that is a symlink (a dotfile
+                // manager's `~/.ssh -> dotfiles/ssh`) is hidden at its host target too,
+                // which may lie inside a visible tree such as the workdir; its real path is
+                // asked of the host, relative to the cwd.
+                let root = need(&self.root, "hidden path")?;
+                host_path(path, "hidden path")?;
+                let mut targets = vec![path.clone()];
+                if let Some(real) = real_path(path, &mut self.real_dirs)
+                    && real != *path
+                {
+                    targets.push(real);
+                }
+                for t in &targets {
+                    if self.masker.mask_path(root, rel(t))? {
+                        self.masked.push(t.display().to_string());
+                    }
+                }
+                self.secrets.push(targets);
+            }
+            MountOp::ResolvConf { text } => {
+                resolv_conf(need(&self.root, "resolver file")?, text)?;
+            }
+            MountOp::Pivot => {
+                // Enter it (the cwd is the new root since its tmpfs was mounted).
+                need(&self.root, "pivot_root")?;
+                // The first mask, kept as the source of the others, is closed first.
+                self.masker = Masker::default();
+                rustix::process::pivot_root(".", ".").step(|| "pivot_root(., .)".into())?;
+                rustix::mount::unmount(".", UnmountFlags::DETACH)
+                    .step(|| "detach the old root".into())?;
+                rustix::process::chdir("/").step(|| "chdir /".into())?;
+            }
+            MountOp::RootReadOnly => {
+                // The root tmpfs itself holds only mount points.
+                let root = need(&self.root, "make / read-only")?;
+                mount_setattr(root.fd.as_fd(), RO, false).step(|| "make / read-only".into())?;
+            }
+            MountOp::EnterWorkdir { path } => {
+                rustix::process::chdir(path).step(|| format!("chdir {}", path.display()))?;
+            }
+            MountOp::Report { row } => {
+                let o = self.row(*row);
+                self.obs.push(o);
+            }
+            MountOp::ReadBack => {
+                let mountinfo = if crate::mutant::active(crate::mutant::MOUNTINFO_UNREAD) {
+                    Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+                } else {
+                    std::fs::read_to_string("/proc/self/mountinfo")
+                };
+                match mountinfo {
+                    Ok(text) => read_back(&parse_mountinfo(&text), plan, &mut self.obs),
+                    Err(e) => not_read_back(&format!("/proc/self/mountinfo: {e}"), &mut self.obs),
+                }
+            }
+        }
+        Ok(())
     }
-    obs.push(o);
 
-    if let Some(text) = &plan.resolv_conf {
-        resolv_conf(&root, text)?;
+    /// The control row `row`, with what the operations before it did.
+    fn row(&self, row: MountRow) -> ControlObservation {
+        let plan = self.plan;
+        match row {
+            MountRow::Mountns => {
+                let mut o =
+                    observation(ControlMechanism::Mountns, ControlDimension::FilesystemRead);
+                o.details.insert("propagation".into(), json!("private"));
+                o
+            }
+            MountRow::Tmpfs => {
+                let mut o = observation(ControlMechanism::Tmpfs, ControlDimension::FilesystemWrite);
+                o.details
+                    .insert("tmp_size_bytes".into(), json!(plan.tmp_size));
+                o.details.insert("home".into(), json!("private tmpfs"));
+                o.details
+                    .insert("private_tmpfs_size".into(), json!(plan.private_tmpfs_size));
+                o
+            }
+            MountRow::Overlay => {
+                let mut o =
+                    observation(ControlMechanism::Overlay, ControlDimension::FilesystemWrite);
+                let (lower, upper, volatile, mode) =
+                    self.overlay
+                        .unwrap_or((&plan.workdir, &plan.upper, false, 0));
+                o.details.insert("lower".into(), json!(lower));
+                o.details.insert("upper".into(), json!(upper));
+                o.details
+                    .insert("workdir_mode".into(), json!(format!("{mode:04o}")));
+                o.details.insert("volatile".into(), json!(volatile));
+                o
+            }
+            MountRow::PivotRoot => {
+                let mut o = observation(
+                    ControlMechanism::PivotRoot,
+                    ControlDimension::FilesystemWrite,
+                );
+                o.details
+                    .insert("system_read_only".into(), json!(self.system));
+                o.details.insert("read_only".into(), json!(self.read_only));
+                o.details.insert("mounts".into(), json!(self.lent));
+                o
+            }
+            MountRow::MinimalDev => {
+                let mut o = observation(
+                    ControlMechanism::MinimalDev,
+                    ControlDimension::KernelSurface,
+                );
+                o.details.insert("devices".into(), json!(self.devices));
+                o.details.insert("devpts".into(), json!("newinstance"));
+                o
+            }
+            MountRow::ProcMask => {
+                let mut o =
+                    observation(ControlMechanism::ProcMask, ControlDimension::KernelSurface);
+                o.details.insert("masked".into(), json!(self.proc_masked));
+                o.details
+                    .insert("read_only".into(), json!(self.proc_read_only));
+                o
+            }
+            MountRow::SecretsHidden => self.secrets_row(),
+        }
     }
-    drop(masker);
 
-    // Enter it (the cwd is the new root since its tmpfs was mounted).
-    rustix::process::pivot_root(".", ".").step(|| "pivot_root(., .)".into())?;
-    rustix::mount::unmount(".", UnmountFlags::DETACH).step(|| "detach the old root".into())?;
-    rustix::process::chdir("/").step(|| "chdir /".into())?;
-    // The root tmpfs itself holds only mount points: make it read-only.
-    mount_setattr(root.fd.as_fd(), RO, false).step(|| "make / read-only".into())?;
-    rustix::process::chdir(&plan.workdir).step(|| format!("chdir {}", plan.workdir.display()))?;
-    let mountinfo = if crate::mutant::active(crate::mutant::MOUNTINFO_UNREAD) {
-        Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
-    } else {
-        std::fs::read_to_string("/proc/self/mountinfo")
+    /// `secrets_hidden`: the masks made, and any secret a lent mount shows.
+    fn secrets_row(&self) -> ControlObservation {
+        let mut o = observation(
+            ControlMechanism::SecretsHidden,
+            ControlDimension::FilesystemRead,
+        );
+        o.details.insert("masked".into(), json!(self.masked));
+        o.details
+            .insert("hidden".into(), json!(self.plan.hidden.len()));
+        // A secret lent on purpose (`--mount ~/.aws:/creds:read`), or through a symlink
+        // (`--mount ./cache:/cache` with `cache -> ~/.ssh`), is visible at its target: the
+        // control then holds only partly, and says which, and where the source really is.
+        let lent: Vec<String> = self
+            .sources
+            .iter()
+            .filter(|(_, target, real)| shows_secret(real, target, &self.secrets))
+            .map(|(source, target, real)| {
+                let resolves = if real == source {
+                    String::new()
+                } else {
+                    format!(" (resolves to {})", real.display())
+                };
+                format!("{}{resolves} -> {}", source.display(), target.display())
+            })
+            .collect();
+        if !lent.is_empty() {
+            o.status = ControlStatus::Partial;
+            o.reason = Some(format!(
+                "secret paths lent by a mount are visible: {}",
+                lent.join(", ")
+            ));
+            o.details.insert("lent".into(), json!(lent));
+        }
+        o
+    }
+}
+
+/// The host's system directory `dir` in the new root: bound read-only, or a symlink of the
+/// same text when the host's is one. False when left out (absent, or of another kind).
+fn system_dir(root: &Root<'_>, dir: &Path) -> Result<bool, SetupError> {
+    let dir = host_path(dir, "system directory")?;
+    let Ok(st) = rustix::fs::lstat(dir) else {
+        return Ok(false);
     };
-    match mountinfo {
-        Ok(text) => read_back(&parse_mountinfo(&text), plan, &mut obs),
-        Err(e) => not_read_back(&format!("/proc/self/mountinfo: {e}"), &mut obs),
+    let target = rel(dir);
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Symlink => {
+            let link = rustix::fs::readlink(dir, Vec::new())
+                .step(|| format!("readlink {}", dir.display()))?;
+            symlink_in(root, link.as_c_str(), target)
+                .step(|| format!("symlink {}", root.shown(target).display()))?;
+        }
+        FileType::Directory => {
+            let place = mkdir_p(root, target, Purpose::System)?;
+            let attrs = if crate::mutant::active(crate::mutant::SYSTEM_READ_ONLY) {
+                RO.difference(MountAttrFlags::MOUNT_ATTR_RDONLY)
+            } else {
+                RO
+            };
+            bind(dir, place.at(), &root.shown(target), attrs)?;
+        }
+        _ => return Ok(false),
     }
-    Ok(obs)
+    Ok(true)
 }
 
 /// The detail keys each mount row records its read-back under.
@@ -1136,36 +1299,9 @@ fn unknown(o: &mut ControlObservation, why: String) {
     });
 }
 
-/// One line of `/proc/self/mountinfo`: where, what filesystem, its superblock options.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct MountLine {
-    point: PathBuf,
-    /// The per-mount options (`ro`/`rw`, `nosuid`, …).
-    options: String,
-    fstype: String,
-    super_options: String,
-}
-
-/// The mounts of a `/proc/self/mountinfo` text (proc(5)), in order; a line that does not
-/// parse is left out.
+/// The mounts of a `/proc/self/mountinfo` text, in order (the one parser).
 fn parse_mountinfo(text: &str) -> Vec<MountLine> {
-    text.lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mut l = left.split(' ').skip(4);
-            let point = l.next()?;
-            let options = l.next().unwrap_or("").to_owned();
-            let mut r = right.split(' ');
-            let fstype = r.next()?.to_owned();
-            let super_options = r.nth(1).unwrap_or("").to_owned();
-            Some(MountLine {
-                point: PathBuf::from(crate::probe::cgroup::unescape_mount_field(point)),
-                options,
-                fstype,
-                super_options,
-            })
-        })
-        .collect()
+    crate::probe::mountinfo::parse(text)
 }
 
 /// The `size=` of the tmpfs mounted last at `point` (another mount may cover it: a home
@@ -1538,15 +1674,17 @@ fn resolv_conf(root: &Root<'_>, text: &str) -> Result<(), SetupError> {
 /// mid-run leaves the job interrupted), and its work directory, where the kernel marks a
 /// volatile overlay, is removed when the run ends and never mounted again.
 fn overlay(
-    plan: &FsPlan,
+    lower: &Path,
+    upper: &Path,
+    work: &Path,
     at: (BorrowedFd<'_>, &Path),
     exec: MountAttrFlags,
 ) -> Result<(bool, u32), SetupError> {
-    let what = || format!("mount workdir overlay on {}", plan.workdir.display());
+    let what = || format!("mount workdir overlay on {}", lower.display());
     // Its layers are named by path, resolved from the cwd (the new root) when relative.
-    let lower = host_path(&plan.workdir, "overlay lowerdir")?;
-    let upper = host_path(&plan.upper, "overlay upperdir")?;
-    let work = host_path(&plan.overlay_work, "overlay workdir")?;
+    let lower = host_path(lower, "overlay lowerdir")?;
+    let upper = host_path(upper, "overlay upperdir")?;
+    let work = host_path(work, "overlay workdir")?;
     let root_mode = keep_root_mode(lower, upper).step(|| {
         format!(
             "give the stage {} the mode of the workdir {}",
@@ -1589,11 +1727,12 @@ fn keep_root_mode(lower: &Path, upper: &Path) -> Result<u32, Errno> {
 /// and a private `/dev/shm` of `shm_size` bytes (nosuid, nodev; noexec unless the
 /// workdir may execute, `exec`, as /tmp and HOME: an executable shm adds nothing when /tmp
 /// is executable, and must not be a way around `workdir_exec = false`).
-fn minimal_dev(
+fn minimal_dev<'d>(
     root: &Root<'_>,
+    devices: &'d [String],
     shm_size: u64,
     exec: MountAttrFlags,
-) -> Result<ControlObservation, SetupError> {
+) -> Result<Vec<&'d str>, SetupError> {
     let shown = |name: &str| root.shown(Path::new("dev")).join(name);
     mkdir_p(root, Path::new("dev"), Purpose::System)?;
     let dev = tmpfs(
@@ -1603,7 +1742,8 @@ fn minimal_dev(
         MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NOEXEC,
     )?;
     let mut bound = Vec::new();
-    for name in DEVICES {
+    for name in devices {
+        let name = name.as_str();
         let host = Path::new("/dev").join(name);
         let what = || format!("bind {} on {}", host.display(), shown(name).display());
         // A device the host lacks is left out.
@@ -1627,7 +1767,7 @@ fn minimal_dev(
         )
         .step(what)?;
         attach(&tree, (dev.as_fd(), Path::new(name))).step(what)?;
-        bound.push(*name);
+        bound.push(name);
     }
     rustix::fs::mkdirat(&dev, "pts", Mode::from_raw_mode(0o755))
         .step(|| format!("mkdir {}", shown("pts").display()))?;
@@ -1659,17 +1799,11 @@ fn minimal_dev(
     }
     mount_setattr(dev.as_fd(), MountAttrFlags::MOUNT_ATTR_RDONLY, false)
         .step(|| "make /dev read-only".into())?;
-    let mut o = observation(
-        ControlMechanism::MinimalDev,
-        ControlDimension::KernelSurface,
-    );
-    o.details.insert("devices".into(), json!(bound));
-    o.details.insert("devpts".into(), json!("newinstance"));
-    Ok(o)
+    Ok(bound)
 }
 
-fn new_proc(root: &Root<'_>, masker: &mut Masker) -> Result<ControlObservation, SetupError> {
-    let shown = |name: &str| root.shown(Path::new("proc")).join(name);
+/// A new /proc (from inside the pid namespace), opened for its masks.
+fn new_proc(root: &Root<'_>) -> Result<OwnedFd, SetupError> {
     mkdir_p(root, Path::new("proc"), Purpose::System)?;
     // `mount(2)` has no directory descriptor: the path is relative to the cwd, the new root.
     rustix::mount::mount(
@@ -1680,33 +1814,13 @@ fn new_proc(root: &Root<'_>, masker: &mut Masker) -> Result<ControlObservation, 
         c"",
     )
     .step(|| "mount a new /proc".into())?;
-    let proc = rustix::fs::openat(
+    rustix::fs::openat(
         &root.fd,
         "proc",
         OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .step(|| format!("open {}", root.shown(Path::new("proc")).display()))?;
-    let skip = crate::mutant::active(crate::mutant::PROC_MASK);
-    let mut masked = Vec::new();
-    for name in PROC_MASKED_FILES.iter().chain(PROC_MASKED_DIRS) {
-        if masker.mask((proc.as_fd(), Path::new(name)), &shown(name), skip)? {
-            masked.push(format!("/proc/{name}"));
-        }
-    }
-    let mut read_only = Vec::new();
-    for name in PROC_READ_ONLY_DIRS {
-        if rustix::fs::statat(proc.as_fd(), *name, AtFlags::empty()).is_ok() {
-            if !skip {
-                make_read_only((proc.as_fd(), Path::new(name)), &shown(name))?;
-            }
-            read_only.push(format!("/proc/{name}"));
-        }
-    }
-    let mut o = observation(ControlMechanism::ProcMask, ControlDimension::KernelSurface);
-    o.details.insert("masked".into(), json!(masked));
-    o.details.insert("read_only".into(), json!(read_only));
-    Ok(o)
+    .step(|| format!("open {}", root.shown(Path::new("proc")).display()))
 }
 
 #[cfg(test)]

@@ -131,7 +131,7 @@ impl Setup<'_> {
             // Sealed: through the host's procfs, before the composed root makes /proc/sys
             // read-only, the value is the new pid namespace's; otherwise the host's, read.
             SetupStep::MemfdNoexec => vec![memfd::seal_exec(sealed)],
-            SetupStep::ComposeRoot => mounts::compose_and_pivot(&plan.fs)?,
+            SetupStep::ComposeRoot => mounts::compose_and_pivot(&plan.fs, &mounts::program(plan)?)?,
             SetupStep::Hostname => {
                 rustix::system::sethostname(plan.hostname.as_bytes())
                     .step(|| "sethostname".into())?;

@@ -2,8 +2,8 @@
 //! is, the prober's own v2 cgroup, its controllers, and whether that cgroup is delegated to
 //! the prober.
 //!
-//! Owns the parsers for `/proc/self/mountinfo`, `/proc/self/cgroup` and
-//! `cgroup.controllers` (pure functions over file contents) and [`cgroup_facts`], which
+//! Owns the parsers for the cgroup mounts of `/proc/self/mountinfo` (its lines read by
+//! `probe::mountinfo`), `/proc/self/cgroup` and `cgroup.controllers` (pure functions over file contents) and [`cgroup_facts`], which
 //! composes them with injected readers so the whole decision is testable without a
 //! particular host. It may not create, remove or write any cgroup: delegation is judged by
 //! `access(W_OK)` alone.
@@ -56,37 +56,7 @@ pub struct CgroupMounts {
     pub v1_controllers: Vec<String>,
 }
 
-/// Undo the octal escapes (`\040` space, `\011` tab, `\012` newline, `\134` backslash) the
-/// kernel writes in mountinfo path fields.
-pub fn unescape_mount_field(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        match (b, bytes.get(i + 1..i + 4).and_then(octal_byte)) {
-            (b'\\', Some(v)) => {
-                out.push(v);
-                i += 4;
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Three octal digits as one byte (`040` → b' '); `None` for anything else.
-fn octal_byte(digits: &[u8]) -> Option<u8> {
-    if digits.len() != 3 || !digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
-        return None;
-    }
-    let v = digits
-        .iter()
-        .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
-    u8::try_from(v).ok()
-}
+pub use super::mountinfo::unescape_mount_field;
 
 /// Parse `/proc/self/mountinfo` for cgroup mounts.
 ///
@@ -95,32 +65,15 @@ fn octal_byte(digits: &[u8]) -> Option<u8> {
 /// puts them in the super options; `/proc/mounts` merges the two).
 pub fn parse_mountinfo(text: &str) -> CgroupMounts {
     let mut mounts = CgroupMounts::default();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        if sep < 6 {
-            continue;
-        }
-        let (Some(root), Some(mount_point), Some(mount_opts), Some(fstype)) = (
-            fields.get(3),
-            fields.get(4),
-            fields.get(5),
-            fields.get(sep + 1),
-        ) else {
-            continue;
-        };
-        let super_opts = fields.get(sep + 3).copied().unwrap_or("");
-        match *fstype {
+    for m in super::mountinfo::parse(text) {
+        match m.fstype.as_str() {
             "cgroup2" => mounts.v2.push(CgroupMount {
-                root: unescape_mount_field(root),
-                mount_point: unescape_mount_field(mount_point),
-                read_only: mount_opts.split(',').any(|o| o == "ro")
-                    || super_opts.split(',').any(|o| o == "ro"),
+                read_only: m.has_option("ro"),
+                mount_point: m.point.to_string_lossy().into_owned(),
+                root: m.root,
             }),
             "cgroup" => {
-                for opt in mount_opts.split(',').chain(super_opts.split(',')) {
+                for opt in m.options.split(',').chain(m.super_options.split(',')) {
                     if V1_CONTROLLERS.contains(&opt) {
                         mounts.v1_controllers.push(opt.to_owned());
                     }

@@ -20,6 +20,7 @@
 pub mod cache;
 pub mod cgroup;
 pub mod child;
+pub mod mountinfo;
 pub mod names;
 pub mod ssh;
 pub mod userns;
