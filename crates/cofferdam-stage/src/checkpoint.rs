@@ -28,6 +28,9 @@
 //! A reflink or a copy is a separate inode, so nothing done to the job later (runs,
 //! applies, drops) can change a checkpoint; its digest is re-read by `show` to prove it.
 //!
+//! One walk ([`walk`]) copies the stage and digests the copy as it writes it, through
+//! directory descriptors; `show` re-reads the checkpoint with the same walk, read only.
+//!
 //! # The digest
 //!
 //! `blake3:<hex>` over, for each entry of `upper/` in path-byte order: the path bytes, the
@@ -36,17 +39,20 @@
 //! (name and value, sorted); then the bytes of `fingerprints.json`. Owners and times are not
 //! part of it (the seal does not compare them either).
 
-use std::fs::{self, DirBuilder, OpenOptions};
+use std::fs::{self, DirBuilder};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 use walkdir::WalkDir;
 
 use crate::job::{Durability, Job, write_atomic_with};
+
+#[cfg(test)]
+mod reference;
+mod walk;
 
 /// Every checkpoint id starts with this.
 pub const ID_PREFIX: &str = "ckpt-";
@@ -131,6 +137,7 @@ fn io_err<'a>(
     }
 }
 
+#[cfg(test)]
 fn errno<'a>(
     action: &'static str,
     path: &'a Path,
@@ -364,21 +371,20 @@ fn fill(
     now_unix_ms: u64,
 ) -> Result<Manifest, CheckpointError> {
     make_dir(tmp)?;
-    let mut counts = copy_tree(upper, &tmp.join("upper"))?;
+    // One walk copies the stage and digests the copy (see `walk`).
+    let (counts, digest) = walk::copy(upper, &tmp.join("upper"), true)?;
     let fp = job.fingerprints_path();
-    match fs::read(&fp) {
-        Ok(bytes) => write_atomic_with(
-            &tmp.join(FINGERPRINTS),
-            &bytes,
-            FILE_MODE,
-            Durability::Volatile,
-        )
-        .map_err(io_err("write", &tmp.join(FINGERPRINTS)))?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+    let fingerprints = match fs::read(&fp) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_err("read", &fp)(e)),
+    };
+    if let Some(bytes) = &fingerprints {
+        let to = tmp.join(FINGERPRINTS);
+        write_atomic_with(&to, bytes, FILE_MODE, Durability::Volatile)
+            .map_err(io_err("write", &to))?;
     }
-    let (digest, read) = digest(tmp)?;
-    counts.entries = read.entries;
+    let digest = digest.finish(fingerprints.as_deref());
     let manifest = Manifest {
         version: MANIFEST_VERSION,
         id: id.to_owned(),
@@ -406,7 +412,7 @@ fn fill(
 /// entries) and shares data by reflink where the filesystem can. Nothing done to `to`
 /// afterwards reaches the checkpoint.
 pub fn restore(c: &Checkpoint, to: &Path) -> Result<Counts, CheckpointError> {
-    copy_tree(&c.upper(), to)
+    walk::copy(&c.upper(), to, false).map(|(counts, _)| counts)
 }
 
 /// Remove a checkpoint. The caller holds the job lock.
@@ -433,230 +439,16 @@ fn make_dir(path: &Path) -> Result<(), CheckpointError> {
     Ok(())
 }
 
-/// Copy the stage `from` to the new directory `to` (see the module docs).
-fn copy_tree(from: &Path, to: &Path) -> Result<Counts, CheckpointError> {
-    let mut counts = Counts::default();
-    // Directory modes are set after their content is written (a 0500 directory of the
-    // stage must still take entries here), deepest first.
-    let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
-    for entry in WalkDir::new(from).follow_links(false).sort_by_file_name() {
-        let entry = entry.map_err(|e| {
-            let path = e.path().unwrap_or(from).to_path_buf();
-            io_err("read", &path)(io::Error::other(e.to_string()))
-        })?;
-        let src = entry.path();
-        let rel = src.strip_prefix(from).unwrap_or(src);
-        let dst = to.join(rel);
-        let meta = entry
-            .path()
-            .symlink_metadata()
-            .map_err(io_err("inspect", src))?;
-        let ft = meta.file_type();
-        let mode = meta.mode() & 0o7777;
-        if ft.is_dir() {
-            DirBuilder::new()
-                .mode(DIR_MODE)
-                .create(&dst)
-                .map_err(io_err("create", &dst))?;
-            copy_xattrs(src, &dst)?;
-            if rel.as_os_str().is_empty() {
-                dir_modes.push((dst, DIR_MODE));
-                continue;
-            }
-            counts.directories += 1;
-            if crate::seal::is_opaque(src) {
-                counts.opaque_directories += 1;
-            }
-            dir_modes.push((dst, mode));
-        } else if ft.is_file() {
-            let whiteout = crate::copystage::is_xattr_whiteout(src, &meta);
-            let reflinked = copy_file(src, &dst, mode)?;
-            copy_xattrs(src, &dst)?;
-            if whiteout {
-                counts.whiteouts += 1;
-            } else {
-                counts.files += 1;
-                counts.bytes += meta.len();
-                if reflinked {
-                    counts.reflinked_files += 1;
-                } else {
-                    counts.copied_files += 1;
-                }
-            }
-        } else if ft.is_symlink() {
-            let target = fs::read_link(src).map_err(io_err("read", src))?;
-            std::os::unix::fs::symlink(&target, &dst).map_err(io_err("create", &dst))?;
-            counts.symlinks += 1;
-        } else if ft.is_char_device() && meta.rdev() == 0 {
-            // An overlay whiteout. Unprivileged users may make a 0:0 device (Linux 5.8+).
-            rustix::fs::mknodat(
-                rustix::fs::CWD,
-                &dst,
-                rustix::fs::FileType::CharacterDevice,
-                rustix::fs::Mode::from_raw_mode(mode),
-                0,
-            )
-            .map_err(errno("create", &dst))?;
-            counts.whiteouts += 1;
-        } else if ft.is_fifo() {
-            rustix::fs::mknodat(
-                rustix::fs::CWD,
-                &dst,
-                rustix::fs::FileType::Fifo,
-                rustix::fs::Mode::from_raw_mode(mode),
-                0,
-            )
-            .map_err(errno("create", &dst))?;
-            counts.fifos += 1;
-        } else {
-            let what = if ft.is_socket() {
-                "socket"
-            } else if ft.is_block_device() {
-                "block device"
-            } else {
-                "device node"
-            };
-            return Err(CheckpointError::Unsupported {
-                path: rel.to_path_buf(),
-                what,
-            });
-        }
-    }
-    for (dir, mode) in dir_modes.into_iter().rev() {
-        fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
-            .map_err(io_err("chmod", &dir))?;
-    }
-    Ok(counts)
-}
-
-/// Copy one regular file's data and mode: a reflink when the filesystem shares extents
-/// (`true`), else a copy.
-fn copy_file(src: &Path, dst: &Path, mode: u32) -> Result<bool, CheckpointError> {
-    let from = OpenOptions::new()
-        .read(true)
-        .custom_flags(OFlags::NOFOLLOW.bits() as i32)
-        .open(src)
-        .map_err(io_err("open", src))?;
-    let to = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .open(dst)
-        .map_err(io_err("create", dst))?;
-    let reflinked = crate::sparse::clone_or_copy(&from, &to).map_err(io_err("copy", src))?;
-    to.set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(io_err("chmod", dst))?;
-    Ok(reflinked)
-}
-
-/// An extended attribute: its name and value.
-type Xattr = (Vec<u8>, Vec<u8>);
-
-/// The overlay xattrs of `path` (not followed), names sorted, with their values.
-fn overlay_xattrs(path: &Path) -> Result<Vec<Xattr>, CheckpointError> {
-    let mut names = match crate::xattrs::overlay_names(path) {
-        Ok(names) => names,
-        Err(rustix::io::Errno::PERM) => Vec::new(),
-        Err(e) => return Err(errno("list xattrs of", path)(e)),
-    };
-    names.sort();
-    let mut out = Vec::with_capacity(names.len());
-    for name in names {
-        let os = std::ffi::OsStr::from_bytes(&name);
-        let mut value = vec![0u8; 256];
-        let len = loop {
-            match rustix::fs::lgetxattr(path, os, &mut value[..]) {
-                Ok(len) => break len,
-                Err(rustix::io::Errno::RANGE) => {
-                    let want =
-                        rustix::fs::lgetxattr_query(path, os).map_err(errno("read", path))?;
-                    value.resize(want.max(value.len() * 2), 0);
-                }
-                Err(e) => return Err(errno("read xattrs of", path)(e)),
-            }
-        };
-        value.truncate(len);
-        out.push((name, value));
-    }
-    Ok(out)
-}
-
-fn copy_xattrs(src: &Path, dst: &Path) -> Result<(), CheckpointError> {
-    for (name, value) in overlay_xattrs(src)? {
-        rustix::fs::lsetxattr(
-            dst,
-            std::ffi::OsStr::from_bytes(&name),
-            &value,
-            rustix::fs::XattrFlags::empty(),
-        )
-        .map_err(errno("set xattrs on", dst))?;
-    }
-    Ok(())
-}
-
-/// The digest of the checkpoint in `dir` (its `upper/` and fingerprints) and the entry
-/// count it saw.
+/// The digest of the checkpoint in `dir` (its `upper/` and fingerprints) and what it holds.
 fn digest(dir: &Path) -> Result<(String, Counts), CheckpointError> {
-    let upper = dir.join("upper");
-    let mut h = blake3::Hasher::new_derive_key("cofferdam checkpoint digest v1");
-    let mut counts = Counts::default();
-    let field = |h: &mut blake3::Hasher, bytes: &[u8]| {
-        h.update(&(bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
+    let (counts, digest) = walk::digest(&dir.join("upper"))?;
+    let fp = dir.join(FINGERPRINTS);
+    let fingerprints = match fs::read(&fp) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err("read", &fp)(e)),
     };
-    for entry in WalkDir::new(&upper).follow_links(false).sort_by_file_name() {
-        let entry = entry.map_err(|e| {
-            let path = e.path().unwrap_or(&upper).to_path_buf();
-            io_err("read", &path)(io::Error::other(e.to_string()))
-        })?;
-        let path = entry.path();
-        let rel = path.strip_prefix(&upper).unwrap_or(path);
-        let meta = path.symlink_metadata().map_err(io_err("inspect", path))?;
-        if !rel.as_os_str().is_empty() {
-            counts.entries += 1;
-        }
-        field(&mut h, rel.as_os_str().as_bytes());
-        let ft = meta.file_type();
-        let mode = meta.mode() & 0o7777;
-        if ft.is_dir() {
-            let mode = if rel.as_os_str().is_empty() { 0 } else { mode };
-            field(&mut h, b"d");
-            h.update(&mode.to_le_bytes());
-        } else if ft.is_file() {
-            field(&mut h, b"f");
-            h.update(&mode.to_le_bytes());
-            h.update(&meta.len().to_le_bytes());
-            let file = OpenOptions::new()
-                .read(true)
-                .custom_flags(OFlags::NOFOLLOW.bits() as i32)
-                .open(path)
-                .map_err(io_err("read", path))?;
-            let content = crate::sparse::hash_file(&file).map_err(io_err("read", path))?;
-            field(&mut h, content.as_bytes());
-        } else if ft.is_symlink() {
-            field(&mut h, b"l");
-            let target = fs::read_link(path).map_err(io_err("read", path))?;
-            field(&mut h, target.as_os_str().as_bytes());
-        } else {
-            field(&mut h, b"n");
-            h.update(&mode.to_le_bytes());
-            h.update(&(meta.mode() & 0o170000).to_le_bytes());
-            h.update(&meta.rdev().to_le_bytes());
-        }
-        if !ft.is_symlink() {
-            for (name, value) in overlay_xattrs(path)? {
-                field(&mut h, &name);
-                field(&mut h, &value);
-            }
-        }
-    }
-    field(&mut h, b"fingerprints");
-    match fs::read(dir.join(FINGERPRINTS)) {
-        Ok(bytes) => field(&mut h, &bytes),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => field(&mut h, b"none"),
-        Err(e) => return Err(io_err("read", &dir.join(FINGERPRINTS))(e)),
-    }
-    Ok((format!("blake3:{}", h.finalize().to_hex()), counts))
+    Ok((digest.finish(fingerprints.as_deref()), counts))
 }
 
 /// Remove a checkpoint tree, giving its directories owner rwx first. Absent is fine.
@@ -713,6 +505,186 @@ mod tests {
         assert!(!matches(&m, "second"));
     }
 
+    /// A fixed tree (no xattrs, no holes, no nodes: nothing whose layout depends on the
+    /// filesystem or the umask).
+    fn fixed_tree(up: &Path) {
+        fs::create_dir_all(up.join("a/b")).unwrap();
+        fs::create_dir_all(up.join("a.d")).unwrap();
+        fs::write(up.join("a/x"), b"one\n").unwrap();
+        fs::write(up.join("a/b/y"), b"").unwrap();
+        fs::write(up.join("a.txt"), b"hello\n".repeat(1000)).unwrap();
+        fs::write(up.join("a.d/z"), b"z").unwrap();
+        std::os::unix::fs::symlink("a/x", up.join("l")).unwrap();
+        for (p, m) in [
+            ("a/x", 0o644),
+            ("a/b/y", 0o600),
+            ("a.txt", 0o755),
+            ("a.d/z", 0o640),
+        ] {
+            fs::set_permissions(up.join(p), fs::Permissions::from_mode(m)).unwrap();
+        }
+        for (p, m) in [("a", 0o755), ("a.d", 0o700), ("a/b", 0o500)] {
+            fs::set_permissions(up.join(p), fs::Permissions::from_mode(m)).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_digest_of_a_fixed_tree_is_pinned() {
+        let t = tempfile::tempdir().unwrap();
+        let ck = t.path().join("ck");
+        fixed_tree(&ck.join("upper"));
+        fs::write(ck.join(FINGERPRINTS), b"{\"version\":1}\n").unwrap();
+        let (d, seen) = digest(&ck).unwrap();
+        assert_eq!(seen.entries, 8);
+        assert_eq!(
+            d,
+            "blake3:33a946403e13bfe3c30104897533784a1e1504e913624377cab676d6b3d17fa4"
+        );
+        remove_tree(&ck).unwrap();
+    }
+
+    #[test]
+    fn the_walk_copies_and_digests_the_fixed_tree_as_pinned() {
+        let t = tempfile::tempdir().unwrap();
+        let from = t.path().join("from");
+        fixed_tree(&from);
+        let ck = t.path().join("ck");
+        fs::create_dir(&ck).unwrap();
+        let (counts, d) = walk::copy(&from, &ck.join("upper"), true).unwrap();
+        assert_eq!(
+            (counts.entries, counts.files, counts.directories),
+            (8, 4, 3)
+        );
+        let fp = b"{\"version\":1}\n";
+        fs::write(ck.join(FINGERPRINTS), fp).unwrap();
+        let pinned = "blake3:33a946403e13bfe3c30104897533784a1e1504e913624377cab676d6b3d17fa4";
+        assert_eq!(d.finish(Some(fp)), pinned, "the copy walk's digest");
+        assert_eq!(
+            digest(&ck).unwrap().0,
+            pinned,
+            "the read-only walk's digest"
+        );
+        assert_eq!(
+            reference::digest(&ck).unwrap().0,
+            pinned,
+            "the copy as walkdir reads it"
+        );
+        remove_tree(&ck).unwrap();
+    }
+
+    /// Whether user xattrs can be set here (tmpfs before 6.6 has none).
+    fn user_xattrs(dir: &Path) -> bool {
+        let p = dir.join(".probe");
+        fs::write(&p, b"").unwrap();
+        let ok =
+            rustix::fs::lsetxattr(&p, "user.probe", b"1", rustix::fs::XattrFlags::empty()).is_ok();
+        fs::remove_file(&p).unwrap();
+        ok
+    }
+
+    /// Everything a stage holds: overlay xattrs, opaque directories, both whiteout forms,
+    /// a fifo, a file with holes, a file larger than the buffered copy takes, names that
+    /// sort differently as paths than as names, and a chain deeper than the walk keeps
+    /// open.
+    fn rich_tree(up: &Path, xattrs: bool) {
+        use std::os::unix::fs::FileExt;
+        let set = |p: &Path, n: &str, v: &[u8]| {
+            rustix::fs::lsetxattr(p, n, v, rustix::fs::XattrFlags::empty()).unwrap();
+        };
+        fs::create_dir_all(up.join("o/p")).unwrap();
+        fs::create_dir_all(up.join("o-x")).unwrap();
+        fs::write(up.join("o/p/f"), b"in an opaque dir").unwrap();
+        fs::write(up.join("o.txt"), b"dot").unwrap();
+        fs::write(up.join("o-x/a"), vec![7u8; 3000]).unwrap();
+        fs::write(up.join("big"), vec![b'b'; (walk::SMALL as usize) + 4097]).unwrap();
+        let sparse = fs::File::create(up.join("sparse")).unwrap();
+        sparse.write_all_at(b"head", 0).unwrap();
+        sparse.write_all_at(b"tail", 8 << 20).unwrap();
+        sparse.set_len(16 << 20).unwrap();
+        drop(sparse);
+        let hole_first = fs::File::create(up.join("hole-first")).unwrap();
+        hole_first.write_all_at(b"late", 1 << 20).unwrap();
+        drop(hole_first);
+        std::os::unix::fs::symlink("/nowhere/at/all", up.join("dangling")).unwrap();
+        for (name, kind, mode) in [
+            ("gone", rustix::fs::FileType::CharacterDevice, 0o600),
+            ("pipe", rustix::fs::FileType::Fifo, 0o640),
+        ] {
+            let mode = rustix::fs::Mode::from_raw_mode(mode);
+            rustix::fs::mknodat(rustix::fs::CWD, up.join(name), kind, mode, 0).unwrap();
+        }
+        let mut deep = up.join("deep");
+        for i in 0..(walk::OPEN_DEPTH + 6) {
+            deep.push(format!("l{i}"));
+        }
+        fs::create_dir_all(&deep).unwrap();
+        fs::write(deep.join("leaf"), b"leaf").unwrap();
+        fs::create_dir(up.join("deep/l0/side")).unwrap();
+        fs::write(up.join("deep/l0/side/after"), b"after the deep chain").unwrap();
+        if xattrs {
+            set(&up.join("o"), "user.overlay.opaque", b"y");
+            set(&up.join("o/p/f"), "user.overlay.metacopy", b"");
+            set(&up.join("o/p/f"), "user.other", b"not copied");
+            fs::write(up.join("xgone"), b"").unwrap();
+            set(&up.join("xgone"), "user.overlay.whiteout", b"y");
+            set(up, "user.overlay.origin", &[1u8; 300]);
+        }
+        fs::set_permissions(up.join("o/p"), fs::Permissions::from_mode(0o555)).unwrap();
+        fs::set_permissions(up.join("big"), fs::Permissions::from_mode(0o751)).unwrap();
+    }
+
+    #[test]
+    fn the_walk_agrees_with_the_walkdir_implementation() {
+        let t = tempfile::tempdir().unwrap();
+        let xattrs = user_xattrs(t.path());
+        if !xattrs {
+            println!(
+                "SKIP-HOST part of it: no user xattrs on {}",
+                t.path().display()
+            );
+        }
+        let from = t.path().join("from");
+        fs::create_dir(&from).unwrap();
+        rich_tree(&from, xattrs);
+        let (old, new) = (t.path().join("old"), t.path().join("new"));
+        fs::create_dir(&old).unwrap();
+        fs::create_dir(&new).unwrap();
+        let old_counts = reference::copy_tree(&from, &old.join("upper")).unwrap();
+        let (new_counts, d) = walk::copy(&from, &new.join("upper"), true).unwrap();
+        let (old_digest, seen) = reference::digest(&old).unwrap();
+        assert_eq!(
+            Counts {
+                entries: seen.entries,
+                ..old_counts
+            },
+            new_counts
+        );
+        assert_eq!(
+            d.finish(None),
+            old_digest,
+            "the copy walk's digest of its copy"
+        );
+        assert_eq!(
+            reference::digest(&new).unwrap().0,
+            old_digest,
+            "the copies differ"
+        );
+        assert_eq!(digest(&new).unwrap().0, old_digest, "the read-only walk");
+        assert_eq!(digest(&old).unwrap().0, old_digest);
+        if xattrs {
+            assert_eq!(new_counts.opaque_directories, 1);
+            assert_eq!(new_counts.whiteouts, 2);
+        }
+        // A fork's seed (no hashing) makes the same tree.
+        let seed = t.path().join("seed");
+        fs::create_dir(&seed).unwrap();
+        walk::copy(&new.join("upper"), &seed.join("upper"), false).unwrap();
+        assert_eq!(digest(&seed).unwrap().0, old_digest, "the seed differs");
+        for d in [&old, &new, &seed] {
+            remove_tree(d).unwrap();
+        }
+    }
+
     #[test]
     fn the_copy_is_independent_and_the_digest_sees_every_change() {
         let t = tempfile::tempdir().unwrap();
@@ -725,7 +697,7 @@ mod tests {
         fs::set_permissions(from.join("d"), fs::Permissions::from_mode(0o500)).unwrap();
         let ck = t.path().join("ck");
         fs::create_dir(&ck).unwrap();
-        let counts = copy_tree(&from, &ck.join("upper")).unwrap();
+        let (counts, _) = walk::copy(&from, &ck.join("upper"), false).unwrap();
         assert_eq!(
             (
                 counts.files,

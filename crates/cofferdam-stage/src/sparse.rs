@@ -118,7 +118,8 @@ pub fn hash_file(file: &File) -> io::Result<String> {
     let len = file.metadata()?.len();
     let mut ranges = data_ranges(file, len);
     let first = ranges.next().transpose()?;
-    let mut buf = vec![0u8; CHUNK];
+    // No bigger than the file: a 1 MiB buffer per small file is an mmap and munmap each.
+    let mut buf = vec![0u8; usize::try_from(len).unwrap_or(CHUNK).clamp(1, CHUNK)];
     // No hole: one range over everything (or nothing at all).
     let hasher = if len == 0 || first == Some((0, len)) {
         let mut h = blake3::Hasher::new();
