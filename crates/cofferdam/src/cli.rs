@@ -179,6 +179,10 @@ pub struct K8sJobArgs {
     /// tier.
     #[arg(long = "no-user-namespaces")]
     pub no_user_namespaces: bool,
+    /// Attach a label KEY=VALUE (repeatable): the run's (its bundle's `orchestration`) and
+    /// the Job's and pod's, so it must be a Kubernetes label too.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
     /// The command and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,

@@ -25,6 +25,7 @@
 //! Owns the manifest's shape; may not run anything. Pure.
 
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 /// What the manifest is made from.
 #[derive(Debug, Clone)]
@@ -39,6 +40,57 @@ pub struct JobSpec {
     pub command: Vec<String>,
     /// No user namespace per pod: the run is capped at the scoped tier.
     pub scoped_only: bool,
+    /// The task's labels: the run's (`--label`, its bundle's `orchestration`) and the
+    /// Job's and pod's, so `kubectl get -l` and `cofferdam jobs --label` select alike.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The label a Job carries whatever its task's: who made it.
+const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// Why `key=value` is not a Kubernetes label (a name of at most 63 letters, digits, `-`,
+/// `_`, `.` between alphanumerics, after an optional DNS-subdomain prefix and `/`; a value
+/// empty or of the name's form), or `None` when it is one. The API server refuses the Job
+/// otherwise, which the JSON Schema does not check.
+pub fn label_problem(key: &str, value: &str) -> Option<String> {
+    fn name_like(s: &str) -> bool {
+        let b = s.as_bytes();
+        b.len() <= 63
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+            && b.first().is_none_or(u8::is_ascii_alphanumeric)
+            && b.last().is_none_or(u8::is_ascii_alphanumeric)
+    }
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        let ok = !p.is_empty() && p.len() <= 253 && p.split('.').all(valid_name);
+        if !ok {
+            return Some(format!(
+                "the key's prefix `{p}` is not a DNS subdomain (lowercase labels joined by `.`)"
+            ));
+        }
+    }
+    if name.is_empty() || !name_like(name) {
+        return Some(
+            "the key's name is 1 to 63 letters, digits, `-`, `_` or `.`, starting and ending \
+             with a letter or digit"
+                .into(),
+        );
+    }
+    if key == MANAGED_BY {
+        return Some(format!("`{MANAGED_BY}` is set by cofferdam"));
+    }
+    if !name_like(value) {
+        return Some(
+            "the value is at most 63 letters, digits, `-`, `_` or `.`, starting and ending \
+             with a letter or digit"
+                .into(),
+        );
+    }
+    None
 }
 
 /// Whether `name` is a DNS-1123 label a Job may be named (at most 63 characters).
@@ -68,6 +120,7 @@ pub fn container_script(spec: &JobSpec) -> String {
     }
     run.push("--workdir=/work".into());
     run.extend(spec.run_flags.iter().cloned());
+    run.extend(spec.labels.iter().map(|(k, v)| format!("--label={k}={v}")));
     run.push("--".into());
     run.extend(spec.command.iter().cloned());
     let run: Vec<String> = run.iter().map(|w| quoted(w)).collect();
@@ -112,13 +165,15 @@ pub fn manifest(spec: &JobSpec) -> Value {
     if !spec.scoped_only {
         pod["hostUsers"] = json!(false);
     }
+    let mut labels = spec.labels.clone();
+    labels.insert(MANAGED_BY.into(), "cofferdam".into());
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": spec.name, "labels": {"app.kubernetes.io/managed-by": "cofferdam"}},
+        "metadata": {"name": spec.name, "labels": labels},
         "spec": {
             "backoffLimit": 0,
-            "template": {"spec": pod}
+            "template": {"metadata": {"labels": labels}, "spec": pod}
         }
     })
 }
@@ -134,6 +189,7 @@ mod tests {
             run_flags: vec!["--timeout=30m".into()],
             command: vec!["sh".into(), "-c".into(), "echo it's".into()],
             scoped_only,
+            labels: BTreeMap::from([("team".into(), "infra".into())]),
         }
     }
 
@@ -154,8 +210,47 @@ mod tests {
     fn the_script_quotes_every_word_and_keeps_the_run_exit_code() {
         let s = container_script(&spec(false));
         assert!(s.contains(r"'echo it'\''s'"), "{s}");
-        assert!(s.contains("'--timeout=30m' '--' 'sh'"), "{s}");
+        assert!(
+            s.contains("'--timeout=30m' '--label=team=infra' '--' 'sh'"),
+            "{s}"
+        );
         assert!(s.ends_with("exit $rc"), "{s}");
+    }
+
+    #[test]
+    fn the_labels_go_to_the_run_the_job_and_the_pod() {
+        let m = manifest(&spec(false));
+        for at in [&m["metadata"], &m["spec"]["template"]["metadata"]] {
+            assert_eq!(at["labels"]["team"], "infra");
+            assert_eq!(at["labels"][MANAGED_BY], "cofferdam");
+        }
+        assert!(container_script(&spec(false)).contains("'--label=team=infra' '--'"));
+    }
+
+    #[test]
+    fn kubernetes_labels_are_checked() {
+        for (k, v) in [
+            ("team", "infra"),
+            ("a.b/c_d", "v1.2-x"),
+            ("example.com/model", ""),
+        ] {
+            assert_eq!(label_problem(k, v), None, "{k}={v}");
+        }
+        let long = "a".repeat(64);
+        for (k, v) in [
+            ("", "x"),
+            ("/x", "x"),
+            ("Up.Case/x", "x"),
+            ("a/", "x"),
+            ("-a", "x"),
+            (long.as_str(), "x"),
+            ("k", long.as_str()),
+            ("k", "a b"),
+            ("k", "-a"),
+            (MANAGED_BY, "me"),
+        ] {
+            assert!(label_problem(k, v).is_some(), "{k}={v}");
+        }
     }
 
     #[test]

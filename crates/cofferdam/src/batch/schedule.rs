@@ -5,6 +5,8 @@
 //! no task starts after, each running child gets SIGTERM (its supervisor cancels the run as
 //! Ctrl-C would and writes the records, so the stage stays reviewable; a second signal is
 //! passed on too, which kills the workload at once). A task's failure never stops another.
+//! If the batch itself dies (even by SIGKILL), each child gets the same SIGTERM from the
+//! kernel (`PR_SET_PDEATHSIG`), so no task outlives its batch.
 //!
 //! Why children and not `lifecycle::run` in threads: a run owns per-process state. It
 //! ignores SIGINT/SIGQUIT process-wide while it supervises (`crate::signals`), its relay
@@ -227,8 +229,28 @@ fn start(batch: &Batch<'_>, task: &Task) -> Result<Child, String> {
         // Its own process group: the terminal's Ctrl-C reaches the batch alone, which
         // cancels every task the same way.
         .process_group(0);
+    let batch_pid = rustix::process::getpid();
+    // SAFETY: the closure runs in the forked child before exec. It calls prctl(2) and
+    // getppid(2) only, both async-signal-safe, and allocates nothing (the error is a raw
+    // OS error), so the other threads' locks (the progress bar's) cannot deadlock it.
+    unsafe {
+        cmd.pre_exec(move || end_with_the_batch(batch_pid));
+    }
     cmd.spawn()
         .map_err(|e| format!("cannot start {}: {e}", batch.exe.display()))
+}
+
+/// In a task's child between fork and exec: if the batch dies (SIGKILL included) the child
+/// gets SIGTERM, which its supervisor takes as a cancel, as from the batch's own cancel: the
+/// workload is stopped and the records written (a child killed before it handles signals
+/// leaves its job interrupted, which `recover` seals). The batch may already be gone when
+/// this runs (the child was then re-parented and no signal would come): checked after.
+fn end_with_the_batch(batch_pid: rustix::process::Pid) -> std::io::Result<()> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))?;
+    if rustix::process::getppid() != Some(batch_pid) {
+        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
 }
 
 /// A fresh copy of `src` at `dst` (`cp -a`, reflinked where the file system can), its

@@ -3,7 +3,10 @@
 //! batch, exit 2, with the task named), then the tasks run (`batch::schedule`) with a
 //! progress line on a terminal, and the summary table or `--json` at the end. The batch's
 //! folder (the children's summaries and logs) is `batches/<id>/` under the storage root;
-//! the fresh copies of `copy_of` tasks are `$TMPDIR/cofferdam-batch-<id>/<n>`.
+//! the fresh copies of `copy_of` tasks are `$TMPDIR/cofferdam-batch-<id>/<n>`. The folder
+//! appears whole, by a rename, with `batch.json` (where the copies are) and `lock`, which the
+//! batch holds locked while it runs, so `cofferdam gc` never takes a running batch's copies
+//! or folder (`batch::collect`).
 
 use crate::batch::{report, schedule, spec};
 use crate::cli::BatchArgs;
@@ -43,8 +46,11 @@ pub fn batch(a: &BatchArgs, json: bool) -> Result<u8, Failure> {
         ),
     };
     let id = format!("{:x}{:04x}", crate::now_ms(), std::process::id() & 0xffff);
+    // The fresh copies of `copy_of` tasks: in the temporary folder (a sandbox does not see
+    // the storage root), kept after the batch since their jobs apply into them.
+    let copies = std::env::temp_dir().join(format!("cofferdam-batch-{id}"));
     let dir = env.storage_root.join("batches").join(&id);
-    make_private_dir(&dir)?;
+    let _running = make_batch_dir(&dir, &copies)?;
     let exe = std::env::current_exe()
         .map_err(|e| Failure::setup(format!("cannot find the cofferdam binary: {e}")))?;
     let bar = progress_bar(crate::progress::wanted(json, false), tasks.len());
@@ -54,9 +60,6 @@ pub fn batch(a: &BatchArgs, json: bool) -> Result<u8, Failure> {
             b.set_message(format!("{running} running"));
         }
     };
-    // The fresh copies of `copy_of` tasks: in the temporary folder (a sandbox does not see
-    // the storage root), kept after the batch since their jobs apply into them.
-    let copies = std::env::temp_dir().join(format!("cofferdam-batch-{id}"));
     let mut b = schedule::Batch {
         id: &id,
         dir: &dir,
@@ -105,6 +108,42 @@ fn check_task(t: &spec::Task, env: &context::Env) -> Result<(), Failure> {
     let mut policy_args = t.policy.clone();
     policy_args.workdir = Some(workdir);
     context::policy(&policy_args, env, &t.command).map(|_| ())
+}
+
+/// The file of a batch's folder that says where its copies are.
+pub const RECORD: &str = "batch.json";
+/// The file of a batch's folder its process holds locked while it runs.
+pub const LOCK: &str = "lock";
+
+/// Make the batch's folder `dir` whole: under a dot-name (which gc skips) with `LOCK`
+/// locked and `RECORD` written, then renamed into place. The returned file holds the lock
+/// until the batch ends (or dies: the kernel drops it then).
+fn make_batch_dir(dir: &Path, copies: &Path) -> Result<std::fs::File, Failure> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(Failure::setup("the batch folder has no parent"));
+    };
+    let fresh = parent.join(format!(".{}.new", name.to_string_lossy()));
+    make_private_dir(&fresh)?;
+    let setup = |what: &str, e: std::io::Error| {
+        Failure::setup(format!(
+            "cannot {what} in the batch folder {}: {e}; check the storage root's permissions              and free space",
+            crate::shown_path(&fresh)
+        ))
+    };
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(fresh.join(LOCK))
+        .map_err(|e| setup("create its lock", e))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        .map_err(|e| setup("lock its lock", e.into()))?;
+    let record = serde_json::json!({ "copies": copies });
+    std::fs::write(fresh.join(RECORD), record.to_string())
+        .map_err(|e| setup("write its record", e))?;
+    std::fs::rename(&fresh, dir).map_err(|e| setup("rename it into place", e))?;
+    Ok(lock)
 }
 
 fn make_private_dir(dir: &Path) -> Result<(), Failure> {

@@ -1,4 +1,4 @@
-//! `cofferdam k8s job [policy flags] [--image IMG] [--name N] -- CMD`: prints the
+//! `cofferdam k8s job [policy flags] [--image IMG] [--name N] [--label K=V] -- CMD`: prints the
 //! Kubernetes Job manifest (`crate::k8s`) that runs CMD under cofferdam in a pod, from the
 //! same policy flags as `run` (checked here by resolving them as a run would).
 
@@ -28,12 +28,24 @@ pub fn job(a: &K8sJobArgs) -> Result<u8, Failure> {
     // The values are the policy crate's to check, as for `run`.
     let env = context::env()?;
     context::policy(&a.policy, &env, &a.command)?;
+    let labels = cofferdam_policy::orchestration::parse(&a.labels, None)
+        .map_err(Failure::usage)?
+        .labels;
+    for (k, v) in &labels {
+        if let Some(why) = crate::k8s::label_problem(k, v) {
+            return Err(Failure::usage(format!(
+                "--label {}: not a Kubernetes label: {why}",
+                crate::shown_text(&format!("{k}={v}"))
+            )));
+        }
+    }
     let spec = crate::k8s::JobSpec {
         name: a.name.clone(),
         image: a.image.clone(),
         run_flags: crate::batch::spec::run_flags(&a.policy, None),
         command: a.command.clone(),
         scoped_only: a.no_user_namespaces,
+        labels,
     };
     crate::print_json(&crate::k8s::manifest(&spec))?;
     Ok(OK)

@@ -183,3 +183,92 @@ fn a_bad_task_file_or_policy_value_refuses_the_batch_before_anything_runs() {
     }
     assert!(jobs_labelled(&s, "batch.task=1").is_empty());
 }
+
+/// The batch SIGKILLed (no cancel of its own can run): the kernel's parent-death signal
+/// (SIGTERM) ends each `cofferdam run` child, its sandbox and workload within a bound, and
+/// every job is either cancelled with its records (staged) or interrupted, which `status
+/// --review` seals on demand (the recover path); each bundle then verifies.
+#[test]
+fn a_killed_batch_takes_its_tasks_with_it_and_their_jobs_recover() {
+    use crate::limits::{assert_gone, processes_with, wait_for};
+    let s = Sandbox::new();
+    std::fs::create_dir(s.work.path().join("w")).unwrap();
+    let mut lines = String::new();
+    for n in 1..=3 {
+        lines.push_str(&format!(
+            r#"{{"workdir":"w","command":["sh","-c","echo {n} > k{n}; exec sleep 3541"],"labels":{{"kind":"killed"}}}}"#
+        ));
+        lines.push('\n');
+    }
+    let file = s.write("tasks.jsonl", &lines);
+    let mut child =
+        crate::limits::spawn(&s, &["--json", "batch", "-j", "3", file.to_str().unwrap()]);
+    let all_live = wait_for(Duration::from_secs(60), || {
+        jobs_labelled(&s, "kind=killed")
+            .iter()
+            .filter(|j| j["state"] == "active")
+            .count()
+            == 3
+            && processes_with("3541")
+                .iter()
+                .filter(|p| p.contains(": sleep 3541"))
+                .count()
+                == 3
+    });
+    assert!(
+        all_live,
+        "the three tasks never all ran: {:?}",
+        processes_with("3541")
+    );
+    let pid = rustix::process::Pid::from_child(&child);
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    child.wait().unwrap();
+    // The workloads, then the supervisors and inits (whose command lines carry the marker
+    // too, which `processes_with` leaves out): none is left, zombies aside.
+    assert_gone("3541", 20);
+    let left = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            })
+            .filter_map(|e| {
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                let zombie = stat
+                    .rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                (cmd.contains("3541") && !zombie).then_some(cmd)
+            })
+            .collect()
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || left().is_empty()),
+        "left: {:?}",
+        left()
+    );
+    let jobs = jobs_labelled(&s, "kind=killed");
+    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    for j in &jobs {
+        let id = j["id"].as_str().unwrap();
+        assert!(
+            j["state"] == "staged" || j["state"] == "interrupted",
+            "{id}: {j}"
+        );
+        let review = s
+            .cmd()
+            .args(["status", "--review", "--no-pager", id])
+            .output()
+            .unwrap();
+        assert!(review.status.success(), "{id}: {review:?}");
+        let b = json_of(&s.cmd().args(["status", "--json", id]).output().unwrap());
+        assert_eq!(b["review_context"]["job_state"], "staged", "{id}: {b}");
+        let verified = s.cmd().args(["bundle", "verify", id]).output().unwrap();
+        assert!(verified.status.success(), "{id}: {verified:?}");
+    }
+}

@@ -1,8 +1,202 @@
 //! `cofferdam k8s job` (issue 24): the manifest is a `batch/v1` Job whose container runs
 //! the run with the given policy flags and exports its job; bad names and policy values are
-//! usage errors. What a cluster would do with it is not checked here (no cluster).
+//! usage errors; it validates against the Kubernetes API's strict JSON Schema for a Job,
+//! pinned in `tests/k8s-schema/` (its PROVENANCE says from where). What a cluster would do
+//! with it beyond its schema is not checked here (no cluster).
 
 use crate::common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn schema_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k8s-schema")
+}
+
+/// The sha256 of each pinned file, as its PROVENANCE records it: `  NAME.json` at an
+/// indent of two, then its first `sha256 HEX` line.
+fn recorded_sha256() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(schema_dir().join("PROVENANCE")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(name) = line
+            .strip_prefix("  ")
+            .and_then(|l| l.split_whitespace().next())
+        else {
+            continue;
+        };
+        if !name.ends_with(".json") || line.starts_with("   ") {
+            continue;
+        }
+        let hex = lines[i + 1..]
+            .iter()
+            .find_map(|l| l.trim().strip_prefix("sha256 "))
+            .unwrap();
+        out.push((name.to_owned(), hex.to_owned()));
+    }
+    out
+}
+
+/// The strict `batch/v1` Job schema with its definitions, each file checked against its
+/// recorded sha256 first (by coreutils' `sha256sum`, so no digest crate for one test).
+fn job_validator() -> jsonschema::Validator {
+    let pinned = recorded_sha256();
+    let names: Vec<&str> = pinned.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["job-batch-v1.json", "_definitions.json"],
+        "PROVENANCE"
+    );
+    for (name, hex) in &pinned {
+        let out = std::process::Command::new("sha256sum")
+            .arg(schema_dir().join(name))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let got = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(
+            got.split_whitespace().next(),
+            Some(hex.as_str()),
+            "{name} is not the file PROVENANCE pins"
+        );
+    }
+    let read = |name: &str| -> Value {
+        serde_json::from_slice(&std::fs::read(schema_dir().join(name)).unwrap()).unwrap()
+    };
+    let defs = read("_definitions.json");
+    let job = read("job-batch-v1.json");
+    let id = defs["$id"].as_str().unwrap().to_owned();
+    let registry = jsonschema::Registry::new()
+        .add(id, defs)
+        .unwrap()
+        .prepare()
+        .unwrap();
+    jsonschema::options()
+        .with_registry(&registry)
+        .build(&job)
+        .unwrap()
+}
+
+fn schema_errors(v: &jsonschema::Validator, m: &Value) -> Vec<String> {
+    v.iter_errors(m)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect()
+}
+
+#[test]
+fn the_manifests_validate_against_the_pinned_kubernetes_schema() {
+    let v = job_validator();
+    let s = Sandbox::new();
+    let cases: [&[&str]; 4] = [
+        &["--", "true"],
+        &[
+            "--no-user-namespaces",
+            "--name",
+            "scoped-1",
+            "--",
+            "make",
+            "test",
+        ],
+        &[
+            "--memory",
+            "2G",
+            "--pids",
+            "256",
+            "--cpus",
+            "1.5",
+            "--timeout",
+            "30m",
+            "--tmp-size",
+            "64M",
+            "--label",
+            "team=infra",
+            "--label",
+            "example.com/model=m-1.2",
+            "--env",
+            "TOKEN",
+            "--network",
+            "allow",
+            "--allow-net",
+            "example.com:443",
+            "--image",
+            "reg.example/agent:2",
+            "--",
+            "sh",
+            "-c",
+            "echo 'it''s' > f",
+        ],
+        &[
+            "--containment",
+            "sealed",
+            "--read-only",
+            "docs",
+            "--",
+            "true",
+        ],
+    ];
+    for args in cases {
+        let out = s.cmd().args(["k8s", "job"]).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let m = json_of(&out);
+        let errors = schema_errors(&v, &m);
+        assert!(errors.is_empty(), "{args:?}: {errors:#?}");
+    }
+    let out = s
+        .cmd()
+        .args(["k8s", "job", "--label", "team=infra", "--", "true"])
+        .output()
+        .unwrap();
+    let good = json_of(&out);
+    assert_eq!(
+        good["spec"]["template"]["metadata"]["labels"]["team"],
+        "infra"
+    );
+    // The schema can fail: a field of the wrong type, an unknown field (strict), a
+    // misspelt one, a wrong kind are each refused where they are.
+    type Mutation = fn(&mut Value);
+    let mutations: [(&str, &str, Mutation); 5] = [
+        ("/spec/template/spec/hostUsers", "wrong type", |m| {
+            m["spec"]["template"]["spec"]["hostUsers"] = "no".into()
+        }),
+        ("/spec/template/spec", "unknown field", |m| {
+            m["spec"]["template"]["spec"]["sandbox"] = true.into()
+        }),
+        (
+            "/spec/template/spec/containers/0/securityContext",
+            "misspelt",
+            |m| {
+                let sc = &mut m["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+                sc["apparmorProfile"] = sc["appArmorProfile"].take();
+                sc.as_object_mut().unwrap().remove("appArmorProfile");
+            },
+        ),
+        ("/kind", "wrong kind", |m| m["kind"] = "CronJob".into()),
+        ("/spec/backoffLimit", "wrong type", |m| {
+            m["spec"]["backoffLimit"] = "0".into()
+        }),
+    ];
+    for (at, what, mutate) in mutations {
+        let mut m = good.clone();
+        mutate(&mut m);
+        let errors = schema_errors(&v, &m);
+        assert!(
+            errors.iter().any(|e| e.starts_with(&format!("{at}:"))),
+            "{what} at {at} was not refused: {errors:#?}"
+        );
+    }
+    // A label Kubernetes would refuse is a usage error here, not a manifest the API server
+    // refuses later.
+    let out = s
+        .cmd()
+        .args(["k8s", "job", "--label", "team=a b", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a Kubernetes label"),
+        "{out:?}"
+    );
+}
 
 #[test]
 fn the_job_manifest_carries_the_policy_and_refuses_bad_input() {
