@@ -10,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib/common.bash
+repo=$(pwd)
 for tool in hyperfine bwrap jq; do
   command -v "$tool" >/dev/null || { echo "bench/startup.sh needs $tool (apt-get install hyperfine bubblewrap jq)"; exit 2; }
 done
@@ -127,3 +128,34 @@ for n in ${BENCH_SIZES:-}; do
   record startup "cofferdam run -- /bin/true" "$n" "$c" "bwrap --unshare-all /bin/true" "$w"
   record startup "cofferdam run -- /bin/true" "$n" "$c" "bare /bin/true" "$b"
 done
+
+# The init re-exec experiment: what executing the large static binary a second time costs,
+# against small static executables doing the same, each started and reaped by hyperfine:
+#   nolibc            exit(2) from _start, no C library: the kernel's exec and exit alone
+#   empty-glibc       a static glibc `int main(void) { return 0; }`: plus glibc's start-up
+#   nsinit            bench/lib/nsinit.c: the init's early namespace steps (user namespace
+#                     and maps, then mnt/pid/net/ipc/uts), static glibc
+#   cofferdam-noop    the init entry with an unreadable argument: reports and exits at once
+#   cofferdam-ns      the init entry doing the same namespace steps as nsinit, then failing
+#                     to read a plan (no descriptor 3): the init's start before the plan
+# cofferdam-ns minus nsinit is the large binary's own cost; empty-glibc minus nolibc is
+# glibc's start-up (on a VM that traps CPUID, mostly its CPU feature and cache probing).
+if command -v cc >/dev/null && cc -static -O2 -o "$work/nsinit" "$repo/bench/lib/nsinit.c" 2>/dev/null; then
+  printf 'int main(void) { return 0; }\n' >"$work/empty.c"
+  printf 'void _start(void) { __asm__ volatile("mov $60, %%eax; xor %%edi, %%edi; syscall"); }\n' >"$work/nolibc.c"
+  cc -static -O2 -o "$work/empty" "$work/empty.c"
+  cc -static -nostdlib -O2 -o "$work/nolibc" "$work/nolibc.c"
+  ids="$(id -u):$(id -g)"
+  hyperfine -N -i --warmup 20 --runs "$((runs * 4))" --export-json "$store/reexec.json" \
+    -n nolibc "$work/nolibc" -n empty-glibc "$work/empty" -n nsinit "$work/nsinit" \
+    -n cofferdam-noop "$bin __cofferdam-sandbox-init x" \
+    -n cofferdam-ns "$bin __cofferdam-sandbox-init sealed:$ids:own" >/dev/null 2>&1
+  for i in 0 1 2 3 4; do
+    printf '%-34s %10.3f\n' "re-exec: $(jq -r ".results[$i].command" "$store/reexec.json" | sed "s|$work/||; s|$bin|cofferdam|")" "$(median "$i" "$store/reexec.json")"
+  done
+  record reexec "init start: cofferdam's namespaces (re-exec)" 0 "$(median 4 "$store/reexec.json")" "the same steps, small static C" "$(median 2 "$store/reexec.json")"
+  record reexec "exec of the binary, no work" 0 "$(median 3 "$store/reexec.json")" "empty static glibc program" "$(median 1 "$store/reexec.json")"
+  record reexec "empty static glibc program" 0 "$(median 1 "$store/reexec.json")" "no C library (exec and exit only)" "$(median 0 "$store/reexec.json")"
+else
+  echo "SKIP-HOST re-exec experiment: no C compiler with a static libc (apt-get install gcc libc6-dev)"
+fi

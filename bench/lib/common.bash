@@ -45,3 +45,15 @@ for i in range(n):
         f.write(f"old {i}\n" + "o" * (200 + (i * 37) % 1000) + "\n")
 PY
 }
+
+# need SCRIPT TOOL...: exit 2, naming the Debian packages, unless every TOOL is on PATH.
+need() {
+  local script=$1 tool missing=()
+  shift
+  for tool in "$@"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local pkgs
+  pkgs=$(printf '%s\n' "${missing[@]}" | sed 's/^bwrap$/bubblewrap/; s/^gnuplot$/gnuplot-nox/' | tr '\n' ' ')
+  echo "$script needs ${missing[*]} (apt-get install $pkgs)"
+  exit 2
+}
