@@ -92,6 +92,12 @@ pub struct TaskSpec {
     /// `--no-agent-defaults`.
     #[serde(default)]
     pub no_agent_defaults: bool,
+    /// `--lend-path-toolchains`.
+    #[serde(default)]
+    pub lend_path_toolchains: bool,
+    /// `--no-lend-path-toolchains`.
+    #[serde(default)]
+    pub no_lend_path_toolchains: bool,
     /// `--network`.
     pub network: Option<String>,
     /// `--allow-net`.
@@ -252,8 +258,8 @@ fn check(spec: TaskSpec, index: usize, base: &Path) -> Result<Task, String> {
         env: spec.env,
         agent: spec.agent,
         no_agent_defaults: spec.no_agent_defaults,
-        lend_path_toolchains: false,
-        no_lend_path_toolchains: false,
+        lend_path_toolchains: spec.lend_path_toolchains,
+        no_lend_path_toolchains: spec.no_lend_path_toolchains,
         network: spec.network,
         allow_net: spec.allow_net,
         publish: Vec::new(),
@@ -323,6 +329,12 @@ pub fn run_flags(policy: &PolicyArgs, tier: Option<ContainmentClass>) -> Vec<Str
     }
     if policy.no_agent_defaults {
         out.push("--no-agent-defaults".into());
+    }
+    if policy.lend_path_toolchains {
+        out.push("--lend-path-toolchains".into());
+    }
+    if policy.no_lend_path_toolchains {
+        out.push("--no-lend-path-toolchains".into());
     }
     out
 }
