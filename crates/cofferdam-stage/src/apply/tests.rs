@@ -202,18 +202,7 @@ impl Fx {
 
     /// The remaining plus pending selection after a recovery, through the real selector.
     fn remaining_selection(&self) -> Vec<usize> {
-        let nodes: Vec<crate::select::Node<'_>> = self
-            .stage
-            .changes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| crate::select::Node {
-                path: &c.path,
-                kind: c.kind,
-                new_is_dir: c.new_is_dir(),
-                remaining: self.stage.is_remaining(i),
-            })
-            .collect();
+        let nodes = self.stage.nodes();
         crate::select::select(&nodes, &[], &[], &BTreeSet::new())
             .unwrap()
             .indices
