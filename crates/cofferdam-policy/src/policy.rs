@@ -308,6 +308,25 @@ impl Policy {
 
 pub use crate::flag::FlagError;
 
+/// Why `--env NAME=VALUE` may not set `name`, or `None` when it may: cofferdam sets these
+/// itself in every run (or, for the proxy variables, in network `allow` mode), and a second
+/// value beside its own would leave which one a program reads to the program.
+fn reserved_env_name(name: &str) -> Option<String> {
+    if INJECTED_ENV.contains(&name) || name.starts_with("COFFERDAM_") {
+        return Some(format!(
+            "cofferdam sets `{name}` in every run; set another name, or for HOME use a profile's \
+             state directory"
+        ));
+    }
+    if PROXY_ENV.iter().any(|p| p.eq_ignore_ascii_case(name)) {
+        return Some(format!(
+            "`{name}` is cofferdam's own proxy setting in network `allow` mode; allow \
+             destinations with --allow-net instead"
+        ));
+    }
+    None
+}
+
 fn flag_err(flag: &'static str, value: &str, message: impl Into<String>) -> FlagError {
     FlagError {
         flag,
@@ -389,15 +408,37 @@ pub fn resolve_layered(
     }
 
     let mut env_allow = m.env.allow.clone();
+    let mut env_set: Vec<(String, String)> = Vec::new();
     for n in &flags.env {
-        if !is_env_name(n) {
-            return Err(flag_err(
-                "--env",
-                n,
-                "give a variable name (letters, digits and `_`); values are never taken from flags",
-            ));
+        match n.split_once('=') {
+            Some((name, value)) => {
+                // The value may be a secret: an error shows the name only.
+                let shown = format!("{name}=…");
+                if !is_env_name(name) {
+                    return Err(flag_err(
+                        "--env",
+                        &shown,
+                        "give NAME=VALUE with a variable name of letters, digits and `_`",
+                    ));
+                }
+                if let Some(why) = reserved_env_name(name) {
+                    return Err(flag_err("--env", &shown, why));
+                }
+                env_set.retain(|(k, _)| k != name);
+                env_set.push((name.to_owned(), value.to_owned()));
+            }
+            None => {
+                if !is_env_name(n) {
+                    return Err(flag_err(
+                        "--env",
+                        n,
+                        "give a variable name (letters, digits and `_`) to pass the host's \
+                         value, or NAME=VALUE to set one",
+                    ));
+                }
+                push_unique(&mut env_allow, n.clone());
+            }
         }
-        push_unique(&mut env_allow, n.clone());
     }
 
     let network = resolve_network(m, flags)?;
@@ -412,7 +453,7 @@ pub fn resolve_layered(
         skipped_mounts: Vec::new(),
         network,
         env_allow,
-        env_set: Vec::new(),
+        env_set,
         exec_allow: m.exec.allow.clone(),
         resources,
         manifest_path: manifest.map(|l| l.path.clone()),
@@ -831,6 +872,59 @@ mod tests {
     }
 
     #[test]
+    fn env_name_value_sets_a_value_the_last_one_wins_and_errors_hide_it() {
+        let flags = RunFlags {
+            env: vec![
+                "PASS".into(),
+                "TOKEN=s3cret=x".into(),
+                "EMPTY=".into(),
+                "TOKEN=second".into(),
+            ],
+            ..RunFlags::default()
+        };
+        let p = resolve_policy(None, &flags, &places()).unwrap();
+        assert_eq!(p.env_allow, vec!["PASS"]);
+        assert_eq!(
+            p.env_set,
+            vec![
+                ("EMPTY".to_owned(), String::new()),
+                ("TOKEN".to_owned(), "second".to_owned())
+            ]
+        );
+        let set: Vec<_> = p
+            .grant_sources
+            .iter()
+            .filter(|g| g.grant == "env.set")
+            .map(|g| (g.value.as_str(), g.source))
+            .collect();
+        assert_eq!(
+            set,
+            vec![("EMPTY", GrantSource::Flag), ("TOKEN", GrantSource::Flag)]
+        );
+        assert!(
+            !format!("{:?}", p.grant_sources).contains("second"),
+            "a value reached the grant report"
+        );
+        for bad in [
+            "1A=s3cret",
+            "HOME=s3cret",
+            "no_proxy=s3cret",
+            "COFFERDAM_CTL=s3cret",
+        ] {
+            let flags = RunFlags {
+                env: vec![bad.into()],
+                ..RunFlags::default()
+            };
+            let e = resolve_policy(None, &flags, &places()).unwrap_err();
+            assert!(!e.to_string().contains("s3cret"), "{e}");
+            assert!(
+                e.to_string().contains(bad.split('=').next().unwrap()),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn allow_net_implies_allow_and_conflicts_are_refused() {
         let flags = RunFlags {
             allow_net: vec!["api.example.com".into()],
@@ -889,7 +983,28 @@ mod tests {
             ),
             (
                 RunFlags {
-                    env: vec!["A=B".into()],
+                    env: vec!["1A=B".into()],
+                    ..Default::default()
+                },
+                "--env",
+            ),
+            (
+                RunFlags {
+                    env: vec!["HOME=/elsewhere".into()],
+                    ..Default::default()
+                },
+                "--env",
+            ),
+            (
+                RunFlags {
+                    env: vec!["https_proxy=http://x".into()],
+                    ..Default::default()
+                },
+                "--env",
+            ),
+            (
+                RunFlags {
+                    env: vec!["COFFERDAM_RUN_ID=forged".into()],
                     ..Default::default()
                 },
                 "--env",

@@ -276,8 +276,10 @@ pub struct PolicyArgs {
     /// Make a workdir subtree read-only (kernel-enforced).
     #[arg(long = "read-only", value_name = "PATH")]
     pub read_only: Vec<String>,
-    /// Pass a host environment variable in by name.
-    #[arg(long = "env", value_name = "NAME")]
+    /// Pass a host environment variable in by name, or set one with NAME=VALUE (records
+    /// keep the name only; a value given here is visible in the host's process list, so
+    /// pass secrets by name).
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
     /// Use this agent profile whatever the program is (see `cofferdam agents`).
     #[arg(long, value_name = "NAME", conflicts_with = "no_agent_defaults")]

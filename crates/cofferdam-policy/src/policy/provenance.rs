@@ -153,6 +153,11 @@ pub fn grant_sources(
             entry(flags.env.contains(n), u.env.allow.contains(n)),
         );
     }
+    // Set values (`--env NAME=VALUE`; a profile's are credited when it is applied): the
+    // name only, as values never appear in records.
+    for (n, _) in &p.env_set {
+        push("env.set", n.clone(), GrantSource::Flag);
+    }
     for n in &p.exec_allow {
         push(
             "exec.allow",

@@ -445,6 +445,76 @@ fn host_environment_values_reach_neither_the_sandbox_nor_the_bundle() {
     assert_eq!(b["environment"]["inherits_host"], false);
 }
 
+/// `--env NAME=VALUE` sets the value inside; the bundle and the scope report keep the name
+/// (as injected, credited to the flag) and never the value; a reserved name is refused
+/// without echoing the value.
+#[test]
+fn env_name_value_sets_a_value_that_no_record_keeps() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = s
+        .cmd()
+        .env("SET_TOKEN", "host-value-not-wanted")
+        .args([
+            "run",
+            "--env",
+            "SET_TOKEN=set-by-flag-3141",
+            "--",
+            "sh",
+            "-c",
+            "printf %s \"$SET_TOKEN\" > got",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let b = last_bundle(&s);
+    let raw = serde_json::to_string(&b).unwrap();
+    assert!(
+        !raw.contains("set-by-flag-3141"),
+        "a value reached the bundle"
+    );
+    let injected: Vec<&str> = b["environment"]["runtime_injected_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert!(injected.contains(&"SET_TOKEN"), "{injected:?}");
+    let job = b["run"]["run_id"].as_str().unwrap().to_owned();
+    let diff = s.cmd().args(["diff", &job]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&diff.stdout).contains("set-by-flag-3141"),
+        "{diff:?}"
+    );
+
+    let scope = s
+        .cmd()
+        .args(["--json", "scope", "--env", "SET_TOKEN=set-by-flag-3141"])
+        .output()
+        .unwrap();
+    assert!(scope.status.success(), "{scope:?}");
+    let text = String::from_utf8_lossy(&scope.stdout);
+    assert!(
+        !text.contains("set-by-flag-3141"),
+        "a value reached the scope report"
+    );
+    assert!(text.contains("SET_TOKEN"), "{text}");
+
+    let out = s
+        .cmd()
+        .args(["run", "--env", "HOME=secret-home-2718", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        err.contains("HOME") && !err.contains("secret-home-2718"),
+        "{err}"
+    );
+}
+
 /// A network namespace the host refuses at run time (the cached host facts said it
 /// would be granted) stops the run before the command starts, naming the step, and the
 /// bundle claims no network namespace.
