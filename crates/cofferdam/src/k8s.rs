@@ -43,7 +43,37 @@ pub struct JobSpec {
     /// The task's labels: the run's (`--label`, its bundle's `orchestration`) and the
     /// Job's and pod's, so `kubectl get -l` and `cofferdam jobs --label` select alike.
     pub labels: BTreeMap<String, String>,
+    /// The container's variables beside cofferdam's own, each passed into the run by name.
+    pub env: Vec<PodEnv>,
 }
+
+/// A variable the pod's container defines for the run (`k8s job --env`). The run is given
+/// its name only (`--env NAME`), so a value is never part of the container's command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodEnv {
+    /// `--env NAME=VALUE`: the value is written into the manifest.
+    Value { name: String, value: String },
+    /// `--env NAME`: read from the key NAME of the Secret [`env_secret`] names, which the
+    /// user creates in the cluster (a host's value does not travel into a manifest).
+    FromSecret { name: String },
+}
+
+impl PodEnv {
+    /// The variable's name.
+    pub fn name(&self) -> &str {
+        match self {
+            PodEnv::Value { name, .. } | PodEnv::FromSecret { name } => name,
+        }
+    }
+}
+
+/// The Secret a Job's `--env NAME` variables are read from: `<job name>-env`.
+pub fn env_secret(job_name: &str) -> String {
+    format!("{job_name}-env")
+}
+
+/// The variables the manifest sets itself, which `--env` may not name.
+pub const POD_ENV_RESERVED: &[&str] = &["COFFERDAM_HOME", "HOME"];
 
 /// The label a Job carries whatever its task's: who made it.
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -162,6 +192,16 @@ pub fn manifest(spec: &JobSpec) -> Value {
             {"name": "export", "persistentVolumeClaim": {"claimName": format!("{}-export", spec.name)}}
         ]
     });
+    if let Some(vars) = pod["containers"][0]["env"].as_array_mut() {
+        let secret = env_secret(&spec.name);
+        vars.extend(spec.env.iter().map(|e| match e {
+            PodEnv::Value { name, value } => json!({"name": name, "value": value}),
+            PodEnv::FromSecret { name } => json!({
+                "name": name,
+                "valueFrom": {"secretKeyRef": {"name": secret, "key": name}}
+            }),
+        }));
+    }
     if !spec.scoped_only {
         pod["hostUsers"] = json!(false);
     }
@@ -190,7 +230,29 @@ mod tests {
             command: vec!["sh".into(), "-c".into(), "echo it's".into()],
             scoped_only,
             labels: BTreeMap::from([("team".into(), "infra".into())]),
+            env: vec![
+                PodEnv::Value {
+                    name: "MODE".into(),
+                    value: "fast".into(),
+                },
+                PodEnv::FromSecret {
+                    name: "TOKEN".into(),
+                },
+            ],
         }
+    }
+
+    #[test]
+    fn env_values_are_in_the_container_and_names_come_from_the_jobs_secret() {
+        let m = manifest(&spec(false));
+        let vars = &m["spec"]["template"]["spec"]["containers"][0]["env"];
+        assert_eq!(vars[2], json!({"name": "MODE", "value": "fast"}));
+        assert_eq!(
+            vars[3]["valueFrom"]["secretKeyRef"],
+            json!({"name": "fix-1-env", "key": "TOKEN"})
+        );
+        // The run gets them by name (the caller's flags), never a value in its command.
+        assert!(!container_script(&spec(false)).contains("fast"));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! `cofferdam k8s job [policy flags] [--image IMG] [--name N] [--label K=V] -- CMD`: prints the
 //! Kubernetes Job manifest (`crate::k8s`) that runs CMD under cofferdam in a pod, from the
-//! same policy flags as `run` (checked here by resolving them as a run would).
+//! same policy flags as `run` (checked here by resolving them as a run would). `--env
+//! NAME=VALUE` becomes a variable of the container and `--env NAME` one read from the Job's
+//! Secret; the run inside is given the names only.
 
 use crate::cli::K8sJobArgs;
 use crate::context;
@@ -39,13 +41,55 @@ pub fn job(a: &K8sJobArgs) -> Result<u8, Failure> {
             )));
         }
     }
+    // Each variable is defined by the container and passed into the run by name, so a value
+    // is not part of the pod's command (the run's own records keep names only).
+    let mut pod_env: Vec<crate::k8s::PodEnv> = Vec::new();
+    for e in &a.policy.env {
+        let var = match e.split_once('=') {
+            Some((name, value)) => crate::k8s::PodEnv::Value {
+                name: name.to_owned(),
+                value: value.to_owned(),
+            },
+            None => crate::k8s::PodEnv::FromSecret { name: e.clone() },
+        };
+        if crate::k8s::POD_ENV_RESERVED.contains(&var.name()) {
+            return Err(Failure::usage(format!(
+                "--env {}: the pod's manifest sets {} itself; choose another name",
+                var.name(),
+                var.name()
+            )));
+        }
+        pod_env.retain(|p| p.name() != var.name());
+        pod_env.push(var);
+    }
+    let mut run_policy = a.policy.clone();
+    run_policy.env = pod_env.iter().map(|e| e.name().to_owned()).collect();
+    let secret_names: Vec<&str> = pod_env
+        .iter()
+        .filter(|e| matches!(e, crate::k8s::PodEnv::FromSecret { .. }))
+        .map(|e| e.name())
+        .collect();
+    if !secret_names.is_empty() {
+        let secret = crate::k8s::env_secret(&a.name);
+        let literals: Vec<String> = secret_names
+            .iter()
+            .map(|n| format!("--from-literal={n}=..."))
+            .collect();
+        eprintln!(
+            "cofferdam: note: {} come(s) from the Secret `{secret}` (one key per name); create \
+             it before the Job: kubectl create secret generic {secret} {}",
+            secret_names.join(", "),
+            literals.join(" ")
+        );
+    }
     let spec = crate::k8s::JobSpec {
         name: a.name.clone(),
         image: a.image.clone(),
-        run_flags: crate::batch::spec::run_flags(&a.policy, None),
+        run_flags: crate::batch::spec::run_flags(&run_policy, None),
         command: a.command.clone(),
         scoped_only: a.no_user_namespaces,
         labels,
+        env: pod_env,
     };
     crate::print_json(&crate::k8s::manifest(&spec))?;
     Ok(OK)

@@ -244,10 +244,45 @@ fn the_job_manifest_carries_the_policy_and_refuses_bad_input() {
             .unwrap()
             .contains("'--tier=scoped'")
     );
+    // Variables: a value is defined by the container, a bare name comes from the Job's
+    // Secret; the run is given names only, so no value is in the pod's command line.
+    let out = s
+        .cmd()
+        .args(["k8s", "job", "--name", "fix-2", "--env", "MODE=fast-4242"])
+        .args(["--env", "API_TOKEN", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let m = json_of(&out);
+    let errors = schema_errors(&job_validator(), &m);
+    assert!(errors.is_empty(), "{errors:#?}");
+    let c = &m["spec"]["template"]["spec"]["containers"][0];
+    let vars = c["env"].as_array().unwrap();
+    assert!(
+        vars.contains(&serde_json::json!({"name": "MODE", "value": "fast-4242"})),
+        "{vars:?}"
+    );
+    assert!(
+        vars.contains(&serde_json::json!({"name": "API_TOKEN", "valueFrom":
+            {"secretKeyRef": {"name": "fix-2-env", "key": "API_TOKEN"}}})),
+        "{vars:?}"
+    );
+    let script = c["command"][2].as_str().unwrap();
+    assert!(
+        script.contains("'--env=MODE' '--env=API_TOKEN'") && !script.contains("fast-4242"),
+        "{script}"
+    );
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        note.contains("kubectl create secret generic fix-2-env --from-literal=API_TOKEN="),
+        "{note}"
+    );
     for bad in [
         &["--name", "Bad_Name", "--", "true"][..],
         &["--timeout", "soon", "--", "true"],
         &["--"],
+        &["--env", "HOME", "--", "true"],
+        &["--env", "COFFERDAM_HOME=/x", "--", "true"],
     ] {
         let out = s.cmd().args(["k8s", "job"]).args(bad).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
