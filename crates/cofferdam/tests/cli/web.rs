@@ -689,6 +689,14 @@ fn comments_and_agent_notes_show_on_the_review_page_as_text() {
         d.script("return [...document.querySelectorAll('.comments .comment .text')].map(e => e.textContent)")
             == json!([img])
     });
+    // Each row is numbered as the files are: line 11 of the staged file is `L11`, line
+    // 1 of both is the context `l1`.
+    let rows = d.script(
+        "const n = [...document.querySelectorAll(\".file[data-path='f.txt'] table.diff tr\")] \
+           .filter(r => !r.classList.contains('hunkhead')) \
+           .map(r => [...r.children].map(c => c.textContent)); return [n[0], n.find(r => r[3] === 'L11')]",
+    );
+    assert_eq!(rows, json!([["1", "1", "", "l1"], ["", "11", "+", "L11"]]));
     // A comment on line 11 of the staged file (the second hunk): click its number.
     d.click_css(".file[data-path='f.txt'] td.commentable[data-line='11']");
     let ta = d.wait_for("tr.comment-row .comment-text");
@@ -703,9 +711,10 @@ fn comments_and_agent_notes_show_on_the_review_page_as_text() {
     d.wait_for("tr.comment-row .comment");
     let at_line = d.script(
         "const r = document.querySelector('tr.comment-row'); \
-         return [r.previousSibling.children[1].textContent, r.querySelector('.text').textContent]",
+         return [r.previousSibling.children[1].textContent, r.previousSibling.children[3].textContent, \
+                 r.querySelector('.text').textContent]",
     );
-    assert_eq!(at_line, json!(["11", "L11: why upper case?"]));
+    assert_eq!(at_line, json!(["11", "L11", "L11: why upper case?"]));
     let file_level = d.script(
         "return [...document.querySelectorAll('.comments .comment .text')].map(e => e.textContent)",
     );

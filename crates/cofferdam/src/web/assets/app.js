@@ -220,8 +220,18 @@
     }
   }
 
+  // The host's and the staged file's numbers of a hunk's first shown line: its header's
+  // (`@@ -a,b +c,d @@`), since the lines include context before the change that
+  // `old_start`/`new_start` name.
+  function firstLines(h) {
+    const m = /^@@ -(\d+)(?:,\d+)? \+(\d+)/.exec(h.header || "");
+    if (!m) return [h.old_start, h.new_start];
+    // An empty side (`-0,0`) starts after line 0.
+    return [Math.max(1, Number(m[1])), Math.max(1, Number(m[2]))];
+  }
+
   function splitRows(table, h, lang) {
-    let o = h.old_start, n = h.new_start;
+    let [o, n] = firstLines(h);
     const lines = h.lines;
     let i = 0;
     const row = (l, r) => {
@@ -269,7 +279,7 @@
       s.append(el("span", "ins", "+" + c.insertions), " ", el("span", "del", "-" + c.deletions));
       head.append(s);
     }
-    if (c.mode) head.append(el("span", "badge", (c.old_mode ? c.old_mode + " → " : "") + c.mode));
+    if (c.mode) head.append(el("span", "badge", (c.old_mode && c.old_mode !== c.mode ? c.old_mode + " → " : "") + c.mode));
     for (const f of c.mode_flags || []) head.append(el("span", "badge sensitive", f));
     if (c.binary) head.append(el("span", "badge", "binary or large"));
     if (c.sensitive) head.append(el("span", "badge sensitive", "sensitive: " + c.sensitive));
@@ -305,7 +315,7 @@
         tr.append(td);
         table.append(tr);
         if (view === "split") { splitRows(table, h, lang); continue; }
-        let o = h.old_start, n = h.new_start;
+        let [o, n] = firstLines(h);
         for (const l of h.lines) {
           const m = l[0];
           const newNo = m === "-" ? "" : n++;
