@@ -61,6 +61,9 @@ pub fn comment(a: &ReviewArgs, json: bool) -> Result<u8, Failure> {
                 job.id()
             ))
         })?;
+    if let Some(h) = &a.hunk {
+        check_hunk(&job, &state.workdir, &wanted, h, a.line)?;
+    }
     let c = Comment {
         path: change.path.clone(),
         path_bytes: change.path_bytes.clone(),
@@ -86,6 +89,64 @@ pub fn comment(a: &ReviewArgs, json: bool) -> Result<u8, Failure> {
         )?;
     }
     Ok(OK)
+}
+
+/// Whether `hunk` is one of the remaining hunks `diff --json` lists for the change at
+/// `path`, and `line`, if given, a line of the staged file that hunk shows.
+fn check_hunk(
+    job: &Job,
+    workdir: &std::path::Path,
+    path: &[u8],
+    hunk: &str,
+    line: Option<u64>,
+) -> Result<(), Failure> {
+    let stage = cofferdam_stage::review::Stage::load(job).map_err(Failure::setup)?;
+    let shown = cofferdam_stage::seal::display_path(path).0;
+    let listed = stage
+        .changes
+        .iter()
+        .position(|c| c.path == path)
+        .and_then(|i| crate::cmd::apply_hunks::hunks_json(job, &stage, workdir, i));
+    let found = listed.as_ref().and_then(|v| {
+        v["hunks"]
+            .as_array()?
+            .iter()
+            .find(|h| h["id"].as_str() == Some(hunk))
+            .cloned()
+    });
+    let Some(found) = found else {
+        return Err(Failure::usage(format!(
+            "{} is not a hunk of {shown} that is still staged; `cofferdam diff {} --json` \
+             lists the ids",
+            escape(hunk),
+            job.id()
+        )));
+    };
+    let Some(line) = line else { return Ok(()) };
+    let (first, count) = new_side(found["header"].as_str().unwrap_or_default()).unwrap_or((0, 0));
+    if line < first || line >= first + count {
+        return Err(Failure::usage(format!(
+            "line {line} is not one the hunk shows of the staged {shown} (it shows {})",
+            if count == 0 {
+                "none".to_owned()
+            } else {
+                format!("lines {first} to {}", first + count - 1)
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// The staged side of a hunk header `@@ -a,b +c,d @@`: (first line, count).
+fn new_side(header: &str) -> Option<(u64, u64)> {
+    let plus = header
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix('+'))?;
+    let (start, count) = match plus.split_once(',') {
+        Some((s, c)) => (s.parse().ok()?, c.parse().ok()?),
+        None => (plus.parse().ok()?, 1),
+    };
+    Some((start, count))
 }
 
 /// ` (hunk H, line N)` or nothing.
@@ -125,6 +186,14 @@ pub(crate) fn render(o: &mut String, job: &Job, s: Style) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_staged_side_of_a_hunk_header() {
+        assert_eq!(new_side("@@ -1,5 +1,6 @@"), Some((1, 6)));
+        assert_eq!(new_side("@@ -3 +4 @@"), Some((4, 1)));
+        assert_eq!(new_side("@@ -1,2 +0,0 @@"), Some((0, 0)));
+        assert_eq!(new_side("nonsense"), None);
+    }
 
     #[test]
     fn places_read_as_words() {

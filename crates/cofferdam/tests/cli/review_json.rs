@@ -203,7 +203,10 @@ fn review_comments_are_kept_listed_and_bounded() {
     }
     let s = Sandbox::new();
     s.write("f.txt", "l1\nl2\nl3\n");
-    let id = crate::apply::run(&s, "sed -i 's/^l2$/L2/' f.txt && echo new > g.txt");
+    let id = crate::apply::run(
+        &s,
+        "sed -i 's/^l2$/L2/' f.txt && echo new > g.txt && echo odd > \"$(printf '\\377fo')\"",
+    );
     let bundle_before = std::fs::read(
         review(&s, "before")
             .pointer("/review_context/bundle_path")
@@ -241,6 +244,18 @@ fn review_comments_are_kept_listed_and_bounded() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(json_of(&out)["comments"], 2);
+    // A name that is not UTF-8, by its bytes.
+    ok(
+        &s,
+        &[
+            "review",
+            &id,
+            "--comment",
+            "odd name",
+            "--path-bytes",
+            "ff666f",
+        ],
+    );
     // Refused, and nothing kept: no file, an unknown one, empty, too long, control
     // characters, line 0, a line without a hunk, a hunk id that is an option.
     let long = "x".repeat(4097);
@@ -262,6 +277,19 @@ fn review_comments_are_kept_listed_and_bounded() {
         ],
         vec!["--comment", "t", "--path", "f.txt", "--line", "2"],
         vec!["--comment", "t", "--path", "f.txt", "--hunk=--force"],
+        vec!["--comment", "t", "--path", "g.txt", "--hunk", &hunk],
+        vec!["--comment", "t", "--path", "f.txt", "--hunk", "h0"],
+        vec![
+            "--comment",
+            "t",
+            "--path",
+            "f.txt",
+            "--hunk",
+            &hunk,
+            "--line",
+            "9",
+        ],
+        vec!["--comment", "t", "--path-bytes", "ff66"],
     ] {
         let out = s.cmd().arg("review").arg(&id).args(&bad).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
@@ -269,7 +297,9 @@ fn review_comments_are_kept_listed_and_bounded() {
 
     let v = review(&s, "comments");
     let c = v["review_comments"].as_array().unwrap();
-    assert_eq!(c.len(), 2, "{c:?}");
+    assert_eq!(c.len(), 3, "{c:?}");
+    assert_eq!(c[2]["path"], "\\xfffo");
+    assert_eq!(c[2]["path_bytes"], serde_json::json!([255, 102, 111]));
     assert_eq!(c[0]["path"], "g.txt");
     assert_eq!(c[0]["text"], "why <b>this</b>?");
     assert!(
@@ -288,7 +318,8 @@ fn review_comments_are_kept_listed_and_bounded() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("review comments (2)"), "{text}");
+    assert!(text.contains("review comments (3)"), "{text}");
+    assert!(text.contains("  \\xfffo\n    odd name\n"), "{text}");
     assert!(text.contains("why <b>this</b>?"), "{text}");
     assert!(
         text.contains(&format!("f.txt (hunk {hunk}, line 2)")),
