@@ -770,4 +770,24 @@ fn comments_and_agent_notes_show_on_the_review_page_as_text() {
         })
     );
     d.screenshot("review-notes.png");
+
+    // Once f.txt is applied its comments are still on the page, under the file's name.
+    d.click_css(".pick-file[data-path='f.txt']");
+    d.click_css("#apply");
+    wait_until(60, "the page still shows f.txt staged", || {
+        d.find_all(".file[data-path='f.txt']").is_empty()
+    });
+    let other = d.script(
+        "return {hidden: document.getElementById('other-comments-section').hidden, \
+                 texts: [...document.querySelectorAll('#other-comments .comment .text')].map(e => e.textContent), \
+                 paths: [...document.querySelectorAll('#other-comments .comment .path')].map(e => e.textContent)}",
+    );
+    assert_eq!(
+        other,
+        json!({"hidden": false, "texts": [img, "L11: why upper case?"], "paths": ["f.txt", "f.txt"]})
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.work.path().join("f.txt")).unwrap(),
+        TWELVE.replace("l2\n", "L2\n").replace("l11\n", "L11\n")
+    );
 }

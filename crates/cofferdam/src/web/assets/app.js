@@ -363,6 +363,17 @@
     tree.replaceChildren();
     if (changes.length === 0) tree.append(el("p", "note", "Nothing left staged."));
     renderDir(buildTree(changes), "", tree);
+    // Comments on files no longer staged (applied or dropped) stay readable.
+    const staged = new Set(changes.map(keyOf));
+    const orphans = ((data.review && data.review.review_comments) || []).filter((m) => m && !staged.has(keyOf(m)));
+    const other = $("other-comments");
+    other.replaceChildren();
+    $("other-comments-section").hidden = orphans.length === 0;
+    for (const m of orphans) {
+      const d = commentBox(m);
+      d.prepend(el("span", "path", m.path), " ");
+      other.append(d);
+    }
     showErrors(data.errors || []);
     for (const b of ["apply", "drop", "select-all"]) $(b).disabled = changes.length === 0;
   }
