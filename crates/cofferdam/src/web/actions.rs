@@ -183,6 +183,15 @@ pub fn comment_command(job: &str, c: &CommentRequest) -> Result<Vec<String>, Str
     if c.text.contains('\0') {
         return Err("a comment cannot hold a NUL character".into());
     }
+    // The store's bound, checked here too so an over-long text never becomes an argument
+    // the kernel refuses.
+    if c.text.len() > cofferdam_stage::comments::MAX_TEXT_BYTES {
+        return Err(format!(
+            "the comment is {} bytes; at most {} are kept",
+            c.text.len(),
+            cofferdam_stage::comments::MAX_TEXT_BYTES
+        ));
+    }
     let mut out: Vec<String> = ["--color", "never", "review", job]
         .iter()
         .map(|s| (*s).to_owned())
@@ -450,6 +459,12 @@ mod tests {
             serde_json::from_str(r#"{"path":"f","hunk":"--x","text":"t"}"#).unwrap();
         assert!(comment_command("/j", &bad_hunk).is_err());
         assert!(serde_json::from_str::<CommentRequest>(r#"{"text":"t","force":1}"#).is_err());
+        let long = CommentRequest {
+            path: Some("f".into()),
+            text: "x".repeat(cofferdam_stage::comments::MAX_TEXT_BYTES + 1),
+            ..CommentRequest::default()
+        };
+        assert!(comment_command("/j", &long).is_err());
     }
 
     #[test]

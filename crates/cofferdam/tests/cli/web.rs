@@ -669,6 +669,27 @@ fn comments_and_agent_notes_show_on_the_review_page_as_text() {
     s.write("f.txt", TWELVE);
     let id = run(&s, "sed -i 's/^l2$/L2/; s/^l11$/L11/' f.txt");
     let (_server, url) = serve(&s, &id);
+    // The comment endpoint has the guard of apply: the token header and the same origin.
+    let (addr, query) = url
+        .strip_prefix("http://")
+        .unwrap()
+        .split_once('/')
+        .unwrap();
+    let token = query.strip_prefix("?t=").unwrap();
+    let body = r#"{"path":"f.txt","text":"from elsewhere"}"#;
+    for headers in [
+        vec![
+            ("X-Cofferdam-Token", token),
+            ("Origin", "http://evil.example"),
+        ],
+        vec![("Origin", &*format!("http://{addr}"))],
+        vec![("X-Cofferdam-Token", token)],
+    ] {
+        let r = http(addr, "POST", "/api/comment", &headers, body);
+        assert_eq!(r.0, 403, "{headers:?}: {r:?}");
+    }
+    let job_dir = s.store.path().join("jobs").join(&id);
+    assert!(!job_dir.join("review-comments.json").exists());
     let browser = Browser::start();
     let d = &browser.driver;
     d.call("POST", "/url", json!({"url": url}));
