@@ -9,22 +9,25 @@
 //! kept once), until the job holds [`BASES_TOTAL_MAX`]; [`load`] reads one back and checks
 //! its hash, so a torn or edited copy is never used (it counts as not kept, and a merge of
 //! that path is refused, naming why). The cost follows the bytes of the changed files, not
-//! the tree. Copies, not links: a hard link would share the host's inode, which the host
-//! may edit in place. It reads the host workdir beneath its root without following
-//! symlinks and writes only `bases/` (mode 0700, files 0600); `drop` removes it with the
-//! stage.
+//! the tree, and each file is read once: a reflink (`FICLONE`) where the filesystem shares
+//! extents, whose copy is then read to hash it, or else one read of the host file that is
+//! hashed as it is written (the seal's fingerprint read it before, to hash it, when it was
+//! not yet known to be modified). Clones or copies, never links: a hard link would share
+//! the host's inode, which the host may edit in place, while a clone's blocks are copied
+//! on write. It reads the host workdir beneath its root without following symlinks and
+//! writes only `bases/` (mode 0700, files 0600); `drop` removes it with the stage.
 
-use std::fs;
-use std::io;
-use std::os::fd::AsFd;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use cofferdam_record::bundle::{ChangeEntry, ChangeEntryType, ChangeKind};
 use rustix::fs::{Mode, OFlags};
 
-use crate::diff::{Content, is_binary, read_file};
 use crate::fingerprint::{Fingerprints, HostState};
+use crate::fsops;
 use crate::review::change_path_bytes;
 
 /// The largest file whose base is kept: 1 MiB, the size above which review shows no text
@@ -100,10 +103,132 @@ fn wanted(c: &ChangeEntry, host: &HostState) -> Option<(String, u64)> {
 /// What [`keep_at_seal`] kept.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Kept {
-    /// Bases kept (or already there).
+    /// Bases kept.
     pub kept: usize,
+    /// Of those, the ones kept as a reflink of the host file.
+    pub cloned: usize,
     /// Files that would have had a base but did not fit in [`BASES_TOTAL_MAX`].
     pub over_budget: usize,
+}
+
+/// Whether bytes fed a chunk at a time are text as [`crate::diff::is_binary`] decides it:
+/// no NUL in the first 8000 bytes, and UTF-8 throughout (a character split between chunks
+/// is carried to the next).
+#[derive(Debug, Default)]
+struct TextCheck {
+    seen: usize,
+    carry: Vec<u8>,
+    binary: bool,
+}
+
+impl TextCheck {
+    fn feed(&mut self, chunk: &[u8]) {
+        if self.binary {
+            return;
+        }
+        let head = 8000usize.saturating_sub(self.seen).min(chunk.len());
+        self.seen = self.seen.saturating_add(chunk.len());
+        if chunk.get(..head).is_some_and(|h| h.contains(&0)) {
+            self.binary = true;
+            return;
+        }
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.extend_from_slice(chunk);
+        match std::str::from_utf8(&buf) {
+            Ok(_) => {}
+            Err(e) if e.error_len().is_none() => {
+                self.carry = buf.split_off(e.valid_up_to());
+            }
+            Err(_) => self.binary = true,
+        }
+    }
+
+    fn is_text(&self) -> bool {
+        !self.binary && self.carry.is_empty()
+    }
+}
+
+/// The bytes read at a time.
+const CHUNK: usize = 64 * 1024;
+
+/// Keep the host file `path` (beneath `root`), whose fingerprint says `size` bytes hashing
+/// to `hash`, as the base `bases/<hash>` in `d`: cloned, or copied while it is hashed; in
+/// either case its bytes are read once. `Ok(None)`: not kept, since it is binary, or not
+/// what its fingerprint says any more (changed since the seal looked).
+fn keep_one(
+    root: BorrowedFd<'_>,
+    d: &Path,
+    path: &[u8],
+    hash: &str,
+    size: u64,
+) -> io::Result<Option<bool>> {
+    let src = fsops::open_beneath(
+        root,
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
+    )
+    .map(File::from)
+    .map_err(fsops::io_err)?;
+    let meta = src.metadata()?;
+    if !meta.is_file() || meta.len() != size {
+        return Ok(None);
+    }
+    let tmp = d.join(format!("{hash}.tmp"));
+    let dst = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    let result = (|| -> io::Result<Option<bool>> {
+        let cloned = rustix::fs::ioctl_ficlone(&dst, &src).is_ok();
+        let mut hasher = blake3::Hasher::new();
+        let mut text = TextCheck::default();
+        let mut buf = vec![0u8; CHUNK];
+        let mut total = 0u64;
+        // A clone is read back (it holds what the host file held when cloned); else the
+        // host file is read and each chunk written as it is hashed.
+        let mut from: &File = if cloned { &dst } else { &src };
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                break;
+            }
+            let chunk = buf.get(..n).unwrap_or_default();
+            total += n as u64;
+            if total > size {
+                return Ok(None); // it grew since the seal looked
+            }
+            hasher.update(chunk);
+            text.feed(chunk);
+            if text.binary {
+                return Ok(None);
+            }
+            if !cloned {
+                (&dst).write_all(chunk)?;
+            }
+        }
+        let same = total == size && hasher.finalize().to_hex().as_str() == hash;
+        Ok((same && text.is_text()).then_some(cloned))
+    })();
+    drop(dst);
+    match result {
+        Ok(Some(cloned)) => {
+            // No fsync: a copy lost or torn by a crash fails its hash check in `load`.
+            fs::rename(&tmp, d.join(hash))?;
+            Ok(Some(cloned))
+        }
+        other => {
+            let _ = fs::remove_file(&tmp);
+            other
+        }
+    }
 }
 
 /// Keep the bases of the sealed `changes` (their host sides in `fps`, read from the
@@ -132,6 +257,8 @@ fn keep_within(
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
+    let d = dir(job_dir);
+    let mut made_dir = false;
     let mut total = 0u64;
     let mut out = Kept::default();
     for c in changes {
@@ -144,15 +271,18 @@ fn keep_within(
             out.over_budget += 1;
             continue;
         }
-        let Ok(Content::Bytes(bytes)) = read_file(root.as_fd(), path) else {
-            continue;
-        };
-        if is_binary(&bytes) {
-            continue;
+        if !made_dir {
+            // Owner-only: these are copies of the user's files.
+            match fs::DirBuilder::new().mode(0o700).create(&d) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                _ => made_dir = true,
+            }
         }
-        if keep(job_dir, &hash, &bytes).is_ok() {
+        // Unreadable, binary or changed since the seal: no base (its merge is refused).
+        if let Ok(Some(cloned)) = keep_one(root.as_fd(), &d, path, &hash, size) {
             total += size;
             out.kept += 1;
+            out.cloned += usize::from(cloned);
         }
     }
     Ok(out)
@@ -174,6 +304,120 @@ mod tests {
         fs::write(dir(job.path()).join(&hash), b"edited").unwrap();
         assert_eq!(load(job.path(), &hash), None);
         assert_eq!(load(job.path(), "../x"), None);
+    }
+
+    /// A stage over `host` whose file `f` the run rewrote: the seal's changes and
+    /// fingerprints.
+    fn sealed(host: &Path, upper: &Path, staged: &[u8]) -> crate::SealResult {
+        fs::write(upper.join("f"), staged).unwrap();
+        crate::seal(upper, host).unwrap()
+    }
+
+    /// The base is the host's content as the seal found it, and stays that when the host
+    /// then edits the file in place (a clone's blocks are copied on write; never a link).
+    #[test]
+    fn the_kept_base_is_the_host_content_at_the_start_and_survives_host_edits() {
+        let job = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let upper = tempfile::tempdir().unwrap();
+        // More than one read chunk, with a character split across the chunk boundary.
+        let mut start = b"x".to_vec();
+        start.extend_from_slice("é".repeat(CHUNK / 2 + 7).as_bytes());
+        start.extend_from_slice(b"x\nlast line\n");
+        let f = host.path().join("f");
+        fs::write(&f, &start).unwrap();
+        let s = sealed(host.path(), upper.path(), b"the run's version\n");
+        assert_eq!(s.changes.len(), 1);
+        let kept = keep_at_seal(job.path(), host.path(), &s.changes, &s.fingerprints).unwrap();
+        assert_eq!((kept.kept, kept.over_budget), (1, 0), "{kept:?}");
+        let hash = blake3::hash(&start).to_hex().to_string();
+        assert_eq!(load(job.path(), &hash).as_deref(), Some(&start[..]));
+        // The host edits the file in place, same inode and size.
+        let mut w = fs::OpenOptions::new().write(true).open(&f).unwrap();
+        w.write_all(b"EDITED").unwrap();
+        drop(w);
+        assert_ne!(fs::read(&f).unwrap(), start);
+        assert_eq!(load(job.path(), &hash).as_deref(), Some(&start[..]));
+        use std::os::unix::fs::MetadataExt;
+        let base = fs::metadata(dir(job.path()).join(&hash)).unwrap();
+        assert_ne!(base.ino(), fs::metadata(&f).unwrap().ino());
+        assert_eq!(base.mode() & 0o777, 0o600);
+        let names: Vec<_> = fs::read_dir(dir(job.path()))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            [std::ffi::OsString::from(&hash)],
+            "no temporary left"
+        );
+    }
+
+    /// A host file changed after the seal fingerprinted it, or binary, gets no base, and
+    /// leaves no temporary file behind.
+    #[test]
+    fn a_file_changed_since_the_seal_or_binary_is_not_kept() {
+        let job = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let upper = tempfile::tempdir().unwrap();
+        let f = host.path().join("f");
+        fs::write(&f, b"one\n").unwrap();
+        let s = sealed(host.path(), upper.path(), b"two\n");
+        fs::write(&f, b"ONE\n").unwrap(); // same size, other bytes
+        let kept = keep_at_seal(job.path(), host.path(), &s.changes, &s.fingerprints).unwrap();
+        assert_eq!(kept.kept, 0);
+        fs::write(&f, b"one\nand more\n").unwrap(); // grown
+        assert_eq!(
+            keep_at_seal(job.path(), host.path(), &s.changes, &s.fingerprints)
+                .unwrap()
+                .kept,
+            0
+        );
+        let bin = tempfile::tempdir().unwrap();
+        let up2 = tempfile::tempdir().unwrap();
+        fs::write(bin.path().join("f"), b"a\0b\xff\n").unwrap();
+        let s = sealed(bin.path(), up2.path(), b"text\n");
+        assert_eq!(
+            keep_at_seal(job.path(), bin.path(), &s.changes, &s.fingerprints)
+                .unwrap()
+                .kept,
+            0
+        );
+        assert_eq!(fs::read_dir(dir(job.path())).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn text_is_told_from_binary_across_chunks() {
+        let whole = "aé€𝄞z".as_bytes();
+        for cut in 0..whole.len() {
+            let mut t = TextCheck::default();
+            t.feed(&whole[..cut]);
+            t.feed(&whole[cut..]);
+            assert!(t.is_text(), "cut at {cut}");
+        }
+        let mut t = TextCheck::default();
+        t.feed(&whole[..2]); // ends inside é
+        assert!(
+            !t.is_text(),
+            "a file that ends inside a character is not text"
+        );
+        let mut t = TextCheck::default();
+        t.feed(b"ok\xffno");
+        assert!(t.binary);
+        let mut t = TextCheck::default();
+        t.feed(&vec![b'a'; 7999]);
+        t.feed(b"\0");
+        assert!(t.binary, "a NUL in the first 8000 bytes");
+        let mut t = TextCheck::default();
+        t.feed(&vec![b'a'; 8000]);
+        t.feed(b"\0");
+        assert!(
+            t.is_text(),
+            "as is_binary: a NUL past 8000 bytes is not looked for"
+        );
+        assert!(!crate::diff::is_binary(
+            &[vec![b'a'; 8000], vec![0]].concat()
+        ));
     }
 
     /// A file past the budget loses its base; a smaller one after it still gets one.
@@ -210,13 +454,7 @@ mod tests {
             ..Fingerprints::default()
         };
         let kept = keep_within(job.path(), work.path(), &changes, &fps, 6).unwrap();
-        assert_eq!(
-            kept,
-            Kept {
-                kept: 2,
-                over_budget: 1
-            }
-        );
+        assert_eq!((kept.kept, kept.over_budget), (2, 1));
         assert!(load(job.path(), &blake3::hash(b"x\n").to_hex()).is_some());
         assert!(load(job.path(), &blake3::hash(b"y\n").to_hex()).is_some());
         assert!(load(job.path(), &blake3::hash(b"1234567890\n").to_hex()).is_none());

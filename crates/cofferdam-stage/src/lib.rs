@@ -9,6 +9,7 @@ pub mod apply;
 pub mod archive;
 pub mod base;
 pub mod checkpoint;
+pub mod comments;
 pub mod conflict;
 pub mod copystage;
 pub mod diff;

@@ -471,6 +471,38 @@ pub struct ReviewArgs {
     /// Print the URL only; do not start a browser (one is started only with a display).
     #[arg(long = "no-open", requires = "web")]
     pub no_open: bool,
+    /// Keep TEXT as a review comment on the file --path (or --path-bytes) names, or with
+    /// --hunk and --line on one line of a hunk; `status --review` lists the comments.
+    #[arg(
+        long,
+        value_name = "TEXT",
+        conflicts_with = "web",
+        allow_hyphen_values = true
+    )]
+    pub comment: Option<String>,
+    /// The staged file the comment is on (relative to the current directory).
+    #[arg(
+        long = "path",
+        value_name = "PATH",
+        requires = "comment",
+        allow_hyphen_values = true
+    )]
+    pub path: Option<PathBuf>,
+    /// Like --path, for a name that is not UTF-8: its bytes as hex (`diff --json`'s
+    /// `path_bytes`).
+    #[arg(
+        long = "path-bytes",
+        value_name = "HEX",
+        requires = "comment",
+        conflicts_with = "path"
+    )]
+    pub path_bytes: Option<String>,
+    /// The hunk the comment is on (an id `diff --json` lists).
+    #[arg(long, value_name = "ID", requires = "comment")]
+    pub hunk: Option<String>,
+    /// The line of the staged file the comment is on (1-based; needs --hunk).
+    #[arg(long, value_name = "N", requires = "hunk")]
+    pub line: Option<u64>,
 }
 
 impl ReviewArgs {

@@ -108,6 +108,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Gc(a) => cmd::gc::gc(a, cli.global.json, style),
         Command::Diff(a) => cmd::diff::diff(a, cli.global.json, style),
         Command::Review(a) if a.web => web::serve(a),
+        Command::Review(a) if a.comment.is_some() => cmd::comment::comment(a, cli.global.json),
         Command::Review(a) => cmd::status::status(&a.as_status(), cli.global.json, style),
         Command::Apply(a) => cmd::apply::apply(a, cli.global.json, style),
         Command::Drop(a) => cmd::drop::drop_job(a, cli.global.json, style),

@@ -6,6 +6,7 @@ pub mod apply_hunks;
 pub mod batch;
 pub mod bundle;
 pub mod checkpoint;
+pub mod comment;
 pub mod complete;
 pub mod demo;
 pub mod diff;

@@ -23,6 +23,9 @@ struct Review<'a> {
     #[serde(flatten)]
     bundle: &'a RunBundle,
     review_context: serde_json::Value,
+    /// The job's review comments (`crate::cmd::comment`); omitted when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    review_comments: Vec<cofferdam_stage::comments::Comment>,
 }
 
 /// The job's state, with an `active` job whose supervisor is gone shown as `interrupted`.
@@ -91,6 +94,7 @@ fn print_review_json(
     let Some(mut bundle) = bundle else {
         return crate::print_json(&json!({ "review_context": context }));
     };
+    let review_comments = crate::cmd::comment::of_job(job);
     if let Some(saved) = bundle.filesystem.as_ref() {
         let saved_view = json!({
             "path": job.bundle_path(),
@@ -129,6 +133,7 @@ fn print_review_json(
     crate::print_json(&Review {
         bundle: &bundle,
         review_context: context,
+        review_comments,
     })
 }
 
@@ -220,6 +225,9 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
     }
     if let Some(r) = &stage_review {
         render_stage(&mut o, r, s);
+    }
+    if args.review {
+        crate::cmd::comment::render(&mut o, &job, s);
     }
     crate::pager::show(o.as_bytes(), args.no_pager)?;
     Ok(OK)

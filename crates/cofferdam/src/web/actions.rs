@@ -145,6 +145,73 @@ pub fn drop_command(job: &str, sel: &Selection) -> Result<Vec<String>, String> {
     Ok(c)
 }
 
+/// A comment the page asks to keep: on a file (by path, or by the hex of its bytes), or on
+/// one line of one of its hunks.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommentRequest {
+    /// The file, by path.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The file, by the hex of its path's bytes.
+    #[serde(default)]
+    pub path_bytes: Option<String>,
+    /// The hunk, by id.
+    #[serde(default)]
+    pub hunk: Option<String>,
+    /// The staged file's line.
+    #[serde(default)]
+    pub line: Option<u64>,
+    /// What the reviewer wrote.
+    pub text: String,
+}
+
+/// The command that keeps `c` (`review JOB --comment=TEXT …`), or why it is refused. The
+/// bounds on the text are the store's, checked by that command.
+pub fn comment_command(job: &str, c: &CommentRequest) -> Result<Vec<String>, String> {
+    let sel = Selection {
+        paths: c.path.iter().cloned().collect(),
+        path_bytes: c.path_bytes.iter().cloned().collect(),
+        hunks: Vec::new(),
+    };
+    if sel.paths.len() + sel.path_bytes.len() != 1 {
+        return Err("a comment is on one file: give its path or its path_bytes".into());
+    }
+    if let Some(bad) = sel.bad_paths() {
+        return Err(bad);
+    }
+    if c.text.contains('\0') {
+        return Err("a comment cannot hold a NUL character".into());
+    }
+    // The store's bound, checked here too so an over-long text never becomes an argument
+    // the kernel refuses.
+    if c.text.len() > cofferdam_stage::comments::MAX_TEXT_BYTES {
+        return Err(format!(
+            "the comment is {} bytes; at most {} are kept",
+            c.text.len(),
+            cofferdam_stage::comments::MAX_TEXT_BYTES
+        ));
+    }
+    let mut out: Vec<String> = ["--color", "never", "review", job]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    // One argument, `=` joined: a text that starts with `-` is still the text.
+    out.push(format!("--comment={}", c.text));
+    out.extend(sel.path_args());
+    if let Some(h) = &c.hunk {
+        if !plausible_hunk_id(h) {
+            return Err(format!("{h:?} is not a hunk id `diff --json` lists"));
+        }
+        out.push("--hunk".to_owned());
+        out.push(h.clone());
+    }
+    if let Some(l) = c.line {
+        out.push(format!("--line={l}"));
+    }
+    Ok(out)
+}
+
 impl Target {
     /// The target for `job`, applying to `workdir`.
     pub fn new(job: &Job, workdir: PathBuf) -> Result<Self, Failure> {
@@ -244,6 +311,27 @@ impl Target {
         json!({"ok": ok, "steps": steps})
     }
 
+    /// Keep the comment `c` with `cofferdam review JOB --comment`, as the command line would.
+    pub fn comment(&self, c: &CommentRequest) -> Value {
+        let cmd = match comment_command(&self.job_arg(), c) {
+            Ok(cmd) => cmd,
+            Err(why) => return json!({"ok": false, "steps": [], "error": why}),
+        };
+        let (code, stdout, stderr) = self.run(&cmd);
+        // The text is the reviewer's own; the step shows the command without it.
+        let shown: Vec<String> = cmd
+            .iter()
+            .map(|a| {
+                if a.starts_with("--comment=") {
+                    "--comment=…".to_owned()
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        json!({"ok": code == Some(0), "steps": [outcome(&shown, code, &stdout, &stderr)]})
+    }
+
     /// Discard the selected files, or the whole stage when nothing is selected, with
     /// `cofferdam drop`.
     pub fn drop_selected(&self, sel: &Selection) -> Value {
@@ -337,6 +425,46 @@ mod tests {
         assert!(apply_commands("/j", &sel(&[], &["--force"])).is_err());
         assert!(apply_commands("/j", &sel(&[""], &[])).is_err());
         assert!(apply_commands("/j", &sel(&["a\0b"], &[])).is_err());
+    }
+
+    #[test]
+    fn a_comment_is_one_argument_on_one_file() {
+        let c: CommentRequest =
+            serde_json::from_str(r#"{"path":"-f.txt","hunk":"h1","line":3,"text":"--force me"}"#)
+                .unwrap();
+        assert_eq!(
+            comment_command("/j", &c).unwrap(),
+            [
+                "--color",
+                "never",
+                "review",
+                "/j",
+                "--comment=--force me",
+                "--path",
+                "-f.txt",
+                "--hunk",
+                "h1",
+                "--line=3"
+            ]
+        );
+        let by_bytes: CommentRequest =
+            serde_json::from_str(r#"{"path_bytes":"ff666f","text":"t"}"#).unwrap();
+        assert_eq!(
+            comment_command("/j", &by_bytes).unwrap()[5..],
+            ["--path-bytes", "ff666f"]
+        );
+        let none: CommentRequest = serde_json::from_str(r#"{"text":"t"}"#).unwrap();
+        assert!(comment_command("/j", &none).is_err());
+        let bad_hunk: CommentRequest =
+            serde_json::from_str(r#"{"path":"f","hunk":"--x","text":"t"}"#).unwrap();
+        assert!(comment_command("/j", &bad_hunk).is_err());
+        assert!(serde_json::from_str::<CommentRequest>(r#"{"text":"t","force":1}"#).is_err());
+        let long = CommentRequest {
+            path: Some("f".into()),
+            text: "x".repeat(cofferdam_stage::comments::MAX_TEXT_BYTES + 1),
+            ..CommentRequest::default()
+        };
+        assert!(comment_command("/j", &long).is_err());
     }
 
     #[test]

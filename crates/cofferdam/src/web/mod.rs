@@ -2,8 +2,9 @@
 //! request and apply or drop it. Owns the listening socket, the token, the browser launch
 //! and the server's lifetime (Ctrl-C, or the page closed: its heartbeat stops). Who may ask
 //! is `guard`'s decision; reading a request is `http`'s; what the page is shown and what
-//! Apply and Drop do is `actions`', which runs this very binary's `status`, `diff`, `apply`
-//! and `drop` so the page can never disagree with the command line. It may not touch the
+//! Apply, Drop and Comment do is `actions`', which runs this very binary's `status`, `diff`,
+//! `apply`, `drop` and `review --comment` so the page can never disagree with the command
+//! line. It may not touch the
 //! stage or the workdir itself.
 
 mod actions;
@@ -189,6 +190,16 @@ fn respond(req: &Request, peer: SocketAddr, shared: &Shared) -> Response {
             };
             let _one = lock(&shared.busy);
             Response::json(200, &shared.target.apply(&selection))
+        }
+        ("POST", "/api/comment") => {
+            let c: actions::CommentRequest = match serde_json::from_slice(&req.body) {
+                Ok(c) => c,
+                Err(e) => {
+                    return Response::text(400, format!("bad comment: {e}\n"));
+                }
+            };
+            let _one = lock(&shared.busy);
+            Response::json(200, &shared.target.comment(&c))
         }
         ("POST", "/api/drop") => {
             let selection: actions::Selection = if req.body.is_empty() {

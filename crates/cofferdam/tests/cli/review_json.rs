@@ -191,3 +191,148 @@ fn the_review_json_of_a_dropped_job_is_discarded() {
         }
     }
 }
+
+/// `review JOB --comment` keeps comments on a file and on a hunk's line in the job
+/// (`review-comments.json`), refuses what breaks the bounds, and `status --review` lists
+/// them, escaped, as text and as `review_comments` in the JSON (which still passes
+/// `bundle verify`); the saved Run Bundle, which has no place for them, is not rewritten.
+#[test]
+fn review_comments_are_kept_listed_and_bounded() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    s.write("f.txt", "l1\nl2\nl3\n");
+    let id = crate::apply::run(
+        &s,
+        "sed -i 's/^l2$/L2/' f.txt && echo new > g.txt && echo odd > \"$(printf '\\377fo')\"",
+    );
+    let bundle_before = std::fs::read(
+        review(&s, "before")
+            .pointer("/review_context/bundle_path")
+            .and_then(Value::as_str)
+            .map(PathBuf::from)
+            .unwrap(),
+    )
+    .unwrap();
+    let diff = json_of(&s.cmd().args(["diff", &id, "--json"]).output().unwrap());
+    let hunk = diff["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == "f.txt")
+        .unwrap()["hunks"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    ok(
+        &s,
+        &[
+            "review",
+            &id,
+            "--comment",
+            "why <b>this</b>?",
+            "--path",
+            "g.txt",
+        ],
+    );
+    let out = s
+        .cmd()
+        .args(["--json", "review", &id, "--comment=-1: say L2\n\tplease"])
+        .args(["--path", "f.txt", "--hunk", &hunk, "--line", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json_of(&out)["comments"], 2);
+    // A name that is not UTF-8, by its bytes.
+    ok(
+        &s,
+        &[
+            "review",
+            &id,
+            "--comment",
+            "odd name",
+            "--path-bytes",
+            "ff666f",
+        ],
+    );
+    // Refused, and nothing kept: no file, an unknown one, empty, too long, control
+    // characters, line 0, a line without a hunk, a hunk id that is an option.
+    let long = "x".repeat(4097);
+    for bad in [
+        vec!["--comment", "t"],
+        vec!["--comment", "t", "--path", "nope.txt"],
+        vec!["--comment", "  ", "--path", "g.txt"],
+        vec!["--comment", &long, "--path", "g.txt"],
+        vec!["--comment", "a\x1b[2Jb", "--path", "g.txt"],
+        vec![
+            "--comment",
+            "t",
+            "--path",
+            "f.txt",
+            "--hunk",
+            &hunk,
+            "--line",
+            "0",
+        ],
+        vec!["--comment", "t", "--path", "f.txt", "--line", "2"],
+        vec!["--comment", "t", "--path", "f.txt", "--hunk=--force"],
+        vec!["--comment", "t", "--path", "g.txt", "--hunk", &hunk],
+        vec!["--comment", "t", "--path", "f.txt", "--hunk", "h0"],
+        vec![
+            "--comment",
+            "t",
+            "--path",
+            "f.txt",
+            "--hunk",
+            &hunk,
+            "--line",
+            "9",
+        ],
+        vec!["--comment", "t", "--path-bytes", "ff66"],
+    ] {
+        let out = s.cmd().arg("review").arg(&id).args(&bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+    }
+
+    let v = review(&s, "comments");
+    let c = v["review_comments"].as_array().unwrap();
+    assert_eq!(c.len(), 3, "{c:?}");
+    assert_eq!(c[2]["path"], "\\xfffo");
+    assert_eq!(c[2]["path_bytes"], serde_json::json!([255, 102, 111]));
+    assert_eq!(c[0]["path"], "g.txt");
+    assert_eq!(c[0]["text"], "why <b>this</b>?");
+    assert!(
+        c[0].get("hunk").is_none()
+            && c[0].get("line").is_none()
+            && c[0].get("path_bytes").is_none()
+    );
+    assert_eq!(c[1]["path"], "f.txt");
+    assert_eq!(c[1]["hunk"], hunk.as_str());
+    assert_eq!(c[1]["line"], 2);
+    assert_eq!(c[1]["text"], "-1: say L2\n\tplease");
+    assert!(c[1]["at_unix_ms"].as_u64().unwrap() >= c[0]["at_unix_ms"].as_u64().unwrap());
+    let out = s
+        .cmd()
+        .args(["--color", "never", "status", "--review", &id])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("review comments (3)"), "{text}");
+    assert!(text.contains("  \\xfffo\n    odd name\n"), "{text}");
+    assert!(text.contains("why <b>this</b>?"), "{text}");
+    assert!(
+        text.contains(&format!("f.txt (hunk {hunk}, line 2)")),
+        "{text}"
+    );
+    assert!(text.contains("    -1: say L2\n    \tplease\n"), "{text}");
+    // Kept beside the ledger, not in the Run Bundle.
+    let job_dir = s.store.path().join("jobs").join(&id);
+    assert!(job_dir.join("review-comments.json").is_file());
+    let bundle_path = PathBuf::from(v["review_context"]["bundle_path"].as_str().unwrap());
+    assert_eq!(std::fs::read(&bundle_path).unwrap(), bundle_before);
+    // A job without comments has no `review_comments`.
+    let other = Sandbox::new();
+    staged_run(&other, &[]);
+    assert!(review(&other, "none").get("review_comments").is_none());
+}

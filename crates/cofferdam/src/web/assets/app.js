@@ -73,6 +73,68 @@
         fact(dl, "sensitive", st.sensitive.map((c) => c.path + ": " + c.sensitive).join("\n"));
     }
     $("review-text").textContent = d.review_text || "";
+    renderNotes(r.agent_notes);
+  }
+
+  // What the agent said through agentctl (`agent_notes` of the review JSON), as text.
+  function renderNotes(notes) {
+    const list = $("notes-list");
+    list.replaceChildren();
+    const shown = Array.isArray(notes) ? notes.filter((n) => n && typeof n === "object") : [];
+    $("notes").hidden = shown.length === 0;
+    for (const n of shown) {
+      const li = el("li", "agent-note");
+      li.append(el("span", "who", n.client === undefined || n.client === null ? "agent" : String(n.client)));
+      if (typeof n.at_unix_ms === "number") li.append(" ", el("span", "note", when(n.at_unix_ms)));
+      li.append(el("div", "text", n.text === undefined || n.text === null ? "" : String(n.text)));
+      list.append(li);
+    }
+  }
+
+  const when = (ms) => { try { return new Date(ms).toISOString().replace("T", " ").slice(0, 19) + " UTC"; } catch (e) { return String(ms); } };
+
+  // A change's identity: the hex of its path's bytes when it has them, else its path.
+  const hexOf = (bytes) => bytes.map((b) => b.toString(16).padStart(2, "0")).join("");
+  const keyOf = (x) => Array.isArray(x.path_bytes) ? "x:" + hexOf(x.path_bytes) : "p:" + x.path;
+
+  // The review comments of one change, oldest first.
+  function commentsOf(c) {
+    const all = (data && data.review && data.review.review_comments) || [];
+    const k = keyOf(c);
+    return all.filter((m) => m && keyOf(m) === k);
+  }
+
+  function commentBox(m) {
+    const d = el("div", "comment");
+    const where = m.hunk ? (m.line ? "line " + m.line : "hunk") : "file";
+    d.append(el("span", "note", where + " · " + when(m.at_unix_ms)));
+    d.append(el("div", "text", m.text));
+    return d;
+  }
+
+  // A form that keeps a comment on change `c` (on hunk `hunk`, line `line` when given).
+  function commentForm(c, hunk, line) {
+    const f = el("div", "comment-form");
+    const ta = el("textarea", "comment-text");
+    ta.rows = 3;
+    ta.maxLength = 4096;
+    ta.placeholder = line ? "Comment on line " + line : "Comment on " + c.path;
+    const save = el("button", "comment-save", "Save comment");
+    save.type = "button";
+    const cancel = el("button", "comment-cancel", "Cancel");
+    cancel.type = "button";
+    cancel.addEventListener("click", () => f.remove());
+    save.addEventListener("click", async () => {
+      const body = { text: ta.value };
+      if (Array.isArray(c.path_bytes)) body.path_bytes = hexOf(c.path_bytes); else body.path = c.path;
+      if (hunk) body.hunk = hunk;
+      if (line) body.line = line;
+      save.disabled = true;
+      await act("/api/comment", body);
+    });
+    f.append(ta, el("div", "", ""));
+    f.lastChild.append(save, " ", cancel);
+    return f;
   }
 
   // The remaining changes as a tree of directories.
@@ -140,6 +202,16 @@
     code(td, text, lang);
     tr.append(td);
     table.append(tr);
+    return tr;
+  }
+
+  function commentRow(content) {
+    const tr = el("tr", "comment-row");
+    const td = el("td");
+    td.colSpan = 4;
+    td.append(content);
+    tr.append(td);
+    return tr;
   }
 
   function code(td, text, lang) {
@@ -148,8 +220,18 @@
     }
   }
 
+  // The host's and the staged file's numbers of a hunk's first shown line: its header's
+  // (`@@ -a,b +c,d @@`), since the lines include context before the change that
+  // `old_start`/`new_start` name.
+  function firstLines(h) {
+    const m = /^@@ -(\d+)(?:,\d+)? \+(\d+)/.exec(h.header || "");
+    if (!m) return [h.old_start, h.new_start];
+    // An empty side (`-0,0`) starts after line 0.
+    return [Math.max(1, Number(m[1])), Math.max(1, Number(m[2]))];
+  }
+
   function splitRows(table, h, lang) {
-    let o = h.old_start, n = h.new_start;
+    let [o, n] = firstLines(h);
     const lines = h.lines;
     let i = 0;
     const row = (l, r) => {
@@ -189,7 +271,7 @@
     cb.className = "pick-file";
     cb.dataset.path = c.path;
     // A name that is not UTF-8: its identity is its bytes, passed on as hex.
-    if (Array.isArray(c.path_bytes)) cb.dataset.hex = c.path_bytes.map((b) => b.toString(16).padStart(2, "0")).join("");
+    if (Array.isArray(c.path_bytes)) cb.dataset.hex = hexOf(c.path_bytes);
     label.append(cb, " ", el("span", "path", c.path));
     head.append(label, el("span", "badge", c.kind.replace("_", " ")));
     if (c.insertions || c.deletions) {
@@ -197,12 +279,23 @@
       s.append(el("span", "ins", "+" + c.insertions), " ", el("span", "del", "-" + c.deletions));
       head.append(s);
     }
-    if (c.mode) head.append(el("span", "badge", (c.old_mode ? c.old_mode + " → " : "") + c.mode));
+    if (c.mode) head.append(el("span", "badge", (c.old_mode && c.old_mode !== c.mode ? c.old_mode + " → " : "") + c.mode));
     for (const f of c.mode_flags || []) head.append(el("span", "badge sensitive", f));
     if (c.binary) head.append(el("span", "badge", "binary or large"));
     if (c.sensitive) head.append(el("span", "badge sensitive", "sensitive: " + c.sensitive));
     if (c.conflict) head.append(el("span", "badge conflict", "host changed: " + c.conflict));
+    const say = el("button", "comment-file", "Comment");
+    say.type = "button";
+    head.append(say);
     box.append(head);
+    const comments = commentsOf(c);
+    const inline = new Set();
+    const list = el("div", "comments");
+    box.append(list);
+    say.addEventListener("click", () => {
+      if (!list.querySelector(":scope > .comment-form")) list.append(commentForm(c));
+      list.querySelector(".comment-text").focus();
+    });
     if (c.summary) box.append(el("div", "summaryline", c.summary));
     const lang = CofferdamHighlight.langOf(c.path);
     if (c.hunks && c.hunks.length) {
@@ -222,16 +315,37 @@
         tr.append(td);
         table.append(tr);
         if (view === "split") { splitRows(table, h, lang); continue; }
-        let o = h.old_start, n = h.new_start;
+        let [o, n] = firstLines(h);
         for (const l of h.lines) {
           const m = l[0];
-          lineRow(table, m === "+" ? "" : o++, m === "-" ? "" : n++, m, l.slice(1), lang);
+          const newNo = m === "-" ? "" : n++;
+          const tr = lineRow(table, m === "+" ? "" : o++, newNo, m, l.slice(1), lang);
+          if (newNo === "") continue;
+          // A line of the staged file takes a comment: click its number.
+          const cell = tr.children[1];
+          cell.classList.add("commentable");
+          cell.title = "Comment on line " + newNo;
+          cell.dataset.line = newNo;
+          cell.dataset.hunk = h.id;
+          cell.addEventListener("click", () => {
+            if (tr.nextSibling && tr.nextSibling.classList.contains("comment-row")) return;
+            tr.after(commentRow(commentForm(c, h.id, newNo)));
+          });
+          let at = tr;
+          for (const m2 of comments.filter((x) => x.hunk === h.id && x.line === newNo)) {
+            const row = commentRow(commentBox(m2));
+            at.after(row);
+            at = row;
+            inline.add(m2);
+          }
         }
       }
       box.append(table);
     } else if (c.unified) {
       box.append(el("pre", "", c.unified));
     }
+    // Comments on the file or a hunk, and line comments not shown at their line.
+    for (const m of comments) if (!inline.has(m)) list.append(commentBox(m));
     cb.addEventListener("change", () => {
       for (const hb of box.querySelectorAll(".pick-hunk")) { hb.checked = cb.checked; hb.disabled = cb.checked; }
     });
@@ -249,6 +363,17 @@
     tree.replaceChildren();
     if (changes.length === 0) tree.append(el("p", "note", "Nothing left staged."));
     renderDir(buildTree(changes), "", tree);
+    // Comments on files no longer staged (applied or dropped) stay readable.
+    const staged = new Set(changes.map(keyOf));
+    const orphans = ((data.review && data.review.review_comments) || []).filter((m) => m && !staged.has(keyOf(m)));
+    const other = $("other-comments");
+    other.replaceChildren();
+    $("other-comments-section").hidden = orphans.length === 0;
+    for (const m of orphans) {
+      const d = commentBox(m);
+      d.prepend(el("span", "path", m.path), " ");
+      other.append(d);
+    }
     showErrors(data.errors || []);
     for (const b of ["apply", "drop", "select-all"]) $(b).disabled = changes.length === 0;
   }
