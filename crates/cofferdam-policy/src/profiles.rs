@@ -44,6 +44,9 @@ pub struct Profile {
     pub home_var: Option<(String, String)>,
     /// Arguments added to the command, when the agent needs them inside cofferdam.
     pub arg_patch: Option<ArgPatch>,
+    /// Whether a run under it lends the installs on the caller's `PATH` (a user profile's
+    /// `lend_path_toolchains`); `None`: the config's top-level key, else on.
+    pub lend_path_toolchains: Option<bool>,
 }
 
 /// Arguments a profile adds right after the program, unless the command already chooses
@@ -308,6 +311,7 @@ pub fn builtins() -> Vec<Profile> {
                 unless: owned(unless),
                 why: why.to_owned(),
             }),
+            lend_path_toolchains: None,
         })
         .collect()
 }
@@ -334,6 +338,7 @@ pub fn with_user(user: Option<&crate::manifest::Manifest>) -> Vec<Profile> {
             provider_config: None,
             home_var: None,
             arg_patch: None,
+            lend_path_toolchains: s.lend_path_toolchains,
         };
         match table.iter_mut().find(|b| &b.name == name) {
             Some(b) => *b = p,
