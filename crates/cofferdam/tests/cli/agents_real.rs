@@ -751,4 +751,3 @@ fn gemini_cli_runs_a_tool_from_local_bin_lent_read_only() {
     ];
     lent_tool_turns(&s, &srv, "gemini", &env, &["gemini", "--yolo", "-p", &p]);
 }
-
