@@ -722,6 +722,7 @@ pub fn apply(policy: &mut Policy, x: &Expansion, argv: &[String]) {
             value,
             source: GrantSource::Profile,
             profile: Some(x.name.clone()),
+            absent: false,
         });
     }
 }

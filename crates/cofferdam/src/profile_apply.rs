@@ -82,6 +82,7 @@ fn lend_decision(
             value,
             source,
             profile,
+            absent: false,
         };
         (on, grant)
     };
