@@ -180,9 +180,18 @@ const BUILTINS: &[Builtin] = &[
         // Codex's own sandbox (bubblewrap, else Landlock) cannot nest inside cofferdam's:
         // its namespace creation is refused, every tool call fails and the turn still exits
         // 0 having changed nothing. cofferdam's boundary replaces it. A command that picks
-        // its own sandbox mode keeps it.
+        // its own sandbox mode keeps it (and then gets neither argument).
+        // Its shell tool starts a login shell, whose /etc/profile resets PATH; the user's
+        // ~/.profile that puts ~/.local/bin and the like back is in the private HOME, so
+        // the toolchains lent on the caller's PATH would not be found (exit 127): a plain
+        // shell inherits the run's PATH. A later `-c allow_login_shell=true` wins.
         arg_patch: Some((
-            &["-c", "sandbox_mode=\"danger-full-access\""],
+            &[
+                "-c",
+                "sandbox_mode=\"danger-full-access\"",
+                "-c",
+                "allow_login_shell=false",
+            ],
             &[
                 "-s",
                 "--sandbox",
@@ -191,7 +200,9 @@ const BUILTINS: &[Builtin] = &[
                 "sandbox_mode",
             ],
             "Codex's own sandbox cannot nest inside cofferdam's (its tool calls would fail \
-             while the turn exits 0); cofferdam's boundary replaces it",
+             while the turn exits 0); cofferdam's boundary replaces it; and its login shell \
+             would reset PATH (the ~/.profile that restores it is in the private HOME), so \
+             its commands would not find the toolchains lent on PATH",
         )),
         // That file names the next run's allowed destination (and its MCP servers, which
         // run code): the agent may not rewrite it for the run after.
@@ -893,6 +904,8 @@ mod tests {
                 "codex",
                 "-c",
                 "sandbox_mode=\"danger-full-access\"",
+                "-c",
+                "allow_login_shell=false",
                 "exec",
                 "hi"
             ])
@@ -911,7 +924,10 @@ mod tests {
             assert_eq!(patch.patched(&argv(own)), None, "{own:?}");
         }
         assert_eq!(patch.patched(&[]), None);
-        assert_eq!(patch.shown(), "-c 'sandbox_mode=\"danger-full-access\"'");
+        assert_eq!(
+            patch.shown(),
+            "-c 'sandbox_mode=\"danger-full-access\"' -c allow_login_shell=false"
+        );
         // Applied: recorded as a grant of the profile and on the policy; not when the
         // command chose, and never for another profile.
         let home = Path::new("/home/u");

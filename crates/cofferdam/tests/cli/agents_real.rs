@@ -276,6 +276,7 @@ fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
     let ran_argv = b["run"]["command"].as_array().unwrap().clone();
     assert_eq!(ran_argv[1], "-c", "{ran_argv:?}");
     assert_eq!(ran_argv[2], "sandbox_mode=\"danger-full-access\"");
+    assert_eq!(ran_argv[3..5], ["-c", "allow_login_shell=false"]);
     assert_eq!(
         b["orchestration"]["argument_patches"][0]["profile"], "codex",
         "{}",
@@ -288,7 +289,10 @@ fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
         .unwrap();
     let review = String::from_utf8_lossy(&review.stdout);
     assert!(
-        review.contains("profile:codex added `-c 'sandbox_mode=\"danger-full-access\"'`"),
+        review.contains(
+            "profile:codex added `-c 'sandbox_mode=\"danger-full-access\"' \
+             -c allow_login_shell=false`"
+        ),
         "{review}"
     );
     // Its session state persisted on the host, outside review.
@@ -750,4 +754,32 @@ fn gemini_cli_runs_a_tool_from_local_bin_lent_read_only() {
         ("PATH", path),
     ];
     lent_tool_turns(&s, &srv, "gemini", &env, &["gemini", "--yolo", "-p", &p]);
+}
+
+/// Codex runs its commands in a login shell, which resets PATH; the profile's
+/// `-c allow_login_shell=false` keeps the run's PATH, lent toolchains and all.
+#[test]
+fn codex_runs_a_tool_from_local_bin_lent_read_only() {
+    let Some(s) = ready("codex") else { return };
+    let srv = ModelServer::start();
+    let codex = s.home.path().join(".codex");
+    std::fs::create_dir(&codex).unwrap();
+    std::fs::write(
+        codex.join("config.toml"),
+        format!(
+            "model_provider = \"mock\"\nmodel = \"mock-model\"\n\
+             [model_providers.mock]\nname = \"mock\"\n\
+             base_url = \"http://127.0.0.1:{}/v1\"\nenv_key = \"MOCK_API_KEY\"\n\
+             wire_api = \"responses\"\n",
+            srv.port
+        ),
+    )
+    .unwrap();
+    let (path, _) = local_bin_tool(&s);
+    let (_, p) = prompt(&s);
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={} TOOL={LENT_TOOL}", ran.display());
+    let env = [("MOCK_API_KEY", "dummy-key".to_owned()), ("PATH", path)];
+    let argv = ["codex", "exec", "--skip-git-repo-check", &p];
+    lent_tool_turns(&s, &srv, "codex", &env, &argv);
 }
