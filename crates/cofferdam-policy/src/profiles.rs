@@ -150,7 +150,10 @@ const BUILTINS: &[Builtin] = &[
             ("CLAUDE_CONFIG_DIR", "~/.claude"),
             ("IS_SANDBOX", "1"),
         ],
-        hosts: &["api.anthropic.com:443"],
+        // The API, and where a logged-in (claude.ai) user's OAuth access token is refreshed:
+        // without it a run that starts with an expired token cannot refresh it (measured:
+        // `platform.claude.com:443` was denied and the turn did not start).
+        hosts: &["api.anthropic.com:443", "platform.claude.com:443"],
         base_url_vars: &["ANTHROPIC_BASE_URL"],
         state_dirs: &["~/.claude"],
         provider_config: None,
@@ -799,7 +802,10 @@ mod tests {
         let claude = &table()[0];
         let home = Path::new("/home/u");
         let none = expand(claude, home, &[], &|_| false, None);
-        assert_eq!(none.allow, vec!["api.anthropic.com:443"]);
+        assert_eq!(
+            none.allow,
+            vec!["api.anthropic.com:443", "platform.claude.com:443"]
+        );
         let env = vec![(
             "ANTHROPIC_BASE_URL".to_owned(),
             "http://127.0.0.1:9000".to_owned(),
