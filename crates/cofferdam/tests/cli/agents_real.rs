@@ -646,6 +646,21 @@ fn lent_tool_turns(
         "{}",
         b["filesystem"]["access_policy"]
     );
+    // The run's own record of its grants (the trace's session start) credits the toolchain.
+    let value = format!("{shown} -> {shown} (read)");
+    let trace = std::fs::read_to_string(b["run"]["event_stream_ref"].as_str().unwrap()).unwrap();
+    let start: serde_json::Value = trace
+        .lines()
+        .find(|l| l.contains("effective_grants"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .expect("the session start");
+    let traced = start.to_string();
+    assert!(
+        find_rows(&start).iter().any(|g| {
+            g["grant"] == "filesystem.mounts" && g["value"] == value && g["source"] == "toolchain"
+        }),
+        "{traced}"
+    );
     let v = json_of(
         &s.cmd()
             .env("PATH", &path)
@@ -653,7 +668,6 @@ fn lent_tool_turns(
             .output()
             .unwrap(),
     );
-    let value = format!("{shown} -> {shown} (read)");
     assert!(
         v["grant_sources"].as_array().unwrap().iter().any(|g| {
             g["grant"] == "filesystem.mounts" && g["value"] == value && g["source"] == "toolchain"
@@ -782,4 +796,21 @@ fn codex_runs_a_tool_from_local_bin_lent_read_only() {
     let env = [("MOCK_API_KEY", "dummy-key".to_owned()), ("PATH", path)];
     let argv = ["codex", "exec", "--skip-git-repo-check", &p];
     lent_tool_turns(&s, &srv, "codex", &env, &argv);
+}
+
+/// Every `grant_sources` row anywhere in `v`.
+fn find_rows(v: &serde_json::Value) -> Vec<serde_json::Value> {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut out: Vec<serde_json::Value> = m
+                .get("grant_sources")
+                .and_then(|g| g.as_array())
+                .cloned()
+                .unwrap_or_default();
+            out.extend(m.values().flat_map(find_rows));
+            out
+        }
+        serde_json::Value::Array(a) => a.iter().flat_map(find_rows).collect(),
+        _ => Vec::new(),
+    }
 }
