@@ -3,7 +3,9 @@
 
 It speaks just enough of each vendor's API for one edit turn: the first request that
 offers tools gets a reply asking the agent to write one file, and, when the prompt names
-`RUN=<absolute path>`, then to run a shell command that creates it; a request that carries
+`RUN=<absolute path>`, then to run a shell command that creates it (with `TOOL=<name>` as
+well, that command runs the program NAME found on the agent's PATH, its output, errors and
+exit status into that file); a request that carries
 the last tool result gets a short final answer. Everything else (title generation, token counts,
 warm-ups) gets a plain text reply. The file and its content come from the prompt:
 `FILE=<absolute path>` and `TEXT=<one word>`.
@@ -24,6 +26,15 @@ def ran_file(body_text):
     """`RUN=<absolute path>`: after the write, a shell command creates that file."""
     r = re.search(r"RUN=(/[A-Za-z0-9_./-]+)", body_text)
     return r.group(1) if r else None
+
+
+def shell_command(body_text, ran):
+    """The shell command that creates `ran`: `echo ran`, or with `TOOL=<name>` that program
+    (looked up on the agent's PATH), its output, errors and `rc=<exit status>` in the file."""
+    tool = re.search(r"TOOL=([A-Za-z0-9_.-]+)", body_text)
+    if not tool:
+        return f"echo ran > {ran}"
+    return f"{tool.group(1)} > {ran} 2>&1; echo rc=$? >> {ran}"
 
 
 def target(body_text):
@@ -104,7 +115,7 @@ class Handler(BaseHTTPRequestHandler):
             if results == 0:
                 name, args = "Write", json.dumps({"file_path": path, "content": word + "\n"})
             else:
-                name, args = "Bash", json.dumps({"command": f"echo ran > {ran}",
+                name, args = "Bash", json.dumps({"command": shell_command(text, ran),
                                                  "description": "Run a shell command"})
             block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:12],
                      "name": name, "input": {}}
@@ -155,7 +166,7 @@ class Handler(BaseHTTPRequestHandler):
         ran = ran_file(text)
         if ran:
             content = (f"{name}\n```\n<<<<<<< SEARCH\n=======\n{word}\n>>>>>>> REPLACE\n```\n\n"
-                       f"```bash\necho ran > {ran}\n```\n")
+                       f"```bash\n{shell_command(text, ran)}\n```\n")
         else:
             content = f"{name}\n```\n{word}\n```\n"
         cid = "chatcmpl-" + uuid.uuid4().hex[:12]
@@ -184,7 +195,7 @@ class Handler(BaseHTTPRequestHandler):
             path, word = target(text)
             script = f"printf '%s\\n' {word} > {path}"
             if ran_file(text):
-                script += f" && echo ran > {ran_file(text)}"
+                script += f" && {{ {shell_command(text, ran_file(text))}; }}"
             if "shell_command" in tools:
                 name, args = "shell_command", {"command": script}
             elif "exec_command" in tools:
@@ -249,7 +260,7 @@ def gemini_reply(text, req):
                                  "args": {"file_path": path, "content": word + "\n"}}}
     elif shell and results == 1:
         part = {"functionCall": {"name": "run_shell_command",
-                                 "args": {"command": f"echo ran > {ran}",
+                                 "args": {"command": shell_command(text, ran),
                                           "description": "Run a shell command"}}}
     elif results:
         part = {"text": "Done."}

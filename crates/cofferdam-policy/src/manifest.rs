@@ -37,6 +37,11 @@ pub struct Manifest {
     /// workdir manifest that has them is refused by the caller.
     #[serde(default)]
     pub profiles: std::collections::BTreeMap<String, ProfileSection>,
+    /// Whether the installs under HOME on the caller's `PATH` are lent read-only
+    /// (`--lend-path-toolchains` / `--no-lend-path-toolchains`; default: with an agent
+    /// profile). The user config's only, like `profiles`: the caller refuses it in a workdir
+    /// manifest.
+    pub lend_path_toolchains: Option<bool>,
 }
 
 /// `[profiles.NAME]`: an agent profile, with the keys of the built-in ones (a user profile
@@ -68,6 +73,9 @@ pub struct ProfileSection {
     /// Paths lent read-only.
     #[serde(default)]
     pub read_paths: Vec<String>,
+    /// Whether a run under this profile lends the installs on the caller's `PATH`; over the
+    /// config's top-level key, under the flags.
+    pub lend_path_toolchains: Option<bool>,
 }
 
 /// `[filesystem]`.

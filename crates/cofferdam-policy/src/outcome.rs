@@ -283,6 +283,7 @@ pub fn assemble_bundle(
                 .warnings
                 .iter()
                 .cloned()
+                .chain(policy.warnings.iter().cloned())
                 .chain(policy.skipped_mounts.iter().map(crate::Mount::skipped_line))
                 .collect(),
             output: Default::default(),

@@ -248,6 +248,9 @@ pub struct Policy {
     pub command_patch: Option<CommandPatch>,
     /// `run --label` and `--task-id` ([`crate::orchestration`]); recorded, never a grant.
     pub orchestration: crate::orchestration::Orchestration,
+    /// What the caller should know about this policy before the run (printed as warnings,
+    /// kept in the bundle's `run.warnings`): e.g. a `PATH` entry that is not lent.
+    pub warnings: Vec<String>,
 }
 
 /// Arguments an agent profile adds after the program (issue 19, "argument patches"): the
@@ -460,6 +463,7 @@ pub fn resolve_layered(
         grant_sources: Vec::new(),
         command_patch: None,
         orchestration: Default::default(),
+        warnings: Vec::new(),
     };
     policy.grant_sources = provenance::grant_sources(
         user.map(|l| &l.manifest),
@@ -539,6 +543,7 @@ fn overlay(base: &Manifest, top: &Manifest) -> Manifest {
             allow: union(&base.exec.allow, &top.exec.allow),
         },
         profiles: base.profiles.clone(),
+        lend_path_toolchains: top.lend_path_toolchains.or(base.lend_path_toolchains),
     }
 }
 

@@ -44,6 +44,9 @@ pub struct Profile {
     pub home_var: Option<(String, String)>,
     /// Arguments added to the command, when the agent needs them inside cofferdam.
     pub arg_patch: Option<ArgPatch>,
+    /// Whether a run under it lends the installs on the caller's `PATH` (a user profile's
+    /// `lend_path_toolchains`); `None`: the config's top-level key, else on.
+    pub lend_path_toolchains: Option<bool>,
 }
 
 /// Arguments a profile adds right after the program, unless the command already chooses
@@ -147,7 +150,10 @@ const BUILTINS: &[Builtin] = &[
             ("CLAUDE_CONFIG_DIR", "~/.claude"),
             ("IS_SANDBOX", "1"),
         ],
-        hosts: &["api.anthropic.com:443"],
+        // The API, and where a logged-in (claude.ai) user's OAuth access token is refreshed:
+        // without it a run that starts with an expired token cannot refresh it (measured:
+        // `platform.claude.com:443` was denied and the turn did not start).
+        hosts: &["api.anthropic.com:443", "platform.claude.com:443"],
         base_url_vars: &["ANTHROPIC_BASE_URL"],
         state_dirs: &["~/.claude"],
         provider_config: None,
@@ -177,9 +183,18 @@ const BUILTINS: &[Builtin] = &[
         // Codex's own sandbox (bubblewrap, else Landlock) cannot nest inside cofferdam's:
         // its namespace creation is refused, every tool call fails and the turn still exits
         // 0 having changed nothing. cofferdam's boundary replaces it. A command that picks
-        // its own sandbox mode keeps it.
+        // its own sandbox mode keeps it (and then gets neither argument).
+        // Its shell tool starts a login shell, whose /etc/profile resets PATH; the user's
+        // ~/.profile that puts ~/.local/bin and the like back is in the private HOME, so
+        // the toolchains lent on the caller's PATH would not be found (exit 127): a plain
+        // shell inherits the run's PATH. A later `-c allow_login_shell=true` wins.
         arg_patch: Some((
-            &["-c", "sandbox_mode=\"danger-full-access\""],
+            &[
+                "-c",
+                "sandbox_mode=\"danger-full-access\"",
+                "-c",
+                "allow_login_shell=false",
+            ],
             &[
                 "-s",
                 "--sandbox",
@@ -188,7 +203,9 @@ const BUILTINS: &[Builtin] = &[
                 "sandbox_mode",
             ],
             "Codex's own sandbox cannot nest inside cofferdam's (its tool calls would fail \
-             while the turn exits 0); cofferdam's boundary replaces it",
+             while the turn exits 0); cofferdam's boundary replaces it; and its login shell \
+             would reset PATH (the ~/.profile that restores it is in the private HOME), so \
+             its commands would not find the toolchains lent on PATH",
         )),
         // That file names the next run's allowed destination (and its MCP servers, which
         // run code): the agent may not rewrite it for the run after.
@@ -308,6 +325,7 @@ pub fn builtins() -> Vec<Profile> {
                 unless: owned(unless),
                 why: why.to_owned(),
             }),
+            lend_path_toolchains: None,
         })
         .collect()
 }
@@ -334,6 +352,7 @@ pub fn with_user(user: Option<&crate::manifest::Manifest>) -> Vec<Profile> {
             provider_config: None,
             home_var: None,
             arg_patch: None,
+            lend_path_toolchains: s.lend_path_toolchains,
         };
         match table.iter_mut().find(|b| &b.name == name) {
             Some(b) => *b = p,
@@ -717,6 +736,7 @@ pub fn apply(policy: &mut Policy, x: &Expansion, argv: &[String]) {
             value,
             source: GrantSource::Profile,
             profile: Some(x.name.clone()),
+            absent: false,
         });
     }
 }
@@ -782,7 +802,10 @@ mod tests {
         let claude = &table()[0];
         let home = Path::new("/home/u");
         let none = expand(claude, home, &[], &|_| false, None);
-        assert_eq!(none.allow, vec!["api.anthropic.com:443"]);
+        assert_eq!(
+            none.allow,
+            vec!["api.anthropic.com:443", "platform.claude.com:443"]
+        );
         let env = vec![(
             "ANTHROPIC_BASE_URL".to_owned(),
             "http://127.0.0.1:9000".to_owned(),
@@ -887,6 +910,8 @@ mod tests {
                 "codex",
                 "-c",
                 "sandbox_mode=\"danger-full-access\"",
+                "-c",
+                "allow_login_shell=false",
                 "exec",
                 "hi"
             ])
@@ -905,7 +930,10 @@ mod tests {
             assert_eq!(patch.patched(&argv(own)), None, "{own:?}");
         }
         assert_eq!(patch.patched(&[]), None);
-        assert_eq!(patch.shown(), "-c 'sandbox_mode=\"danger-full-access\"'");
+        assert_eq!(
+            patch.shown(),
+            "-c 'sandbox_mode=\"danger-full-access\"' -c allow_login_shell=false"
+        );
         // Applied: recorded as a grant of the profile and on the policy; not when the
         // command chose, and never for another profile.
         let home = Path::new("/home/u");

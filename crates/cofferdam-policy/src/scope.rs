@@ -14,9 +14,9 @@ use crate::secrets::secret_paths;
 use crate::tier::decide_containment_capped;
 use cofferdam_record::bundle::ResourceDimension;
 use cofferdam_record::scope::{
-    CgroupScopeReport, FilesystemBoundaryReport, HostPathReport, IoMaxReport, ManifestFileReport,
-    ProcessViewReport, PublishReport, ResourceLimitReport, RouteReport, RuntimeDirReport,
-    ScopeReport, StateStoreReport, TempDirReport, UnconfinedReport,
+    CgroupScopeReport, FilesystemBoundaryReport, GrantSourceReport, HostPathReport, IoMaxReport,
+    ManifestFileReport, ProcessViewReport, PublishReport, ResourceLimitReport, RouteReport,
+    RuntimeDirReport, ScopeReport, StateStoreReport, TempDirReport, UnconfinedReport,
 };
 use cofferdam_record::{ContainmentClass, EnforcementTier, HostFacts};
 use std::path::{Path, PathBuf};
@@ -167,7 +167,7 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
             .collect(),
         runtime_writes: Vec::new(),
         manifest_files: manifest_files(p),
-        grant_sources: p.grant_sources.clone(),
+        grant_sources: grant_sources(p),
         resources: resource_rows(p, f, tier),
         io_max: io_max(p, f),
         cgroup_scope: cgroup_scope(p, f),
@@ -187,6 +187,23 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
             ),
         }),
     }
+}
+
+/// `p`'s grant sources, a mount's marked `absent` when it was skipped for a missing source:
+/// it lends nothing on this host (`host_paths` lists it as skipped), as the run records.
+fn grant_sources(p: &Policy) -> Vec<GrantSourceReport> {
+    let skipped: Vec<String> = p
+        .skipped_mounts
+        .iter()
+        .map(crate::policy::provenance::mount_value)
+        .collect();
+    p.grant_sources
+        .iter()
+        .map(|g| GrantSourceReport {
+            absent: g.absent || (g.grant == "filesystem.mounts" && skipped.contains(&g.value)),
+            ..g.clone()
+        })
+        .collect()
 }
 
 fn display(p: &Path) -> String {

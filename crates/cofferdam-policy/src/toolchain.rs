@@ -384,6 +384,7 @@ pub fn apply(policy: &mut Policy, trees: &[PathBuf], home: &Path, roots: &Roots)
                 value: (*var).to_owned(),
                 source: GrantSource::Toolchain,
                 profile: None,
+                absent: false,
             });
         }
     }
@@ -412,6 +413,7 @@ fn push_mount(policy: &mut Policy, t: &Path, mode: MountMode, written: String) {
         value: crate::policy::provenance::mount_value(&m),
         source: GrantSource::Toolchain,
         profile: None,
+        absent: false,
     });
     policy.mounts.push(m);
 }

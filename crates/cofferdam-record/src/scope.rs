@@ -222,6 +222,10 @@ pub struct GrantSourceReport {
     /// The profile's name when `source` is `profile` (shown `profile:<name>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// `true` when the grant names a path that does not exist on this host (an optional
+    /// mount, skipped: `host_paths` lists it as such), so it grants nothing; absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub absent: bool,
 }
 
 impl GrantSourceReport {

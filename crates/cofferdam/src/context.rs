@@ -114,7 +114,14 @@ pub fn policy(args: &PolicyArgs, env: &Env, command: &[String]) -> Result<Policy
     let user = crate::config_files::load_user_config(&env.places.home)?;
     let mut policy = layered_policy(args, env, user.as_ref())?;
     let profiles = cofferdam_policy::profiles::with_user(user.as_ref().map(|u| &u.manifest));
-    crate::profile_apply::apply_profile(&mut policy, args, &profiles, &env.places.home, command)?;
+    crate::profile_apply::apply_profile(
+        &mut policy,
+        args,
+        &profiles,
+        &env.places.home,
+        command,
+        user.as_ref().and_then(|u| u.manifest.lend_path_toolchains),
+    )?;
     Ok(policy)
 }
 
@@ -253,6 +260,21 @@ fn load_manifest(
     };
     let file = crate::config_files::read_manifest(&path, &shown)?;
     let manifest = parse_manifest(&shown, &file.text).map_err(Failure::usage)?;
+    if manifest.lend_path_toolchains.is_some() {
+        let line = file
+            .text
+            .lines()
+            .position(|l| l.trim_start().starts_with(crate::profile_apply::LEND_KEY))
+            .map_or(1, |i| i + 1);
+        return Err(Failure::usage(format!(
+            "{shown}:{line}:1: {key}: a workdir manifest cannot choose whether your PATH's \
+             installs under HOME are lent (that is yours to say)\n  fix: remove the key; pass \
+             --lend-path-toolchains or --no-lend-path-toolchains, or set `{key}` in your user \
+             config ({})",
+            crate::config_files::user_config_path(&env.places.home).display(),
+            key = crate::profile_apply::LEND_KEY
+        )));
+    }
     if let Some(name) = manifest.profiles.keys().next() {
         return Err(Failure::usage(format!(
             "{shown}: profiles.{name}: a workdir manifest cannot define agent profiles (they \

@@ -12,6 +12,7 @@ use crate::exit::Failure;
 use cofferdam_policy::Policy;
 use cofferdam_policy::profiles::{self, Choice, Expansion};
 use cofferdam_policy::toolchain;
+use cofferdam_record::scope::{GrantSource, GrantSourceReport};
 use std::path::{Path, PathBuf};
 
 /// Where `program` is: itself when it names a path, else the first executable match on
@@ -67,14 +68,57 @@ pub fn expand(p: &profiles::Profile, home: &Path) -> Expansion {
     )
 }
 
+/// Whether the run lends the installs under HOME on the caller's `PATH`, and the grant row
+/// saying what decided it: a flag, then the chosen user profile's `lend_path_toolchains`,
+/// then the user config's top-level one (`user`), else on exactly when a profile is chosen.
+fn lend_decision(
+    args: &PolicyArgs,
+    user: Option<bool>,
+    chosen: Option<&profiles::Profile>,
+) -> (bool, GrantSourceReport) {
+    let row = |on: bool, value: String, source: GrantSource, profile: Option<String>| {
+        let grant = GrantSourceReport {
+            grant: LEND_KEY.to_owned(),
+            value,
+            source,
+            profile,
+            absent: false,
+        };
+        (on, grant)
+    };
+    let word = |on: bool| if on { "true" } else { "false" }.to_owned();
+    if args.lend_path_toolchains || args.no_lend_path_toolchains {
+        let on = args.lend_path_toolchains;
+        return row(on, word(on), GrantSource::Flag, None);
+    }
+    if let Some(p) = chosen
+        && let Some(on) = p.lend_path_toolchains
+    {
+        let value = format!("{} (profiles.{})", word(on), p.name);
+        return row(on, value, GrantSource::UserConfig, None);
+    }
+    if let Some(on) = user {
+        return row(on, word(on), GrantSource::UserConfig, None);
+    }
+    match chosen {
+        Some(p) => row(true, word(true), GrantSource::Profile, Some(p.name.clone())),
+        None => row(false, word(false), GrantSource::Default, None),
+    }
+}
+
+/// The user-config key (and grant name) of `--lend-path-toolchains`.
+pub const LEND_KEY: &str = "lend_path_toolchains";
+
 /// Add the profile the command's program (or `--agent`) selects to `policy`; nothing with
 /// `--no-agent-defaults` or for a program no profile names. `command` is empty for `scope`.
+/// `user_lend` is the user config's top-level `lend_path_toolchains`.
 pub fn apply_profile(
     policy: &mut Policy,
     args: &PolicyArgs,
     table: &[profiles::Profile],
     home: &Path,
     command: &[String],
+    user_lend: Option<bool>,
 ) -> Result<(), Failure> {
     let located = command.first().map(|p| locate(p));
     let chosen = profiles::select(
@@ -84,7 +128,7 @@ pub fn apply_profile(
         located.as_ref().and_then(|(_, r)| r.as_deref()),
     )
     .map_err(|e| Failure::usage(e.to_string()))?;
-    let profiled = chosen.is_some();
+    let (lend, lend_row) = lend_decision(args, user_lend, chosen);
     if let Some(p) = chosen {
         let mut x = expand(p, home);
         // Its arguments are the agent's: not added to another program run under its
@@ -120,11 +164,52 @@ pub fn apply_profile(
             &exists,
         ));
     }
-    if args.lend_path_toolchains || (profiled && !args.no_lend_path_toolchains) {
+    if lend {
         trees.extend(path_toolchains(home, &roots, &policy.workdir));
     }
     toolchain::apply(policy, &trees, home, &roots);
+    // Turned off where it would be on (a profile's default): its shell tool will not find
+    // what the caller's PATH has under HOME, and the run says so before it starts.
+    if !lend && chosen.is_some() {
+        let off_by = match lend_row.source {
+            GrantSource::Flag => "--no-lend-path-toolchains".to_owned(),
+            _ => format!(
+                "`{LEND_KEY} = false` in {}",
+                crate::config_files::user_config_path(home).display()
+            ),
+        };
+        let would = path_toolchains(home, &roots, &policy.workdir);
+        policy
+            .warnings
+            .extend(unlent_path_dirs(policy, home, &would).iter().map(|d| {
+                format!(
+                    "PATH entry {d} is under HOME, private inside, and not lent ({off_by}): its \
+                     programs are not found in the run (exit 127); lend it read-only with \
+                     `--mount {d}:read`, or every known toolchain on PATH with \
+                     `--lend-path-toolchains`",
+                    d = d.display()
+                )
+            }));
+    }
+    policy.grant_sources.push(lend_row);
     Ok(())
+}
+
+/// The caller's `PATH` directories under HOME (which is private inside) that toolchain
+/// lending would lend (`would`, [`path_toolchains`]) and no mount of `policy` lends.
+fn unlent_path_dirs(policy: &Policy, home: &Path, would: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for e in path_entries() {
+        let dir = cofferdam_policy::policy::normalize(&e.dir);
+        let lent = policy.mounts.iter().any(|m| {
+            m.mode != cofferdam_policy::manifest::MountMode::Hide && dir.starts_with(&m.target)
+        });
+        let lendable = would.iter().any(|t| dir.starts_with(t));
+        if dir.starts_with(home) && lendable && !lent && !out.contains(&dir) {
+            out.push(dir);
+        }
+    }
+    out
 }
 
 /// How many entries of a `PATH` directory whose programs may lead elsewhere

@@ -41,6 +41,7 @@ pub fn grant_sources(
             value,
             source,
             profile: None,
+            absent: false,
         })
     };
     // A scalar: the highest layer that sets it.

@@ -43,6 +43,7 @@ pub(crate) fn request(args: &RunArgs, json: bool) -> Result<RunRequest, Failure>
     let skipped = super::preflight::skip_missing_optional(&mut policy);
     for warning in skipped
         .into_iter()
+        .chain(policy.warnings.iter().cloned())
         .chain(super::preflight::check(&policy, args.stage.as_deref())?)
     {
         eprintln!("cofferdam: warning: {}", crate::shown_text(&warning));

@@ -140,10 +140,12 @@ pub fn render(r: &ScopeReport, s: Style) -> String {
         ),
     );
     row(&mut o, "read-only", &list(&r.read_only_paths));
+    // A skipped mount (its source absent here) lends nothing: listed as skipped, not a mount.
     for p in &r.host_paths {
+        let skipped = p.effect.starts_with("skipped");
         row(
             &mut o,
-            &format!("mount {}", p.mode),
+            &format!("{} {}", if skipped { "skipped" } else { "mount" }, p.mode),
             &format!(
                 "{} -> {}: {}",
                 escape(&p.source),
@@ -188,11 +190,12 @@ pub fn render(r: &ScopeReport, s: Style) -> String {
     row(&mut o, "env injected", &list(&r.env_injected));
     row(&mut o, "exec allow", &list(&r.shell_allow));
     row(&mut o, "trust store", &list(&r.trust_store));
-    // Where each grant came from (flag, user config, manifest); defaults are not listed.
+    // Where each grant came from (flag, user config, manifest); defaults are not listed, nor
+    // a mount whose source is absent here (it is listed as skipped above).
     for g in r
         .grant_sources
         .iter()
-        .filter(|g| g.source != cofferdam_record::scope::GrantSource::Default)
+        .filter(|g| g.source != cofferdam_record::scope::GrantSource::Default && !g.absent)
     {
         row(
             &mut o,

@@ -225,6 +225,8 @@ fn scope_with_agent_lists_the_profile_grants_and_state_stores() {
     let s = Sandbox::new();
     std::fs::create_dir(s.home.path().join(".claude")).unwrap();
     let (v, _) = claude_scope_allows(&s, "api.anthropic.com:443");
+    // Where a claude.ai login's OAuth token is refreshed.
+    claude_scope_allows(&s, "platform.claude.com:443");
     assert_eq!(v["network_mode"], "allow", "{}", v["network_mode"]);
     let stores = v["state_stores"].to_string();
     assert!(stores.contains("profile:claude"), "{stores}");

@@ -153,13 +153,27 @@ fn agent_turn_answering(
     argv: &[&str],
     answers: &str,
 ) {
+    agent_turn_with(s, srv, env, &[], argv, answers);
+}
+
+/// [`agent_turn_answering`] with cofferdam `flags` before the `--`.
+fn agent_turn_with(
+    s: &Sandbox,
+    srv: &ModelServer,
+    env: &[(&str, String)],
+    flags: &[&str],
+    argv: &[&str],
+    answers: &str,
+) {
     let mut c = s.cmd();
     for (k, v) in env {
         c.env(k, v);
     }
     let out = c
         .write_stdin(answers)
-        .args(["run", "--"])
+        .arg("run")
+        .args(flags)
+        .arg("--")
         .args(argv)
         .timeout(std::time::Duration::from_secs(300))
         .output()
@@ -262,6 +276,7 @@ fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
     let ran_argv = b["run"]["command"].as_array().unwrap().clone();
     assert_eq!(ran_argv[1], "-c", "{ran_argv:?}");
     assert_eq!(ran_argv[2], "sandbox_mode=\"danger-full-access\"");
+    assert_eq!(ran_argv[3..5], ["-c", "allow_login_shell=false"]);
     assert_eq!(
         b["orchestration"]["argument_patches"][0]["profile"], "codex",
         "{}",
@@ -274,7 +289,10 @@ fn codex_writes_a_file_into_the_stage_with_its_provider_from_its_own_config() {
         .unwrap();
     let review = String::from_utf8_lossy(&review.stdout);
     assert!(
-        review.contains("profile:codex added `-c 'sandbox_mode=\"danger-full-access\"'`"),
+        review.contains(
+            "profile:codex added `-c 'sandbox_mode=\"danger-full-access\"' \
+             -c allow_login_shell=false`"
+        ),
         "{review}"
     );
     // Its session state persisted on the host, outside review.
@@ -535,4 +553,264 @@ fn claude_code_tui_under_tmux_stages_the_edit_typed_in() {
             && d["decision"] == "allowed"),
         "{ds:?}"
     );
+}
+
+/// The program the lent-tool turns run, installed only in the test HOME's `~/.local/bin`.
+const LENT_TOOL: &str = "cofferdam-lent-tool";
+
+/// `LENT_TOOL` in `~/.local/bin` of `s`'s HOME: it prints a line, then tries to write into
+/// its own directory and says whether it could. Returns the `PATH` the agent is started
+/// with (that directory first, then the test's own) and the directory.
+fn local_bin_tool(s: &Sandbox) -> (String, PathBuf) {
+    let local = s.home.path().join(".local");
+    let bin = local.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for d in [&local, &bin] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let tool = bin.join(LENT_TOOL);
+    std::fs::write(
+        &tool,
+        format!(
+            "#!/bin/sh\necho lent-tool ran\n\
+             if echo x > '{}' 2>/dev/null; then echo planted; else echo plant-refused; fi\n",
+            bin.join("planted").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (path, bin)
+}
+
+/// The lines `last`'s review adds (what the turn's files hold in the stage).
+fn staged_lines(s: &Sandbox) -> String {
+    let out = s.cmd().args(["diff", "last"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The host paths `b`'s access policy mounts, with their modes.
+fn bundle_mounts(b: &serde_json::Value) -> Vec<(String, String)> {
+    b["filesystem"]["access_policy"]["mounts"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|m| {
+            (
+                m["source"].as_str().unwrap_or_default().to_owned(),
+                m["mode"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The agent's turn runs `LENT_TOOL` from `~/.local/bin` through its shell tool, twice: with
+/// the profile's toolchain lending (the default) the directory is lent read-only, credited
+/// to `toolchain` in `scope --json` and listed with the bundle's mounts, the tool runs, its
+/// output is staged and its write into its own directory is refused; with
+/// `--no-lend-path-toolchains` the same command is not found (exit 127), and the run's
+/// warning names the PATH entry that is not lent and how to lend it.
+fn lent_tool_turns(
+    s: &Sandbox,
+    srv: &ModelServer,
+    agent: &str,
+    env: &[(&str, String)],
+    argv: &[&str],
+) {
+    let bin = s.home.path().join(".local/bin");
+    let ran = s.work.path().join("agent-ran.txt");
+    let shown = bin.display().to_string();
+    let path = env
+        .iter()
+        .find(|(k, _)| *k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+
+    agent_turn(s, srv, env, argv);
+    let b = ran_staged(s, srv, &ran);
+    let lines = staged_lines(s);
+    for want in ["+lent-tool ran", "+plant-refused", "+rc=0"] {
+        assert!(lines.contains(want), "{want}:\n{lines}\n{}", srv.requests());
+    }
+    assert!(
+        !bin.join("planted").exists(),
+        "the tool wrote into ~/.local/bin"
+    );
+    assert!(
+        bundle_mounts(&b).contains(&(shown.clone(), "read".to_owned())),
+        "{}",
+        b["filesystem"]["access_policy"]
+    );
+    // The run's own record of its grants (the trace's session start) credits the toolchain.
+    let value = format!("{shown} -> {shown} (read)");
+    let trace = std::fs::read_to_string(b["run"]["event_stream_ref"].as_str().unwrap()).unwrap();
+    let start: serde_json::Value = trace
+        .lines()
+        .find(|l| l.contains("effective_grants"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .expect("the session start");
+    let traced = start.to_string();
+    assert!(
+        find_rows(&start).iter().any(|g| {
+            g["grant"] == "filesystem.mounts" && g["value"] == value && g["source"] == "toolchain"
+        }),
+        "{traced}"
+    );
+    let v = json_of(
+        &s.cmd()
+            .env("PATH", &path)
+            .args(["scope", "--json", "--agent", agent])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        v["grant_sources"].as_array().unwrap().iter().any(|g| {
+            g["grant"] == "filesystem.mounts" && g["value"] == value && g["source"] == "toolchain"
+        }),
+        "{}",
+        v["grant_sources"]
+    );
+    assert!(
+        v["host_paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["source"] == shown && h["mode"] == "read"),
+        "{}",
+        v["host_paths"]
+    );
+
+    // Off: the same turn's command is not found, and the run says which entry is not lent.
+    let mut c = s.cmd();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c
+        .args(["run", "--no-lend-path-toolchains", "--"])
+        .args(argv)
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{}", srv.requests());
+    let b = ran_staged(s, srv, &ran);
+    let lines = staged_lines(s);
+    assert!(
+        lines.contains("+rc=127") && lines.contains(LENT_TOOL) && lines.contains("not found"),
+        "{lines}\n{}",
+        srv.requests()
+    );
+    assert!(!lines.contains("+lent-tool ran"), "{lines}");
+    assert!(
+        !bundle_mounts(&b).iter().any(|(src, _)| *src == shown),
+        "{}",
+        b["filesystem"]["access_policy"]
+    );
+    let why = format!(
+        "PATH entry {shown} is under HOME, private inside, and not lent \
+         (--no-lend-path-toolchains): its programs are not found in the run (exit 127)"
+    );
+    assert!(stderr.contains(&why), "{stderr}");
+    let warnings = b["run"]["warnings"].to_string();
+    assert!(
+        warnings.contains(&why) && warnings.contains(&format!("--mount {shown}:read")),
+        "{warnings}"
+    );
+}
+
+#[test]
+fn claude_code_runs_a_tool_from_local_bin_lent_read_only() {
+    let Some(s) = ready("claude") else { return };
+    std::fs::create_dir(s.home.path().join(".claude")).unwrap();
+    let (path, _) = local_bin_tool(&s);
+    let srv = ModelServer::start();
+    let (_, p) = prompt(&s);
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={} TOOL={LENT_TOOL}", ran.display());
+    let env = [
+        (
+            "ANTHROPIC_BASE_URL",
+            format!("http://127.0.0.1:{}", srv.port),
+        ),
+        ("ANTHROPIC_API_KEY", "dummy-key".to_owned()),
+        ("PATH", path),
+    ];
+    let argv = ["claude", "-p", &p, "--dangerously-skip-permissions"];
+    lent_tool_turns(&s, &srv, "claude", &env, &argv);
+}
+
+#[test]
+fn gemini_cli_runs_a_tool_from_local_bin_lent_read_only() {
+    let Some(s) = ready("gemini") else { return };
+    let gemini = s.home.path().join(".gemini");
+    std::fs::create_dir(&gemini).unwrap();
+    std::fs::write(
+        gemini.join("settings.json"),
+        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
+    )
+    .unwrap();
+    let (path, _) = local_bin_tool(&s);
+    let srv = ModelServer::start();
+    let (_, p) = prompt(&s);
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={} TOOL={LENT_TOOL}", ran.display());
+    let env = [
+        (
+            "GOOGLE_GEMINI_BASE_URL",
+            format!("http://127.0.0.1:{}", srv.port),
+        ),
+        ("GEMINI_API_KEY", "dummy-key".to_owned()),
+        ("PATH", path),
+    ];
+    lent_tool_turns(&s, &srv, "gemini", &env, &["gemini", "--yolo", "-p", &p]);
+}
+
+/// Codex runs its commands in a login shell, which resets PATH; the profile's
+/// `-c allow_login_shell=false` keeps the run's PATH, lent toolchains and all.
+#[test]
+fn codex_runs_a_tool_from_local_bin_lent_read_only() {
+    let Some(s) = ready("codex") else { return };
+    let srv = ModelServer::start();
+    let codex = s.home.path().join(".codex");
+    std::fs::create_dir(&codex).unwrap();
+    std::fs::write(
+        codex.join("config.toml"),
+        format!(
+            "model_provider = \"mock\"\nmodel = \"mock-model\"\n\
+             [model_providers.mock]\nname = \"mock\"\n\
+             base_url = \"http://127.0.0.1:{}/v1\"\nenv_key = \"MOCK_API_KEY\"\n\
+             wire_api = \"responses\"\n",
+            srv.port
+        ),
+    )
+    .unwrap();
+    let (path, _) = local_bin_tool(&s);
+    let (_, p) = prompt(&s);
+    let ran = s.work.path().join("agent-ran.txt");
+    let p = format!("{p} RUN={} TOOL={LENT_TOOL}", ran.display());
+    let env = [("MOCK_API_KEY", "dummy-key".to_owned()), ("PATH", path)];
+    let argv = ["codex", "exec", "--skip-git-repo-check", &p];
+    lent_tool_turns(&s, &srv, "codex", &env, &argv);
+}
+
+/// Every `grant_sources` row anywhere in `v`.
+fn find_rows(v: &serde_json::Value) -> Vec<serde_json::Value> {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut out: Vec<serde_json::Value> = m
+                .get("grant_sources")
+                .and_then(|g| g.as_array())
+                .cloned()
+                .unwrap_or_default();
+            out.extend(m.values().flat_map(find_rows));
+            out
+        }
+        serde_json::Value::Array(a) => a.iter().flat_map(find_rows).collect(),
+        _ => Vec::new(),
+    }
 }

@@ -201,3 +201,110 @@ fn scope_says_floor_not_met_exactly_when_run_refuses_and_its_grants_hold() {
     // The matrix has both sides, so the agreement is tested on each.
     assert!(refused > 10 && ran > 10, "refused {refused}, ran {ran}");
 }
+
+/// A profile's optional credential file that does not exist on this host (here a user
+/// profile's `~/.mine/.credentials.json`, beside a present `settings.json`, in its state
+/// dir): `scope` does not list it as an effective grant (text: a `skipped` row and no
+/// `granted by`; `--json`: its `filesystem.mounts` row is `absent`), and the run agrees:
+/// the bundle lends every mount row that is not absent and none that is, records the
+/// absent one as skipped in `run.warnings`, and its trace's effective grants mark it too.
+#[test]
+fn a_profile_credential_absent_here_is_no_grant_in_scope_nor_in_the_run() {
+    if !require("user namespaces", userns_independently()) {
+        return;
+    }
+    let s = Sandbox::new();
+    let home = s.home.path();
+    let cfg = home.join(".config/cofferdam/config.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cfg,
+        "[profiles.mine]\nprograms = [\"mine\"]\nstate_dirs = [\"~/.mine\"]\n\
+         read_paths = [\"~/.mine/.credentials.json\", \"~/.mine/settings.json\"]\n",
+    )
+    .unwrap();
+    std::fs::create_dir(home.join(".mine")).unwrap();
+    std::fs::write(home.join(".mine/settings.json"), "{}").unwrap();
+    let creds = home.join(".mine/.credentials.json").display().to_string();
+    let settings = home.join(".mine/settings.json").display().to_string();
+    let flags = ["--agent", "mine", "--network", "none"];
+
+    let r = json_of(
+        &s.cmd()
+            .args(["scope", "--json"])
+            .args(flags)
+            .output()
+            .unwrap(),
+    );
+    let mounts: Vec<&Value> = r["grant_sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["grant"] == "filesystem.mounts")
+        .collect();
+    let row = |p: &str| {
+        mounts
+            .iter()
+            .find(|g| g["value"] == format!("{p} -> {p} (read)"))
+            .unwrap_or_else(|| panic!("no row for {p}: {mounts:?}"))
+    };
+    assert_eq!(row(&creds)["absent"], true, "{mounts:?}");
+    assert!(row(&settings).get("absent").is_none(), "{mounts:?}");
+    let text = s.cmd().arg("scope").args(flags).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let granted: Vec<&str> = text.lines().filter(|l| l.contains("granted by")).collect();
+    // (Its `filesystem.creatable` row stays: the run can create it, and that is set aside.)
+    assert!(
+        !granted
+            .iter()
+            .any(|l| l.contains("filesystem.mounts") && l.contains(".credentials.json")),
+        "{text}"
+    );
+    assert!(granted.iter().any(|l| l.contains(&settings)), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("skipped read") && l.contains(&creds)),
+        "{text}"
+    );
+
+    let run = s
+        .cmd()
+        .arg("run")
+        .args(flags)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    let b = last_bundle(s.store.path());
+    let lent: Vec<String> = b["filesystem"]["access_policy"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["source"].as_str().unwrap().to_owned())
+        .collect();
+    for g in &mounts {
+        let source = g["value"].as_str().unwrap().split(" -> ").next().unwrap();
+        assert_eq!(
+            lent.iter().any(|l| l == source),
+            g.get("absent").is_none(),
+            "scope row {g} vs the bundle's mounts {lent:?}"
+        );
+    }
+    let warnings = b["run"]["warnings"].to_string();
+    assert!(
+        warnings.contains("optional mount ~/.mine/.credentials.json (profile:mine) skipped"),
+        "{warnings}"
+    );
+    let trace = std::fs::read_dir(s.store.path().join("jobs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("trace.jsonl"))
+        .find(|p| p.exists())
+        .expect("a trace");
+    let trace = std::fs::read_to_string(trace).unwrap();
+    let start = trace
+        .lines()
+        .find(|l| l.contains("effective_grants"))
+        .expect("the session start");
+    assert!(start.contains("\"absent\":true"), "{start}");
+}

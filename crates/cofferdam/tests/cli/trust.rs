@@ -164,3 +164,131 @@ fn trust_pins_lists_untrusts_on_change_and_removes() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(!elsewhere.join("trusted.toml").exists());
 }
+
+/// `scope --json` with `~/.local/bin` (a known install root) on PATH: the
+/// `lend_path_toolchains` row (value, source) and whether that directory is lent.
+fn lending(s: &Sandbox, args: &[&str]) -> (String, String, bool) {
+    let bin = s.home.path().join(".local/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = s
+        .cmd()
+        .env("PATH", path)
+        .args(["scope", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    let rows = v["grant_sources"].as_array().unwrap();
+    let row = rows
+        .iter()
+        .find(|g| g["grant"] == "lend_path_toolchains")
+        .unwrap_or_else(|| panic!("no lend_path_toolchains row: {rows:?}"));
+    let shown = bin.display().to_string();
+    let lent = v["host_paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["source"] == shown && h["mode"] == "read");
+    (
+        row["value"].as_str().unwrap().to_owned(),
+        row["source"].as_str().unwrap().to_owned(),
+        lent,
+    )
+}
+
+#[test]
+fn lend_path_toolchains_in_the_user_config_and_its_profiles_under_the_flags() {
+    let s = Sandbox::new();
+    let v = |a: &str, b: &str, lent: bool| (a.to_owned(), b.to_owned(), lent);
+    // cofferdam's default: off without a profile, on with one.
+    assert_eq!(lending(&s, &[]), v("false", "default", false));
+    assert_eq!(
+        lending(&s, &["--agent", "claude"]),
+        v("true", "profile", true)
+    );
+    // The config over the default, for any command, and for a profile.
+    put_config(&s, "lend_path_toolchains = true\n");
+    assert_eq!(lending(&s, &[]), v("true", "user_config", true));
+    put_config(&s, "lend_path_toolchains = false\n");
+    assert_eq!(
+        lending(&s, &["--agent", "claude"]),
+        v("false", "user_config", false)
+    );
+    // The flags over the config.
+    assert_eq!(
+        lending(&s, &["--agent", "claude", "--lend-path-toolchains"]),
+        v("true", "flag", true)
+    );
+    put_config(&s, "lend_path_toolchains = true\n");
+    assert_eq!(
+        lending(&s, &["--no-lend-path-toolchains"]),
+        v("false", "flag", false)
+    );
+    // A user profile's key over the top-level one, under the flags.
+    put_config(
+        &s,
+        "lend_path_toolchains = true\n[profiles.mine]\nprograms = [\"mine\"]\n\
+         lend_path_toolchains = false\n",
+    );
+    assert_eq!(
+        lending(&s, &["--agent", "mine"]),
+        v("false (profiles.mine)", "user_config", false)
+    );
+    assert_eq!(
+        lending(&s, &["--agent", "mine", "--lend-path-toolchains"]),
+        v("true", "flag", true)
+    );
+    assert_eq!(
+        lending(&s, &["--agent", "claude"]),
+        v("true", "user_config", true)
+    );
+    // The text report names the source.
+    let out = s.cmd().args(["scope"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("granted by      lend_path_toolchains true: user config"),
+        "{text}"
+    );
+
+    // Errors name the file, line, key and fix, as the other keys' do.
+    let p = put_config(&s, "\nlend_path_toolchains = \"yes\"\n");
+    let (code, err) = scope_err(&s);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{}:2:", p.display()))
+            && err.contains("lend_path_toolchains")
+            && err.contains("true or false")
+            && err.contains("fix:"),
+        "{err}"
+    );
+    put_config(
+        &s,
+        "[profiles.mine]\nprograms = [\"mine\"]\nlend_path_toolchains = 1\n",
+    );
+    let (code, err) = scope_err(&s);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(":3:")
+            && err.contains("profiles.mine.lend_path_toolchains")
+            && err.contains("fix:"),
+        "{err}"
+    );
+    // A workdir manifest cannot say: the caller's PATH is the user's.
+    std::fs::remove_file(config(&s)).unwrap();
+    s.write(
+        "cofferdam.toml",
+        "containment = \"sealed\"\n\nlend_path_toolchains = false\n[network]\nmode = \"none\"\n",
+    );
+    let (code, err) = scope_err(&s);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("cofferdam.toml:3:1: lend_path_toolchains: a workdir manifest cannot")
+            && err.contains("fix: remove the key"),
+        "{err}"
+    );
+}
