@@ -23,6 +23,8 @@ struct Review<'a> {
     #[serde(flatten)]
     bundle: &'a RunBundle,
     review_context: serde_json::Value,
+    /// What cooperating agents noted (`cofferdam ctl note`), always present.
+    agent_notes: Vec<crate::cmd::notes::AgentNote>,
 }
 
 /// The job's state, with an `active` job whose supervisor is gone shown as `interrupted`.
@@ -89,7 +91,7 @@ fn print_review_json(
         })),
     });
     let Some(mut bundle) = bundle else {
-        return crate::print_json(&json!({ "review_context": context }));
+        return crate::print_json(&json!({ "review_context": context, "agent_notes": [] }));
     };
     if let Some(saved) = bundle.filesystem.as_ref() {
         let saved_view = json!({
@@ -127,6 +129,7 @@ fn print_review_json(
         }
     }
     crate::print_json(&Review {
+        agent_notes: crate::cmd::notes::agent_notes(&bundle),
         bundle: &bundle,
         review_context: context,
     })
@@ -485,6 +488,7 @@ fn render_bundle(
     for g in git {
         render_git(o, g, rollup.is_some(), s);
     }
+    crate::cmd::notes::render_review(o, b, s);
     let mut warnings: Vec<&String> = b.safety.warnings.iter().chain(&b.run.warnings).collect();
     // The supervisor's warnings are in both lists: show each once.
     let mut seen = std::collections::HashSet::new();
