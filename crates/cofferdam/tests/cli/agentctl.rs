@@ -211,6 +211,17 @@ for _ in range(100):
     except OSError as e:
         print("connect failed", e)
 print("held", len(held))
+# While all are held (none has reached the 2 s read timeout), at most 8 are served: every
+# other one is answered with a refusal at once.
+import select
+refused, waiting, until = 0, list(held), time.time() + 1.5
+while waiting and time.time() < until:
+    ready, _, _ = select.select(waiting, [], [], 0.1)
+    for s in ready:
+        if b"open already" in s.recv(4096):
+            refused += 1
+        waiting.remove(s)
+print("refused-held", refused)
 for s in held:
     s.close()
 # The closed ones' threads end on their own; until they have, a connection is refused as
@@ -263,6 +274,7 @@ fn a_hostile_client_is_refused_and_counted_and_the_run_ends_normally() {
     assert!(line("garbage ").contains("not a request"), "{stdout}");
     assert!(line("long ").contains("at most 4096 bytes"), "{stdout}");
     assert_eq!(line("held "), "held 100", "{stdout}");
+    assert_eq!(line("refused-held "), "refused-held 92", "{stdout}");
     assert!(line("slow ").contains("did not end in time"), "{stdout}");
     assert!(line("after ").contains("true"), "{stdout}");
 
