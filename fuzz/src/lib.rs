@@ -640,6 +640,44 @@ pub fn status(data: &[u8]) -> usize {
     read
 }
 
+/// Target `agentctl`: bytes as one request line on a run's control socket (what any
+/// process of the run may send) to `cofferdam_policy::agentctl::parse_request`. Whether it
+/// parsed. Checks: no panic; only a line shorter than the limit parses; a note's text is
+/// never blank, a `status` has no argument; an accepted request writes to one line that
+/// reads back equal; a refusal's reply is one line.
+pub fn agentctl(data: &[u8]) -> bool {
+    use cofferdam_policy::agentctl::{MESSAGE_MAX, Reply, RequestKind, parse_request};
+    match parse_request(data) {
+        Ok(r) => {
+            assert!(data.len() < MESSAGE_MAX, "an over-long line parsed");
+            match r.request {
+                RequestKind::Note => assert!(
+                    r.argument.as_ref().is_some_and(|t| !t.trim().is_empty()),
+                    "a note without text"
+                ),
+                RequestKind::Status => assert!(r.argument.is_none(), "a status with an argument"),
+                RequestKind::Checkpoint => {}
+            }
+            let line = serde_json::to_vec(&r).expect("a request writes");
+            assert!(!line.contains(&b'\n'), "a written request spans lines");
+            if line.len() < MESSAGE_MAX {
+                let back = parse_request(&line).expect("a written request reads back");
+                assert_eq!(back, r, "the request changed in a write and read");
+            }
+            true
+        }
+        Err(e) => {
+            let reply = Reply::refused(e.to_string()).line();
+            assert_eq!(
+                reply.iter().filter(|&&b| b == b'\n').count(),
+                1,
+                "a refusal spans lines"
+            );
+            false
+        }
+    }
+}
+
 /// Target `import`: bytes as an export archive (zstd-compressed when they start with the
 /// zstd magic number, else the tar stream itself) to `cofferdam_stage::archive::import`,
 /// into a fresh store, applying onto a fresh workdir beside a canary directory. Whether it

@@ -30,6 +30,7 @@ pub use scope::{ScopeInputs, build_scope_report};
 pub mod doctor;
 
 pub use doctor::{CheckStatus, DoctorReport, doctor};
+pub mod agentctl;
 pub mod cgroup_plan;
 pub mod controls;
 pub mod flag;

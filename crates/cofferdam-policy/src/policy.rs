@@ -53,8 +53,15 @@ pub const DEFAULT_PROJECTED_ENV: &[&str] = &[
     "NO_COLOR",
 ];
 
-/// Variables cofferdam sets inside every run.
-pub const INJECTED_ENV: &[&str] = &["HOME", "USER", "TMPDIR", "COFFERDAM_RUN_ID"];
+/// Variables cofferdam sets inside every run (`COFFERDAM_CTL`: the agentctl socket,
+/// [`crate::agentctl`]).
+pub const INJECTED_ENV: &[&str] = &[
+    "HOME",
+    "USER",
+    "TMPDIR",
+    "COFFERDAM_RUN_ID",
+    "COFFERDAM_CTL",
+];
 
 /// Proxy variables set inside when the network mode is `allow`.
 pub const PROXY_ENV: &[&str] = &[

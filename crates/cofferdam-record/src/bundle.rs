@@ -23,9 +23,9 @@ mod run;
 mod safety;
 
 pub use context::{
-    AccessDenial, AccessObservation, AgentCtlClient, AgentCtlDirective, AgentCtlRequest,
-    AgentCtlSnapshot, BundleArtifact, DENIALS_MAX, EnvironmentProjection, Operation, OperationKind,
-    OperationObservation, RULES_MAX, RuleCounter, RunLineage,
+    AccessDenial, AccessObservation, AgentCtlClient, AgentCtlCounters, AgentCtlDirective,
+    AgentCtlRequest, AgentCtlSnapshot, BundleArtifact, DENIALS_MAX, EnvironmentProjection,
+    Operation, OperationKind, OperationObservation, RULES_MAX, RuleCounter, RunLineage,
 };
 pub use control::{ControlDimension, ControlMechanism};
 pub use executor::{

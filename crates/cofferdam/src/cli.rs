@@ -107,6 +107,10 @@ pub enum Command {
     /// Immutable savepoints of a stopped job's stage: create, list, show, delete.
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
+    /// From inside a run: leave a note for the reviewer, ask for a checkpoint, read the
+    /// run's policy (agentctl, over the socket in COFFERDAM_CTL).
+    #[command(subcommand)]
+    Ctl(CtlCommand),
     /// Run the tasks of a TOML or JSON Lines file, N at once, each a labelled job.
     Batch(BatchArgs),
     /// Print manifests that run cofferdam elsewhere: `k8s job` (a Kubernetes Job).
@@ -237,6 +241,35 @@ pub enum CheckpointCommand {
     Delete {
         /// The checkpoint: its id, 4 or more characters of one, or its name.
         id: String,
+    },
+}
+
+/// `cofferdam ctl …` (run inside a job; `docs/agentctl.md`).
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// Leave a note for the reviewer: `status --review` shows it, as the agent's words.
+    Note {
+        /// The note (the words are joined with spaces; at most about 4 KiB).
+        #[arg(required = true, num_args = 1.., value_name = "TEXT")]
+        text: Vec<String>,
+        /// The client's name as recorded (default `cofferdam-ctl`).
+        #[arg(long, value_name = "NAME")]
+        client: Option<String>,
+    },
+    /// Ask for a checkpoint of the stage: taken when the run has ended and its stage is
+    /// sealed; its id is in the bundle's agentctl.directives and `checkpoint list`.
+    Checkpoint {
+        /// A name for it (letters, digits, `.`, `_`, `-`; unique within the job).
+        name: Option<String>,
+        /// The client's name as recorded (default `cofferdam-ctl`).
+        #[arg(long, value_name = "NAME")]
+        client: Option<String>,
+    },
+    /// The run's policy and limits as cofferdam planned them (not evidence of enforcement).
+    Status {
+        /// The client's name as recorded (default `cofferdam-ctl`).
+        #[arg(long, value_name = "NAME")]
+        client: Option<String>,
     },
 }
 

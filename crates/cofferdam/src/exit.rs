@@ -16,6 +16,8 @@ pub const CONFLICT: u8 = 3;
 pub const NOT_FOUND: u8 = 4;
 /// The job is busy (its run is live, or another apply/drop/checkpoint holds it).
 pub const BUSY: u8 = 5;
+/// `ctl`: not inside a run (no `COFFERDAM_CTL`), or its control socket cannot be reached.
+pub const NO_CTL: u8 = 6;
 /// cofferdam failed before the command started, including a floor the host cannot meet.
 pub const SETUP: u8 = 125;
 
@@ -31,6 +33,7 @@ pub const CODES: &[u8] = &[
     CONFLICT,
     NOT_FOUND,
     BUSY,
+    NO_CTL,
     SETUP,
 ];
 
@@ -86,6 +89,15 @@ pub fn describe(code: u8, command: &str) -> (&'static str, String) {
         INVALID if command == "import" => (
             "invalid",
             "the message names what is wrong with the archive; export the job again".to_owned(),
+        ),
+        INVALID if command == "ctl" => (
+            "refused",
+            "the message says why the run's supervisor refused the request".to_owned(),
+        ),
+        NO_CTL => (
+            "no_ctl",
+            "`cofferdam ctl` talks to the run it runs inside; outside a run there is none"
+                .to_owned(),
         ),
         NOT_RUNNING => (
             "not_running",

@@ -125,6 +125,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         }
         Command::Export(a) => cmd::export::export(a, cli.global.json),
         Command::Import(a) => cmd::import::import(a, cli.global.json),
+        Command::Ctl(c) => cmd::ctl::ctl(c, cli.global.json),
         Command::Batch(a) => cmd::batch::batch(a, cli.global.json),
         Command::K8s(K8sCommand::Job(a)) => cmd::k8s::job(a),
         Command::Kill(a) => cmd::kill::kill(a, cli.global.json),
@@ -159,6 +160,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Inspect(_) => "inspect",
         Command::Export(_) => "export",
         Command::Import(_) => "import",
+        Command::Ctl(_) => "ctl",
         Command::Batch(_) => "batch",
         Command::K8s(_) => "k8s",
         Command::Kill(_) => "kill",

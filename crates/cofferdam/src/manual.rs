@@ -45,6 +45,14 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
         "the job is busy: its run is still going, or another `apply`, `drop` or `checkpoint` holds it",
     ),
     (
+        "1",
+        "`ctl`: the run's supervisor refused the request (the message says why: a bad checkpoint name, a limit of the run)",
+    ),
+    (
+        "6",
+        "`ctl`: not inside a cofferdam run (`COFFERDAM_CTL` is unset), or the run's control socket cannot be reached",
+    ),
+    (
         "125",
         "cofferdam failed before the command started: a floor the host cannot meet, a request this build cannot honour, or a sandbox setup step (the bundle names it); for `apply`, a write that failed part-way (what was written is recorded; run `apply` again to finish)",
     ),
@@ -92,6 +100,10 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     ("NO_COLOR", "no colour with `--color auto`"),
     ("TMPDIR", "where `cofferdam demo` makes its scratch project"),
+    (
+        "COFFERDAM_CTL",
+        "`cofferdam ctl`: the run's control socket (cofferdam sets it inside every run)",
+    ),
 ];
 
 /// The files cofferdam reads and writes.

@@ -117,6 +117,34 @@ fn status_corpus() {
 }
 
 #[test]
+fn agentctl_corpus() {
+    let parsed = replay("agentctl", harness::agentctl);
+    assert!(
+        parsed.iter().filter(|&&p| p).count() >= 3 && parsed.iter().any(|&p| !p),
+        "{parsed:?}"
+    );
+}
+
+proptest::proptest! {
+    /// The control socket's parser over arbitrary bytes, and over request-shaped lines
+    /// with arbitrary words in them (cargo-fuzz explores further; this runs on stable).
+    #[test]
+    fn agentctl_parser_takes_any_bytes(data in proptest::collection::vec(proptest::num::u8::ANY, 0..6000)) {
+        harness::agentctl(&data);
+    }
+
+    #[test]
+    fn agentctl_parser_takes_any_request_shaped_line(
+        request in "(note|checkpoint|status|[a-z]{0,8})",
+        argument in proptest::option::of(".{0,80}"),
+        client in proptest::option::of("\\PC{0,70}"),
+    ) {
+        let line = serde_json::json!({"request": request, "argument": argument, "client": client});
+        harness::agentctl(line.to_string().as_bytes());
+    }
+}
+
+#[test]
 fn import_corpus() {
     // The hostile archives (`cofferdam-stage/tests/hostile_archives.rs` writes them) are
     // refused; the real exports are accepted.

@@ -1,7 +1,7 @@
 //! The bundle's smaller sections: environment names, the agent cooperation snapshot,
 //! lineage, the operation and its observations, and artifact references.
 //!
-//! Owns `EnvironmentProjection`, `AgentCtlSnapshot`, `RunLineage`, `Operation`,
+//! Owns `EnvironmentProjection`, `AgentCtlSnapshot` (and its counters), `RunLineage`, `Operation`,
 //! `OperationObservation` and `BundleArtifact`. None of these is enforcement evidence; that
 //! lives only in `executor_observations`. It may not read the environment or any file.
 
@@ -25,26 +25,49 @@ pub struct EnvironmentProjection {
     pub runtime_injected_keys: Vec<String>,
 }
 
-/// `agentctl`: the agent cooperation snapshot. cofferdam has no agent control protocol yet,
-/// so it writes `{"clients": [], "directives": []}`. When one exists, cooperating clients,
-/// the requests they made and the directives they received are listed here. It is never
-/// evidence that anything was installed or enforced: everything a client says is its own
-/// claim.
+/// `agentctl`: the agent cooperation snapshot (issue 21; `docs/agentctl.md`). A run offers
+/// cooperating agents a control socket (`COFFERDAM_CTL`); this lists the clients that
+/// spoke on it, the requests they made (a note, a checkpoint, a status query) and the
+/// directives cofferdam gave in answer (a deferred checkpoint's id), with the supervisor's
+/// counters of what it accepted and refused. A run on which no client spoke writes
+/// `{"protocol": …, "clients": [], "directives": [], "counters": {…}}`; a bundle of an older
+/// cofferdam has `{"clients": [], "directives": []}`. It is never evidence that anything was
+/// installed or enforced: everything a client says is its own claim.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentCtlSnapshot {
-    /// The control protocol spoken, when there was one.
+    /// The control protocol offered (`cofferdam-agentctl/1`), when the run offered one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
-    /// Clients that connected.
+    /// Clients that made an accepted request, by their self-reported name and version.
     #[serde(default)]
     pub clients: Vec<AgentCtlClient>,
     /// Requests clients made (a note, a checkpoint, a status query), in order; absent when
-    /// none.
+    /// none. Only accepted requests are listed; refused ones are counted in `counters`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<AgentCtlRequest>,
-    /// Directives sent to clients.
+    /// Directives sent to clients, or done on their behalf (a deferred checkpoint, with the
+    /// id it was made under or why it was not made).
     #[serde(default)]
     pub directives: Vec<AgentCtlDirective>,
+    /// What the supervisor accepted and refused on the socket; absent when the run offered
+    /// no socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<AgentCtlCounters>,
+}
+
+/// The control socket's counters: every connection and every request line is counted once,
+/// accepted or refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentCtlCounters {
+    /// Connections served.
+    pub connections_accepted: u64,
+    /// Connections closed at once: too many at a time, or too many in the run.
+    pub connections_refused: u64,
+    /// Request lines accepted (each one listed in `requests`).
+    pub requests_accepted: u64,
+    /// Request lines refused: malformed, too long, over a limit, or cut off by the read
+    /// timeout.
+    pub requests_refused: u64,
 }
 
 /// A cooperating agent client.
@@ -62,7 +85,8 @@ pub struct AgentCtlClient {
 pub struct AgentCtlRequest {
     /// The client that made it (its `name`).
     pub client: String,
-    /// What it asked for, e.g. `note`, `checkpoint`, `status`.
+    /// What it asked for: `note`, `checkpoint` or `status` (a closed vocabulary).
+    #[schemars(extend("enum" = ["note", "checkpoint", "status"]))]
     pub request: String,
     /// Its argument as sent (a note's text, a checkpoint's name), when there was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -286,7 +286,55 @@ pub(super) fn check_internal(bundle: &RunBundle) -> Result<(), BundleError> {
     }
     check_lineage(bundle)?;
     check_observations(bundle)?;
+    check_agentctl(bundle)?;
     check_details(bundle)
+}
+
+/// The longest argument an `agentctl` request may carry (a request line is at most 4 KiB;
+/// the vocabulary of `request` is the schema's, checked before this).
+const AGENTCTL_ARGUMENT_MAX: usize = 4096;
+
+/// `agentctl`: each request is by a listed client, with an argument
+/// a request line can carry; the counters count at least what is listed.
+fn check_agentctl(bundle: &RunBundle) -> Result<(), BundleError> {
+    let a = &bundle.agentctl;
+    if !a.requests.is_empty() && a.protocol.is_none() {
+        return Err(inconsistent(
+            "agentctl.protocol",
+            "is absent but requests are listed",
+        ));
+    }
+    for (i, r) in a.requests.iter().enumerate() {
+        let path = |f: &str| format!("agentctl.requests[{i}].{f}");
+        if !a.clients.iter().any(|c| c.name == r.client) {
+            return Err(inconsistent(
+                path("client"),
+                format!("`{}` is not listed in agentctl.clients", r.client),
+            ));
+        }
+        if r.argument
+            .as_ref()
+            .is_some_and(|t| t.len() > AGENTCTL_ARGUMENT_MAX)
+        {
+            return Err(inconsistent(
+                path("argument"),
+                format!("is longer than the {AGENTCTL_ARGUMENT_MAX} bytes a request carries"),
+            ));
+        }
+    }
+    if let Some(c) = &a.counters
+        && c.requests_accepted < a.requests.len() as u64
+    {
+        return Err(inconsistent(
+            "agentctl.counters.requests_accepted",
+            format!(
+                "is {} but {} request(s) are listed",
+                c.requests_accepted,
+                a.requests.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `run.parent_run_id` and `lineage.parent_run_id` name the same run when both are there.

@@ -35,7 +35,7 @@ pub const GOOD: [&str; 6] = [
 ];
 
 /// Every forgery, the JSON path its error names, and a word the message must contain.
-pub const FORGED: [(&str, &str, &str, Rule); 31] = [
+pub const FORGED: [(&str, &str, &str, Rule); 36] = [
     // Scoped: the non-enforced rows deleted, summary and safety set to true.
     (
         "forged_scoped_rows_deleted.json",
@@ -90,6 +90,38 @@ pub const FORGED: [(&str, &str, &str, Rule); 31] = [
         "run_observation.network.denied",
         "2 denial(s) are listed",
         Rule::ReaderOnly,
+    ),
+    // agentctl (issue 21): a request the protocol does not have, by a client the snapshot
+    // does not list, counters that count less than is listed, a counter that is no count.
+    (
+        "forged_agentctl_request_unknown.json",
+        "agentctl.requests[0].request",
+        "unknown value `exec`",
+        Rule::Shape,
+    ),
+    (
+        "forged_agentctl_client_unlisted.json",
+        "agentctl.requests[0].client",
+        "not listed in agentctl.clients",
+        Rule::ReaderOnly,
+    ),
+    (
+        "forged_agentctl_argument_long.json",
+        "agentctl.requests[0].argument",
+        "longer than the 4096 bytes",
+        Rule::ReaderOnly,
+    ),
+    (
+        "forged_agentctl_undercount.json",
+        "agentctl.counters.requests_accepted",
+        "1 request(s) are listed",
+        Rule::ReaderOnly,
+    ),
+    (
+        "forged_agentctl_counter_type.json",
+        "agentctl.counters.connections_refused",
+        "invalid value",
+        Rule::Shape,
     ),
     (
         "forged_observation_counter_type.json",

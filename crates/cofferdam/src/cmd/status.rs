@@ -26,6 +26,8 @@ struct Review<'a> {
     /// The job's review comments (`crate::cmd::comment`); omitted when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     review_comments: Vec<cofferdam_stage::comments::Comment>,
+    /// What cooperating agents noted (`cofferdam ctl note`), always present.
+    agent_notes: Vec<crate::cmd::notes::AgentNote>,
 }
 
 /// The job's state, with an `active` job whose supervisor is gone shown as `interrupted`.
@@ -92,7 +94,7 @@ fn print_review_json(
         })),
     });
     let Some(mut bundle) = bundle else {
-        return crate::print_json(&json!({ "review_context": context }));
+        return crate::print_json(&json!({ "review_context": context, "agent_notes": [] }));
     };
     let review_comments = crate::cmd::comment::of_job(job);
     if let Some(saved) = bundle.filesystem.as_ref() {
@@ -131,6 +133,7 @@ fn print_review_json(
         }
     }
     crate::print_json(&Review {
+        agent_notes: crate::cmd::notes::agent_notes(&bundle),
         bundle: &bundle,
         review_context: context,
         review_comments,
@@ -493,6 +496,7 @@ fn render_bundle(
     for g in git {
         render_git(o, g, rollup.is_some(), s);
     }
+    crate::cmd::notes::render_review(o, b, s);
     let mut warnings: Vec<&String> = b.safety.warnings.iter().chain(&b.run.warnings).collect();
     // The supervisor's warnings are in both lists: show each once.
     let mut seen = std::collections::HashSet::new();

@@ -6,6 +6,7 @@
 //! do), and may not import `cmd`.
 
 pub mod copy;
+mod ctl;
 mod decide;
 mod launch;
 pub mod limits;
@@ -121,6 +122,9 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     let inv = launch::invoker(&req.env, &facts);
     let (mut plan, copy_paths) = launch::plan(req, &facts, &inv, &decision, &job, copy_tier);
     plan.terminal = terminal;
+    // agentctl: the control socket, served from now until every process of the run is gone,
+    // and lent to the plan (the socket in `COFFERDAM_CTL`, `cofferdam` on `PATH`).
+    let (ctl, ctl_warning) = ctl::offer(req, &facts, &inv, &job, &mut plan);
     // Timeout and stage cap around the cgroup; the cgroup is removed when `limits` drops,
     // at the end. On the copy tiers the changes reach `upper/` only when the run ends, so
     // the stage cap is checked then, not polled.
@@ -158,6 +162,8 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     drop(quiet);
     let finished = now_ms();
     let (mut run, ending) = supervise::collect(ran, &limits, &job, started, finished, &mut trace);
+    let agentctl = ctl.map(ctl::CtlServer::stop);
+    run.warnings.extend(ctl_warning);
     // Every process of the run is gone: what it created that would grant the next run more
     // (a profile's absent read-only file, in the agent's writable state) is set aside.
     for w in crate::profile_apply::set_aside_created(&req.policy, job.id()) {
@@ -191,6 +197,7 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
         },
         run,
         trace,
+        agentctl,
     )?;
     // `staged` is the last change under the lock, which goes right after: a job listed as
     // staged can be applied at once (`apply` waits a moment for a lock held on a job that

@@ -192,13 +192,15 @@ pub(super) struct RunRecords<'a> {
 /// stream says every process of the run is gone; the init may still be tearing its
 /// namespaces down (the overlay's unmount among them). It is waited for only when the
 /// run's cgroups, removed when the limits drop, must be empty first; the overlay's work
-/// directory stays until `drop` (`Job::remove_stage`). While the stage is sealed and the
+/// directory stays until `drop` (`Job::remove_stage`). `agentctl` is what the control
+/// socket recorded (`None`: the run did not offer one). While the stage is sealed and the
 /// records written, another thread releases the records reserve (when it is not needed for
 /// them: see `supervise`) and does that wait; it is joined on every way out.
 pub(super) fn write_run_records(
     r: &RunRecords<'_>,
     run: Run,
     mut trace: TraceSink,
+    agentctl: Option<super::ctl::Ended>,
 ) -> Result<RunBundle, Failure> {
     let Run {
         controls,
@@ -257,6 +259,15 @@ pub(super) fn write_run_records(
                 }
                 crate::publish::record(&mut bundle, forwarder);
                 bundle.run.warnings.extend(relay_warnings);
+                // The stage is sealed and its fingerprints written: the checkpoints clients
+                // asked for are taken now (`super::ctl`), never while the workload writes.
+                match agentctl {
+                    Some(ended) => bundle.agentctl = ended.honour(job),
+                    None => bundle
+                        .environment
+                        .runtime_injected_keys
+                        .retain(|k| k != cofferdam_policy::agentctl::ENV),
+                }
                 bundle
             },
         )

@@ -4,6 +4,7 @@
 //! skip fails instead.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agentctl;
 mod agents;
 mod agents_real;
 mod agents_toolchain;

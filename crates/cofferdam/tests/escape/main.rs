@@ -52,6 +52,7 @@
 mod common;
 
 mod agent_state;
+mod agentctl;
 mod apply_records;
 mod crash;
 mod fs_read;
@@ -102,6 +103,7 @@ fn all_attacks() -> Vec<&'static harness::Attack> {
         sockets::WATCH_ATTACKS,
         manifest_trust::ATTACKS,
         agent_state::ATTACKS,
+        agentctl::ATTACKS,
     ]
     .into_iter()
     .flatten()

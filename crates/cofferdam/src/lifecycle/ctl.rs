@@ -1,0 +1,559 @@
+//! agentctl's supervisor side (issue 21, `docs/agentctl.md`): the run's control socket, in
+//! a fresh private directory (`/tmp/cofferdam-ctl-XXXXXX/ctl.sock`, the directory 0700 and
+//! the caller's), served on threads while the run lives; the requests it accepted and
+//! refused, counted; and, once the run has ended and its stage is sealed, the checkpoints
+//! clients asked for (deferred, so a checkpoint never races the workload's writes).
+//!
+//! Owns the socket, its threads and the snapshot they fill. The protocol (limits, parser,
+//! replies) and how the plan lends the socket are `cofferdam_policy::agentctl`'s. It may
+//! not touch the run's plan, the job's records or its stage except through [`Ended::honour`]
+//! after the seal; nothing here is evidence of enforcement (the snapshot goes only to the
+//! bundle's `agentctl`).
+//!
+//! A hostile client cannot crash or stall the supervisor: each line is bounded
+//! ([`MESSAGE_MAX`]), each read times out, each connection has a deadline and a number of
+//! lines, at most [`CONCURRENT_MAX`] connections are served at once and [`CONNECTIONS_MAX`]
+//! in the run; everything beyond is refused at once and counted. The accept loop never
+//! reads from a client; a connection thread that is still waiting when the run ends is
+//! left to its timeout and records nothing more.
+
+use super::RunRequest;
+use crate::now_ms;
+use cofferdam_policy::agentctl::{
+    CHECKPOINTS_MAX, CLIENTS_MAX, CONCURRENT_MAX, CONNECTION_MAX_MS, CONNECTIONS_MAX, CtlHost,
+    MESSAGE_MAX, PROTOCOL, READ_TIMEOUT_MS, REQUESTS_MAX, REQUESTS_PER_CONNECTION_MAX, Reply,
+    Request, RequestKind, parse_request,
+};
+use cofferdam_policy::plan::{Invoker, SandboxPlan};
+use cofferdam_policy::{ScopeInputs, agentctl, build_scope_report};
+use cofferdam_record::HostFacts;
+use cofferdam_record::bundle::{
+    AgentCtlClient, AgentCtlCounters, AgentCtlDirective, AgentCtlRequest, AgentCtlSnapshot,
+};
+use cofferdam_stage::job::Job;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The client name of a request that names none.
+const ANONYMOUS: &str = "anonymous";
+
+/// The control socket could not be offered.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot offer the agentctl socket ({what}: {source}); the run goes on without it")]
+pub(crate) struct CtlError {
+    what: String,
+    #[source]
+    source: io::Error,
+}
+
+fn ctl_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> CtlError {
+    let what = what.into();
+    move |source| CtlError { what, source }
+}
+
+/// A checkpoint a client asked for, to be taken after the seal.
+#[derive(Debug, Clone)]
+struct Deferred {
+    client: String,
+    name: Option<String>,
+}
+
+#[derive(Default)]
+struct State {
+    clients: Vec<AgentCtlClient>,
+    requests: Vec<AgentCtlRequest>,
+    checkpoints: Vec<Deferred>,
+    counters: AgentCtlCounters,
+    /// Set when the run ended: nothing more is recorded.
+    closed: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    stop: AtomicBool,
+    live: AtomicUsize,
+    /// The `status` reply's payload.
+    status: serde_json::Value,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking connection thread leaves counters, never a broken invariant.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The control socket, served while the run lives.
+pub(crate) struct CtlServer {
+    host: CtlHost,
+    dir: PathBuf,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+/// What the socket saw, once the run has ended.
+pub(crate) struct Ended {
+    snapshot: AgentCtlSnapshot,
+    checkpoints: Vec<Deferred>,
+}
+
+impl CtlServer {
+    /// Make the private directory, bind the socket and start serving it. `status` is what
+    /// a `status` request is answered with.
+    pub(crate) fn start(status: serde_json::Value) -> Result<Self, CtlError> {
+        let dir = private_dir()?;
+        let made = Self::serve(&dir, status);
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        made
+    }
+
+    fn serve(dir: &Path, status: serde_json::Value) -> Result<Self, CtlError> {
+        let socket = dir.join("ctl.sock");
+        let listener = UnixListener::bind(&socket).map_err(ctl_err("bind the socket"))?;
+        let exe = std::env::current_exe().map_err(ctl_err("find the cofferdam binary"))?;
+        let bin_dir = dir.join("bin");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&bin_dir)
+            .map_err(ctl_err("make its bin directory"))?;
+        std::os::unix::fs::symlink(&exe, bin_dir.join("cofferdam"))
+            .map_err(ctl_err("link the cofferdam binary"))?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            stop: AtomicBool::new(false),
+            live: AtomicUsize::new(0),
+            status,
+        });
+        let s = Arc::clone(&shared);
+        let accept = std::thread::Builder::new()
+            .name("agentctl".into())
+            .spawn(move || accept_loop(&listener, &s))
+            .map_err(ctl_err("start its thread"))?;
+        Ok(CtlServer {
+            host: CtlHost {
+                socket,
+                exe,
+                bin_dir,
+            },
+            dir: dir.to_path_buf(),
+            shared,
+            accept: Some(accept),
+        })
+    }
+
+    /// Where the socket and the binary are, for the plan (`agentctl::lend`).
+    pub(crate) fn host(&self) -> &CtlHost {
+        &self.host
+    }
+
+    /// Stop serving (every process of the run is gone) and remove the socket's directory;
+    /// what was recorded.
+    pub(crate) fn stop(mut self) -> Ended {
+        self.shutdown();
+        let mut st = self.shared.lock();
+        st.closed = true;
+        Ended {
+            snapshot: AgentCtlSnapshot {
+                protocol: Some(PROTOCOL.to_owned()),
+                clients: std::mem::take(&mut st.clients),
+                requests: std::mem::take(&mut st.requests),
+                directives: Vec::new(),
+                counters: Some(st.counters.clone()),
+            },
+            checkpoints: std::mem::take(&mut st.checkpoints),
+        }
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(accept) = self.accept.take() {
+            self.shared.stop.store(true, Ordering::SeqCst);
+            // Wakes the accept loop, which sees `stop` and ends.
+            let _ = UnixStream::connect(&self.host.socket);
+            let _ = accept.join();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Drop for CtlServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Ended {
+    /// Take the deferred checkpoints of `job`, whose run has ended and whose stage was just
+    /// sealed (the caller holds the job lock): each one becomes a directive naming the
+    /// checkpoint's id, or why it was not made. Returns the bundle's `agentctl`.
+    pub(crate) fn honour(self, job: &Job) -> AgentCtlSnapshot {
+        let Ended {
+            mut snapshot,
+            checkpoints,
+        } = self;
+        for d in checkpoints {
+            let directive = match cofferdam_stage::checkpoint::create(
+                job,
+                job.id(),
+                d.name.as_deref(),
+                now_ms(),
+            ) {
+                Ok(c) => format!(
+                    "checkpoint {}{} made after the run ended and its stage was sealed",
+                    c.manifest.id,
+                    d.name.map_or(String::new(), |n| format!(" ({n})"))
+                ),
+                Err(e) => format!("checkpoint not made: {e}"),
+            };
+            snapshot.directives.push(AgentCtlDirective {
+                client: d.client,
+                directive,
+                at_unix_ms: Some(now_ms()),
+            });
+        }
+        snapshot
+    }
+}
+
+/// Offer agentctl to the run of `plan`: start the server and lend its socket and the
+/// binary to the plan (`agentctl::lend`). When the socket cannot be made the run goes on
+/// without it; the warning says so (for stderr and the bundle).
+pub(super) fn offer(
+    req: &RunRequest,
+    facts: &HostFacts,
+    inv: &Invoker,
+    job: &Job,
+    plan: &mut SandboxPlan,
+) -> (Option<CtlServer>, Option<String>) {
+    let scope = build_scope_report(&ScopeInputs {
+        policy: &req.policy,
+        facts,
+        storage_root: &req.env.storage_root,
+        home: &req.env.places.home,
+        ssh_host_keys: &inv.ssh_host_keys,
+        cap: req.tier_cap,
+    });
+    let status = serde_json::json!({
+        "run_id": job.id(),
+        "tier": plan.tier,
+        "class": plan.tier.class(),
+        "workdir": req.policy.workdir,
+        "evidence": false,
+        "scope": scope,
+    });
+    match CtlServer::start(status) {
+        Ok(server) => {
+            agentctl::lend(plan, server.host());
+            (Some(server), None)
+        }
+        Err(e) => {
+            let w = e.to_string();
+            eprintln!("cofferdam: warning: {w}");
+            (None, Some(w))
+        }
+    }
+}
+
+/// `/tmp/cofferdam-ctl-XXXXXX`, new, 0700 (`tempfile` makes it so). `/tmp` rather than
+/// `$TMPDIR`: a socket's path must fit in 108 bytes.
+fn private_dir() -> Result<PathBuf, CtlError> {
+    let dir = tempfile::Builder::new()
+        .prefix("cofferdam-ctl-")
+        .tempdir_in("/tmp")
+        .map_err(ctl_err("make its directory in /tmp"))?
+        .keep();
+    // The mode asked for, whatever the umask.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(ctl_err("set its directory's mode"))?;
+    Ok(dir)
+}
+
+/// Refuse `stream` at once with `why`, without ever waiting on it.
+fn refuse_connection(stream: UnixStream, why: &str) {
+    let _ = stream.set_nonblocking(true);
+    let _ = (&stream).write(&Reply::refused(why).line());
+}
+
+fn accept_loop(listener: &UnixListener, shared: &Arc<Shared>) {
+    let mut accepted = 0usize;
+    for conn in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = conn else { continue };
+        let refusal = if accepted >= CONNECTIONS_MAX {
+            Some(format!(
+                "refused: this run already served {CONNECTIONS_MAX} connections"
+            ))
+        } else if shared.live.load(Ordering::SeqCst) >= CONCURRENT_MAX {
+            Some(format!(
+                "refused: {CONCURRENT_MAX} connections are open already; close one and retry"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = refusal {
+            shared.lock().counters.connections_refused += 1;
+            refuse_connection(stream, &why);
+            continue;
+        }
+        shared.live.fetch_add(1, Ordering::SeqCst);
+        let s = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name("agentctl-conn".into())
+            .spawn(move || {
+                serve_connection(stream, &s);
+                s.live.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            shared.live.fetch_sub(1, Ordering::SeqCst);
+            shared.lock().counters.connections_refused += 1;
+            continue;
+        }
+        accepted += 1;
+        shared.lock().counters.connections_accepted += 1;
+    }
+}
+
+/// Serve one connection: lines in, one reply line each, until EOF, an error, a limit or
+/// the deadline.
+fn serve_connection(mut stream: UnixStream, shared: &Shared) {
+    let deadline = Instant::now() + Duration::from_millis(CONNECTION_MAX_MS);
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(READ_TIMEOUT_MS)));
+    let mut who = Client {
+        name: None,
+        version: None,
+    };
+    let mut buf: Vec<u8> = Vec::with_capacity(MESSAGE_MAX);
+    let mut chunk = [0u8; 1024];
+    let mut lines = 0usize;
+    loop {
+        // Every complete line in the buffer first.
+        while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=end).collect();
+            lines += 1;
+            let reply = if lines > REQUESTS_PER_CONNECTION_MAX {
+                shared.lock().counters.requests_refused += 1;
+                let _ = stream.write_all(
+                    &Reply::refused(format!(
+                        "refused: at most {REQUESTS_PER_CONNECTION_MAX} requests per \
+                         connection"
+                    ))
+                    .line(),
+                );
+                return;
+            } else {
+                handle_line(&line[..line.len() - 1], &mut who, shared)
+            };
+            if stream.write_all(&reply.line()).is_err() {
+                return;
+            }
+        }
+        if buf.len() >= MESSAGE_MAX {
+            shared.lock().counters.requests_refused += 1;
+            let _ = stream.write_all(
+                &Reply::refused(format!(
+                    "refused: a request line is at most {MESSAGE_MAX} bytes; the connection is closed"
+                ))
+                .line(),
+            );
+            return;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || shared.stop.load(Ordering::SeqCst) {
+            if !buf.is_empty() {
+                shared.lock().counters.requests_refused += 1;
+            }
+            return;
+        }
+        let _ = stream.set_read_timeout(Some(left.min(Duration::from_millis(READ_TIMEOUT_MS))));
+        // Never more than a line's worth in the buffer.
+        let room = (MESSAGE_MAX - buf.len()).min(chunk.len());
+        match stream.read(&mut chunk[..room]) {
+            Ok(0) => {
+                if !buf.is_empty() {
+                    // A last line without its newline.
+                    let line = std::mem::take(&mut buf);
+                    let reply = handle_line(&line, &mut who, shared);
+                    let _ = stream.write_all(&reply.line());
+                }
+                return;
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                // A timeout (a slow or silent writer) or a broken connection.
+                if !buf.is_empty() {
+                    shared.lock().counters.requests_refused += 1;
+                    let _ = stream.write_all(
+                        &Reply::refused("refused: the request line did not end in time").line(),
+                    );
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Who spoke on a connection: the first name and version it gave.
+struct Client {
+    name: Option<String>,
+    version: Option<String>,
+}
+
+fn handle_line(line: &[u8], who: &mut Client, shared: &Shared) -> Reply {
+    let req = match parse_request(line) {
+        Ok(r) => r,
+        Err(e) => {
+            shared.lock().counters.requests_refused += 1;
+            return Reply::refused(format!("refused: {e}"));
+        }
+    };
+    if who.name.is_none() {
+        who.name.clone_from(&req.client);
+        who.version.clone_from(&req.version);
+    }
+    let name = who.name.clone().unwrap_or_else(|| ANONYMOUS.to_owned());
+    let mut st = shared.lock();
+    let refused = |st: &mut State, why: String| {
+        st.counters.requests_refused += 1;
+        Reply::refused(why)
+    };
+    if st.closed {
+        return refused(&mut st, "refused: the run has ended".into());
+    }
+    if st.requests.len() >= REQUESTS_MAX {
+        return refused(
+            &mut st,
+            format!("refused: this run already took {REQUESTS_MAX} requests"),
+        );
+    }
+    if !st.clients.iter().any(|c| c.name == name) {
+        if st.clients.len() >= CLIENTS_MAX {
+            return refused(
+                &mut st,
+                format!("refused: this run already heard {CLIENTS_MAX} clients"),
+            );
+        }
+        st.clients.push(AgentCtlClient {
+            name: name.clone(),
+            version: who.version.clone(),
+        });
+    }
+    let reply = match req.request {
+        RequestKind::Note => Reply::accepted(
+            RequestKind::Note,
+            "noted: the reviewer sees it in `cofferdam status --review`",
+        ),
+        RequestKind::Checkpoint => {
+            if st.checkpoints.len() >= CHECKPOINTS_MAX {
+                return refused(
+                    &mut st,
+                    format!("refused: this run already asked for {CHECKPOINTS_MAX} checkpoints"),
+                );
+            }
+            if let Some(n) = &req.argument
+                && st.checkpoints.iter().any(|d| d.name.as_ref() == Some(n))
+            {
+                return refused(
+                    &mut st,
+                    format!("refused: a checkpoint named `{n}` is already asked for"),
+                );
+            }
+            st.checkpoints.push(Deferred {
+                client: name.clone(),
+                name: req.argument.clone(),
+            });
+            Reply::accepted(
+                RequestKind::Checkpoint,
+                "deferred: the checkpoint is taken when the run has ended and its stage is \
+                 sealed, so it never races the run's writes; its id will be in the run \
+                 bundle's agentctl.directives and in `cofferdam checkpoint list`",
+            )
+        }
+        RequestKind::Status => {
+            let mut r = Reply::accepted(
+                RequestKind::Status,
+                "the run's policy and limits as cofferdam planned them; this is not evidence \
+                 of enforcement (the run bundle's executor_observations is)",
+            );
+            r.status = Some(shared.status.clone());
+            r
+        }
+    };
+    record(&mut st, &name, &req);
+    reply
+}
+
+fn record(st: &mut State, client: &str, req: &Request) {
+    st.counters.requests_accepted += 1;
+    st.requests.push(AgentCtlRequest {
+        client: client.to_owned(),
+        request: req.request.word().to_owned(),
+        argument: req.argument.clone(),
+        at_unix_ms: Some(now_ms()),
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+
+    fn ask(sock: &Path, line: &[u8]) -> String {
+        let mut s = UnixStream::connect(sock).unwrap();
+        s.write_all(line).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut out = String::new();
+        std::io::BufReader::new(s).read_line(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_server_counts_what_it_accepts_and_refuses_and_cleans_up() {
+        let server = CtlServer::start(serde_json::json!({"tier": "x"})).unwrap();
+        let sock = server.host().socket.clone();
+        let dir = sock.parent().unwrap().to_path_buf();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        let r = ask(
+            &sock,
+            b"{\"request\":\"note\",\"argument\":\"hi\",\"client\":\"t\"}\n",
+        );
+        assert!(r.contains("\"ok\":true"), "{r}");
+        let r = ask(&sock, b"{\"request\":\"status\"}\n");
+        assert!(r.contains("\"tier\":\"x\""), "{r}");
+        let r = ask(&sock, &[0xff, 0, 1, b'\n']);
+        assert!(r.contains("\"ok\":false"), "{r}");
+        let r = ask(&sock, &vec![b'x'; MESSAGE_MAX * 3]);
+        assert!(r.contains("at most"), "{r}");
+        let r = ask(
+            &sock,
+            b"{\"request\":\"checkpoint\",\"argument\":\"a/../b\"}\n",
+        );
+        assert!(r.contains("\"ok\":false"), "{r}");
+        let r = ask(
+            &sock,
+            b"{\"request\":\"checkpoint\",\"argument\":\"one\"}\n",
+        );
+        assert!(r.contains("deferred"), "{r}");
+        let ended = server.stop();
+        assert!(!dir.exists());
+        let s = &ended.snapshot;
+        let c = s.counters.clone().unwrap();
+        assert_eq!(c.requests_accepted, 3);
+        assert_eq!(c.requests_refused, 3);
+        assert_eq!(c.connections_accepted, 6);
+        assert_eq!(s.requests[0].client, "t");
+        assert_eq!(s.requests[1].client, "anonymous");
+        assert_eq!(s.clients.len(), 2);
+        assert_eq!(ended.checkpoints.len(), 1);
+    }
+}
