@@ -117,7 +117,8 @@ pub struct ChannelError {
 }
 
 impl ChannelError {
-    fn new(channel: &'static str, step: Step, cause: Cause) -> Self {
+    /// The failure of `channel` at `step` for `cause`.
+    pub fn new(channel: &'static str, step: Step, cause: Cause) -> Self {
         Self {
             channel,
             step,
