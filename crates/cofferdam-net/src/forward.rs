@@ -5,8 +5,8 @@
 //! `CAP_SYS_ADMIN` in its own user namespace), but a socket keeps the namespace it was made
 //! in. So the sandbox init — the parent of pid 1, inside the network namespace, outside the
 //! pid namespace, where nothing the command runs can see or signal it — serves the
-//! supervisor fresh, unconnected TCP sockets of that namespace over the publish socket (fd 7
-//! of the init, `cofferdam_sandbox::fds::PUBLISH`): one request in, one reply out, each a
+//! supervisor fresh, unconnected TCP sockets of that namespace over the publish socket
+//! (`cofferdam_sandbox::fds::PUBLISH` in the init): one request in, one reply out, each a
 //! `cofferdam_channel` message ([`PublishRequest`], [`PublishReply`]: the socket attached,
 //! or the errno that kept the init from making one). The supervisor asks for one
 //! socket per connection it accepted on a host port, connects it to 127.0.0.1:PORT (the

@@ -1,6 +1,7 @@
 //! The hand-over of the sandbox's listening sockets: pid 1 creates them inside the sandbox's
 //! network namespace and sends them to the supervisor in one `SCM_RIGHTS` message over the
-//! network socket (fd 6 in the init, `cofferdam_sandbox::fds::NET`); a socket keeps its namespace when it crosses, so the
+//! network socket (`cofferdam_sandbox::fds::NET` in the init, the one declaration of the
+//! descriptor table); a socket keeps its namespace when it crosses, so the
 //! supervisor accepts on it directly, with no bridge process inside.
 //!
 //! Owns the message (a JSON list naming each descriptor's role, in descriptor order, in one

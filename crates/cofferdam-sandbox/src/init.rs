@@ -320,11 +320,7 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
         set_handlers(&[libc::SIGCONT], forward);
     }
     // Only pid 1 hands the network listeners over.
-    // SAFETY: fds::NET is the network socket when present (allow mode), owned by nobody in
-    // this process; closing a number that is not open is harmless.
-    unsafe {
-        libc::close(fds::NET);
-    }
+    fds::close_network();
     for sig in [libc::SIGINT, libc::SIGQUIT] {
         let _ = sigaction::ignore(sig);
     }

@@ -14,7 +14,7 @@
 use crate::fds;
 use cofferdam_policy::plan::SandboxPlan;
 use serde::{Deserialize, Serialize};
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// The channel's name in its errors.
 pub const CHANNEL: &str = "plan";
@@ -57,9 +57,7 @@ pub(crate) struct PlanChannel {
 impl PlanChannel {
     /// Take fd [`fds::PLAN`]; only the init calls this, once.
     pub(crate) fn open() -> Self {
-        // SAFETY: the supervisor hands the plan pipe's read end as fd fds::PLAN; we take
-        // ownership here and it is closed when the channel drops.
-        Self::from_fd(unsafe { OwnedFd::from_raw_fd(fds::PLAN) })
+        Self::from_fd(fds::take_plan())
     }
 
     pub(crate) fn from_fd(fd: OwnedFd) -> Self {
