@@ -5,9 +5,10 @@
 //! `CAP_SYS_ADMIN` in its own user namespace), but a socket keeps the namespace it was made
 //! in. So the sandbox init — the parent of pid 1, inside the network namespace, outside the
 //! pid namespace, where nothing the command runs can see or signal it — serves the
-//! supervisor fresh, unconnected TCP sockets of that namespace over the publish socket (fd 7
-//! in the init, `cofferdam_sandbox::fds::PUBLISH`): one request byte in, one reply out
-//! (a 4-byte errno, 0 with the socket attached by `SCM_RIGHTS`). The supervisor asks for one
+//! supervisor fresh, unconnected TCP sockets of that namespace over the publish socket
+//! (`cofferdam_sandbox::fds::PUBLISH` in the init): one request in, one reply out, each a
+//! `cofferdam_channel` message ([`PublishRequest`], [`PublishReply`]: the socket attached,
+//! or the errno that kept the init from making one). The supervisor asks for one
 //! socket per connection it accepted on a host port, connects it to 127.0.0.1:PORT (the
 //! connect happens in the sandbox's namespace) and relays bytes, unread, both ways.
 //!
@@ -23,13 +24,9 @@
 use cofferdam_policy::publish::PublishEntry;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
-use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, Shutdown, SocketAddrV4, SocketType,
-};
+use rustix::net::{AddressFamily, Shutdown, SocketAddrV4, SocketType};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::io::{IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -345,49 +342,43 @@ fn sandbox_socket(channel: &Mutex<OwnedFd>) -> Result<OwnedFd, Errno> {
     request(ch.as_fd())
 }
 
-/// The request byte.
-const REQUEST: u8 = b's';
+/// The channel's name in its errors.
+pub const CHANNEL: &str = "publish";
+
+/// The supervisor's request on the publish channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PublishRequest {
+    /// One fresh TCP socket of the sandbox's network namespace.
+    Socket,
+}
+
+/// The init's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PublishReply {
+    /// The socket, the frame's one descriptor.
+    Socket,
+    /// No socket: the errno of the failed `socket(2)`.
+    Failed {
+        /// The errno.
+        errno: i32,
+    },
+}
 
 /// The supervisor's end: ask for a socket and receive it (`PIPE` once the sandbox is gone).
 pub fn request(channel: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
-    loop {
-        match rustix::net::send(channel, &[REQUEST], SendFlags::NOSIGNAL) {
-            Err(Errno::INTR) => {}
-            Ok(1) => break,
-            Ok(_) => return Err(Errno::PIPE),
-            Err(e) => return Err(e),
-        }
-    }
-    let mut buf = [0u8; 4];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let msg = loop {
-        match rustix::net::recvmsg(
-            channel,
-            &mut [IoSliceMut::new(&mut buf)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC | RecvFlags::WAITALL,
-        ) {
-            Err(Errno::INTR) => {}
-            other => break other?,
-        }
-    };
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for m in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(got) = m {
-            fds.extend(got);
-        }
-    }
-    if msg.bytes == 0 {
-        return Err(Errno::PIPE);
-    }
-    if msg.bytes != 4 {
-        return Err(Errno::PROTO);
-    }
-    match (i32::from_ne_bytes(buf), fds.len()) {
-        (0, 1) => fds.pop().ok_or(Errno::PROTO),
-        (0, _) => Err(Errno::PROTO),
-        (e, _) => Err(Errno::from_raw_os_error(e)),
+    cofferdam_channel::send(channel, CHANNEL, &PublishRequest::Socket, &[])
+        .map_err(|e| e.errno())?;
+    match cofferdam_channel::recv::<PublishReply>(channel, CHANNEL) {
+        Ok(None) => Err(Errno::PIPE),
+        Ok(Some((PublishReply::Socket, fds))) => match <[OwnedFd; 1]>::try_from(fds) {
+            Ok([fd]) => Ok(fd),
+            Err(_) => Err(Errno::PROTO),
+        },
+        Ok(Some((PublishReply::Failed { errno: 0 }, _))) => Err(Errno::PROTO),
+        Ok(Some((PublishReply::Failed { errno }, _))) => Err(Errno::from_raw_os_error(errno)),
+        Err(e) => Err(e.errno()),
     }
 }
 
@@ -409,43 +400,24 @@ pub fn serve_sockets(channel: BorrowedFd<'_>, make: impl Fn() -> Result<OwnedFd,
 }
 
 /// Answer one request on `channel` (read when it is readable): `false` when the service
-/// should end (end of stream, an error, a stray byte).
+/// should end (end of stream, an error, a message that is not a request).
 pub fn serve_one(channel: BorrowedFd<'_>, make: &impl Fn() -> Result<OwnedFd, Errno>) -> bool {
-    let mut byte = [0u8; 1];
-    loop {
-        match rustix::io::read(channel, &mut byte) {
-            Err(Errno::INTR) => continue,
-            Ok(1) if byte[0] == REQUEST => break,
-            _ => return false,
-        }
+    match cofferdam_channel::recv::<PublishRequest>(channel, CHANNEL) {
+        Ok(Some((PublishRequest::Socket, _))) => {}
+        Ok(None) | Err(_) => return false,
     }
-    let made = make();
-    let code = match &made {
-        Ok(_) => 0i32,
-        Err(e) => e.raw_os_error(),
-    };
-    let payload = code.to_ne_bytes();
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds;
-    if let Ok(fd) = &made {
-        fds = [fd.as_fd()];
-        if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-            return false;
-        }
-    }
-    loop {
-        match rustix::net::sendmsg(
+    let sent = match make() {
+        Ok(fd) => cofferdam_channel::send(channel, CHANNEL, &PublishReply::Socket, &[fd.as_fd()]),
+        Err(e) => cofferdam_channel::send(
             channel,
-            &[IoSlice::new(&payload)],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        ) {
-            Err(Errno::INTR) => {}
-            Ok(4) => return true,
-            _ => return false,
-        }
-    }
+            CHANNEL,
+            &PublishReply::Failed {
+                errno: e.raw_os_error(),
+            },
+            &[],
+        ),
+    };
+    sent.is_ok()
 }
 
 #[cfg(test)]

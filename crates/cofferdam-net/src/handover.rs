@@ -1,23 +1,23 @@
 //! The hand-over of the sandbox's listening sockets: pid 1 creates them inside the sandbox's
 //! network namespace and sends them to the supervisor in one `SCM_RIGHTS` message over the
-//! network socket (fd 6 in the init, `cofferdam_sandbox::fds::NET`); a socket keeps its namespace when it crosses, so the
+//! network socket (`cofferdam_sandbox::fds::NET` in the init, the one declaration of the
+//! descriptor table); a socket keeps its namespace when it crosses, so the
 //! supervisor accepts on it directly, with no bridge process inside.
 //!
-//! Owns the wire format (a JSON list naming each descriptor's role, in descriptor order) and
-//! the two ends of the exchange. It creates no sockets and decides nothing.
+//! Owns the message (a JSON list naming each descriptor's role, in descriptor order, in one
+//! `cofferdam_channel` frame that carries the descriptors) and the two ends of the exchange.
+//! It creates no sockets and decides nothing.
 
+use cofferdam_channel::{Cause, ChannelError, Step};
 use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::io::Errno;
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
-};
 use serde::{Deserialize, Serialize};
-use std::io::{IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
 
-/// The most descriptors one hand-over carries (the kernel's `SCM_MAX_FD` is 253).
-pub const MAX_SOCKETS: usize = 64;
+/// The most descriptors one hand-over carries (one channel frame's bound).
+pub const MAX_SOCKETS: usize = cofferdam_channel::MAX_FDS;
+
+/// The channel's name in its errors.
+pub const CHANNEL: &str = "network";
 
 /// What one handed-over socket is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,58 +57,32 @@ pub fn send_sockets(
     if infos.len() != fds.len() || fds.len() > MAX_SOCKETS {
         return Err(Errno::INVAL);
     }
-    let payload = serde_json::to_vec(infos).map_err(|_| Errno::INVAL)?;
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_SOCKETS))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
-        return Err(Errno::NOBUFS);
-    }
-    loop {
-        match rustix::net::sendmsg(
-            socket,
-            &[IoSlice::new(&payload)],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        ) {
-            Err(Errno::INTR) => {}
-            Ok(n) if n == payload.len() => return Ok(()),
-            Ok(_) => return Err(Errno::MSGSIZE),
-            Err(e) => return Err(e),
-        }
-    }
+    cofferdam_channel::send(socket, CHANNEL, &infos, fds).map_err(|e| e.errno())
 }
 
 /// Receive the sockets: `Ok(None)` at end of stream (the sandbox ended without sending).
-pub fn recv_sockets(socket: BorrowedFd<'_>) -> Result<Option<Vec<(SocketInfo, OwnedFd)>>, Errno> {
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_SOCKETS))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let msg = loop {
-        match rustix::net::recvmsg(
-            socket,
-            &mut [IoSliceMut::new(&mut buf)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        ) {
-            Err(Errno::INTR) => {}
-            other => break other?,
-        }
-    };
-    let mut fds = Vec::new();
-    for m in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(got) = m {
-            fds.extend(got);
-        }
-    }
-    if msg.bytes == 0 && fds.is_empty() {
+pub fn recv_sockets(
+    socket: BorrowedFd<'_>,
+) -> Result<Option<Vec<(SocketInfo, OwnedFd)>>, ChannelError> {
+    let Some((infos, fds)) = cofferdam_channel::recv::<Vec<SocketInfo>>(socket, CHANNEL)? else {
         return Ok(None);
+    };
+    if infos.len() != fds.len() {
+        return Err(ChannelError::new(
+            CHANNEL,
+            Step::Receive,
+            Cause::Descriptors {
+                declared: infos.len(),
+                got: fds.len(),
+            },
+        ));
     }
-    let infos = parse_payload(&buf[..msg.bytes], fds.len())?;
     Ok(Some(infos.into_iter().zip(fds).collect()))
 }
 
-/// Read a hand-over's payload, which came with `fds` descriptors: one description per
-/// descriptor, at most [`MAX_SOCKETS`]; anything else is `PROTO`.
+/// Read a hand-over's payload (a frame's JSON, decoded as [`recv_sockets`] decodes it), which
+/// came with `fds` descriptors: one description per descriptor, at most [`MAX_SOCKETS`];
+/// anything else is `PROTO`. The fuzz target's entry point.
 pub fn parse_payload(payload: &[u8], fds: usize) -> Result<Vec<SocketInfo>, Errno> {
     let infos: Vec<SocketInfo> = serde_json::from_slice(payload).map_err(|_| Errno::PROTO)?;
     if infos.len() != fds || fds > MAX_SOCKETS {

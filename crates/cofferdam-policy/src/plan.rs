@@ -47,7 +47,7 @@ pub struct SandboxPlan {
     pub hostname: String,
     /// When set, the command runs on a new pseudo-terminal of the sandbox's own devpts, of
     /// this initial size, whose master pid 1 hands to the supervisor over the terminal
-    /// socket (fd 5); when `None` the command inherits the init's stdin, stdout and stderr
+    /// socket (`cofferdam_sandbox::fds::TERMINAL`); when `None` the command inherits the init's stdin, stdout and stderr
     /// (pipes the supervisor relays). Not decided by [`build_plan`]: the supervisor sets it
     /// when [`wants_terminal`] says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -147,7 +147,7 @@ pub struct NetworkPlan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_port: Option<u16>,
     /// The ports published on the host (`--publish`): the init serves the supervisor a new
-    /// TCP socket of this namespace per connection over fd 7 (`cofferdam_net::forward`).
+    /// TCP socket of this namespace per connection over the publish socket (`cofferdam_sandbox::fds::PUBLISH`, `cofferdam_net::forward`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub publish: Vec<u16>,
 }

@@ -16,7 +16,7 @@
 //! when the parent has processes of its own (the kernel's no-internal-processes rule), and
 //! the observation says so.
 
-use crate::probe::cgroup::{CgroupMount, own_cgroup_dir, parse_mountinfo, unescape_mount_field};
+use crate::probe::cgroup::{CgroupMount, own_cgroup_dir, parse_mountinfo};
 use cofferdam_policy::cgroup_plan::{CgroupLimit, CgroupPlan, CgroupVersion};
 use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus, ResourceDimension,
@@ -94,23 +94,17 @@ fn v1_own_dir(mountinfo: &str, proc_cgroup: &str, controller: &str) -> Option<Pa
             _ => None,
         }
     })?;
-    mountinfo.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let sep = fields.iter().position(|f| *f == "-")?;
-        if fields.get(sep + 1) != Some(&"cgroup") {
-            return None;
-        }
-        let opts = [fields.get(5)?, fields.get(sep + 3).unwrap_or(&"")];
-        if !opts.iter().any(|o| o.split(',').any(|c| c == controller)) {
-            return None;
-        }
-        let mount = CgroupMount {
-            root: unescape_mount_field(fields.get(3)?),
-            mount_point: unescape_mount_field(fields.get(4)?),
-            read_only: false,
-        };
-        own_cgroup_dir(&mount, &own)
-    })
+    crate::probe::mountinfo::parse(mountinfo)
+        .into_iter()
+        .filter(|m| m.fstype == "cgroup" && m.has_option(controller))
+        .find_map(|m| {
+            let mount = CgroupMount {
+                mount_point: m.point.to_string_lossy().into_owned(),
+                root: m.root,
+                read_only: false,
+            };
+            own_cgroup_dir(&mount, &own)
+        })
 }
 
 /// The supervisor's own cgroup directory in the unified hierarchy.
@@ -434,6 +428,33 @@ mod tests {
             v2_own_dir(MOUNTINFO, PROC),
             Some(PathBuf::from("/sys/fs/cgroup/unified/user.slice"))
         );
+    }
+
+    /// Mountinfo as the kernel writes it: optional fields between the options and the `-`,
+    /// escaped path fields, a controller named only in the superblock options, a bind of a
+    /// sub-cgroup, and lines that merely look like the controller (another filesystem with
+    /// the same option, a truncated line).
+    #[test]
+    fn v1_dirs_are_read_with_the_one_mountinfo_parser() {
+        let mountinfo = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw,memory\n\
+            35 31 0:32 / /sys/fs/cgroup/mem\\040ory rw,nosuid shared:12 master:3 - cgroup cgroup rw,memory\n\
+            36 31 0:33 /outer /sys/fs/cgroup/pids rw shared:13 - cgroup none rw,pids\n\
+            37 31 0:34 / /sys/fs/cgroup/cpu rw - cgroup\n\
+            38 31 0:35 /a /sys/fs/cgroup/blkio rw - cgroup cgroup rw,blkio\n";
+        let proc = "9:blkio:/elsewhere\n8:pids:/outer/job\n4:memory:/api/abc\n0::/\n";
+        assert_eq!(
+            v1_own_dir(mountinfo, proc, "memory"),
+            Some(PathBuf::from("/sys/fs/cgroup/mem ory/api/abc"))
+        );
+        // The bind mount shows /outer at its mount point: the own cgroup is below it.
+        assert_eq!(
+            v1_own_dir(mountinfo, proc, "pids"),
+            Some(PathBuf::from("/sys/fs/cgroup/pids/job"))
+        );
+        // A line without its source and options names no controller.
+        assert_eq!(v1_own_dir(mountinfo, proc, "cpu"), None);
+        // The own cgroup is not under what the only blkio mount shows.
+        assert_eq!(v1_own_dir(mountinfo, proc, "blkio"), None);
     }
 
     #[test]

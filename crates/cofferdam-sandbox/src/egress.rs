@@ -27,7 +27,7 @@ use cofferdam_policy::plan::{NetworkPlan, PlanNetworkMode};
 use cofferdam_record::bundle::{
     ControlDimension, ControlMechanism, ControlObservation, ControlStatus,
 };
-use rustix::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrV4, SocketAddrV6, SocketFlags, SocketType};
 use serde_json::json;
@@ -98,9 +98,8 @@ fn allow(plan: &NetworkPlan) -> Result<ControlObservation, SetupError> {
             );
         }
     }
-    // SAFETY: in `allow` mode the supervisor hands the network socket as fd fds::NET and
-    // nothing else in this process owns it; it is taken once, here, and closed on return.
-    let socket = unsafe { OwnedFd::from_raw_fd(fds::NET) };
+    // Taken once, here, and closed on return.
+    let socket = fds::take_network();
     let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
     send_sockets(socket.as_fd(), &infos, &borrowed)
         .step(|| "hand the network listeners to the supervisor".into())?;

@@ -1,8 +1,10 @@
 //! The descriptor table across the exec from the supervisor to the sandbox init: which fd
 //! number carries what. The one declaration both sides use (`launch` places the
-//! descriptors, `init`, `scoped` and `egress` find them), and the one owner of the status
+//! descriptors; the init's side takes them only through the functions here), the one place
+//! a number of the table becomes an owned descriptor, and the one owner of the status
 //! channel inside the init. May not read or write the channels' messages (`status`,
-//! `cofferdam_net::handover` own those).
+//! `plan_channel`, `pty`, `cofferdam_net::handover` and `cofferdam_net::forward` own those,
+//! framed by `cofferdam_channel`). No other module or crate names these numbers.
 
 use crate::status::{StatusMessage, send};
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -22,6 +24,41 @@ pub const NET: RawFd = 6;
 /// supervisor fresh TCP sockets of the sandbox's network namespace over it
 /// (`crate::publish`); pid 1 closes its copy with the other inherited descriptors.
 pub const PUBLISH: RawFd = 7;
+// 8 and up are free: a new channel takes the next number here, its place in `launch`'s
+// table and a `take_` function below; `caps::close_fds` closes every number not kept.
+
+/// Take the plan pipe (fd [`PLAN`]). Only the init calls this, once.
+pub(crate) fn take_plan() -> OwnedFd {
+    // SAFETY: the supervisor hands the plan pipe's read end as fd PLAN, open at the init's
+    // start, and nothing else in this process owns it: it is taken once.
+    unsafe { OwnedFd::from_raw_fd(PLAN) }
+}
+
+/// Take the network socket (fd [`NET`]), present in network `allow` mode. Only pid 1, which
+/// sends the listeners over it, calls this, once.
+pub(crate) fn take_network() -> OwnedFd {
+    // SAFETY: in `allow` mode the supervisor hands the network socket as fd NET and nothing
+    // else in this process owns it; each process takes it once.
+    unsafe { OwnedFd::from_raw_fd(NET) }
+}
+
+/// Close this process's copy of the network socket, if it has one (the init: only pid 1
+/// hands the listeners over). Not an owned take, since the number may not be open.
+pub(crate) fn close_network() {
+    // SAFETY: fd NET is the network socket when present (allow mode), owned by nobody in
+    // the calling process; closing a number that is not open is harmless (EBADF).
+    unsafe {
+        libc::close(NET);
+    }
+}
+
+/// Take the publish socket (fd [`PUBLISH`]), present when the plan publishes ports. Only
+/// the init, which serves it, calls this, once.
+pub(crate) fn take_publish() -> OwnedFd {
+    // SAFETY: when the plan publishes ports the supervisor hands the publish socket as fd
+    // PUBLISH, and nothing else in the init owns that number: it is taken once.
+    unsafe { OwnedFd::from_raw_fd(PUBLISH) }
+}
 
 /// Take the terminal socket (fd [`TERMINAL`]), present when the plan has a terminal. The
 /// caller owns it from here: only the process that sends the command's terminal (or drops

@@ -32,6 +32,7 @@
 //! `crate::entry` chooses between the two, so this module does not import `scoped`.
 
 use crate::fds;
+use crate::plan_channel::{NO_GO, PlanChannel};
 use crate::setup::{self, check, fail, first_refusal, open_terminal, refuse, report};
 use crate::setup_error::SetupError;
 use crate::sigaction;
@@ -41,7 +42,7 @@ use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_record::bundle::{ControlObservation, ControlStatus};
 use rustix::process::{Pid, Signal, WaitOptions};
 use std::ffi::CString;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -119,94 +120,6 @@ fn reset_handlers(sigs: &[libc::c_int]) {
 /// them: the terminal sends those to the whole foreground process group, the command
 /// included.
 const FORWARDED: &[libc::c_int] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
-
-/// The plan pipe (fd [`fds::PLAN`]), read in two steps: the plan, then the supervisor's go.
-///
-/// The supervisor starts the init before its job exists, so the init's start and its
-/// namespaces overlap the supervisor's own setup: it writes the plan (JSON, ended by a NUL
-/// byte) as soon as it has one, then a single [`GO`] byte once the job directory, the
-/// run's cgroups and the provisional records are in place. Nothing that touches the job or
-/// starts a process of the run happens before the go; when the pipe ends without it, the
-/// supervisor has given up and the init leaves quietly.
-struct PlanChannel {
-    fd: OwnedFd,
-    /// Bytes read past the plan's end (the go, when it came in the same read).
-    rest: Vec<u8>,
-}
-
-/// The byte that releases the init after the plan (see `PlanChannel`).
-pub const GO: u8 = b'G';
-
-/// What ended the wait for the supervisor's go without one.
-const NO_GO: &str = "the supervisor stopped before starting the command";
-
-impl PlanChannel {
-    fn open() -> Self {
-        // SAFETY: the supervisor hands the plan pipe's read end as fd fds::PLAN; we take
-        // ownership here and it is closed when the channel drops.
-        Self::from_fd(unsafe { OwnedFd::from_raw_fd(fds::PLAN) })
-    }
-
-    fn from_fd(fd: OwnedFd) -> Self {
-        Self {
-            fd,
-            rest: Vec::new(),
-        }
-    }
-
-    /// Read more bytes into `rest`; `false` at the end of the pipe.
-    fn fill(&mut self) -> Result<bool, String> {
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match rustix::io::read(&self.fd, &mut buf) {
-                Ok(0) => return Ok(false),
-                Ok(n) => {
-                    self.rest.extend_from_slice(&buf[..n]);
-                    return Ok(true);
-                }
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(format!("read the plan: {e}")),
-            }
-        }
-    }
-
-    /// The plan: every byte up to the first NUL.
-    fn plan(&mut self) -> Result<SandboxPlan, String> {
-        let mut scanned = 0;
-        loop {
-            if let Some(end) = self.rest[scanned..].iter().position(|&b| b == 0) {
-                let end = scanned + end;
-                let plan = serde_json::from_slice(&self.rest[..end])
-                    .map_err(|e| format!("parse the plan: {e}"));
-                self.rest.drain(..=end);
-                return plan;
-            }
-            scanned = self.rest.len();
-            if !self.fill()? {
-                return Err(format!(
-                    "read the plan: the pipe ended after {scanned} bytes, before the plan's end"
-                ));
-            }
-        }
-    }
-
-    /// Wait for the go; `Err` when the pipe ends (or says anything else) first.
-    fn go(mut self) -> Result<(), String> {
-        while self.rest.is_empty() {
-            if !self.fill()? {
-                return Err(NO_GO.into());
-            }
-        }
-        if self.rest == [GO] {
-            Ok(())
-        } else {
-            Err(format!(
-                "read the plan: {} unexpected byte(s) after the plan",
-                self.rest.len()
-            ))
-        }
-    }
-}
 
 /// What the supervisor tells the init on its command line, before any plan: the sealed
 /// tier's namespaces, which the init makes at once, while the supervisor creates the job
@@ -407,11 +320,7 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
         set_handlers(&[libc::SIGCONT], forward);
     }
     // Only pid 1 hands the network listeners over.
-    // SAFETY: fds::NET is the network socket when present (allow mode), owned by nobody in
-    // this process; closing a number that is not open is harmless.
-    unsafe {
-        libc::close(fds::NET);
-    }
+    fds::close_network();
     for sig in [libc::SIGINT, libc::SIGQUIT] {
         let _ = sigaction::ignore(sig);
     }
@@ -655,64 +564,6 @@ fn reap(main: i32, terminal: bool) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-
-    fn plan_json() -> Vec<u8> {
-        serde_json::to_vec(&crate::setup::tests::sealed_plan()).unwrap()
-    }
-
-    /// A channel whose writer wrote `chunks` (each its own write) and then closed.
-    fn channel(chunks: &[&[u8]]) -> PlanChannel {
-        let (r, w) = rustix::pipe::pipe().unwrap();
-        let mut w = std::fs::File::from(w);
-        for c in chunks {
-            w.write_all(c).unwrap();
-        }
-        drop(w);
-        PlanChannel::from_fd(r)
-    }
-
-    #[test]
-    fn the_plan_and_the_go_in_one_write() {
-        let mut bytes = plan_json();
-        bytes.push(0);
-        bytes.push(GO);
-        let mut c = channel(&[&bytes]);
-        assert_eq!(c.plan().unwrap().uid, 1000);
-        assert_eq!(c.go(), Ok(()));
-    }
-
-    #[test]
-    fn the_plan_in_pieces_then_the_go() {
-        let json = plan_json();
-        let (a, b) = json.split_at(json.len() / 2);
-        let mut c = channel(&[a, b, &[0], &[GO]]);
-        assert!(c.plan().is_ok());
-        assert_eq!(c.go(), Ok(()));
-    }
-
-    #[test]
-    fn no_go_when_the_supervisor_gives_up() {
-        let mut bytes = plan_json();
-        bytes.push(0);
-        let mut c = channel(&[&bytes]);
-        assert!(c.plan().is_ok());
-        assert_eq!(c.go(), Err(NO_GO.to_owned()));
-    }
-
-    #[test]
-    fn a_plan_cut_short_or_followed_by_noise_is_refused() {
-        let json = plan_json();
-        let mut c = channel(&[&json[..10]]);
-        assert!(c.plan().unwrap_err().contains("before the plan's end"));
-        let mut bytes = json.clone();
-        bytes.extend_from_slice(&[0, GO, GO]);
-        let mut c = channel(&[&bytes]);
-        assert!(c.plan().is_ok());
-        assert!(c.go().unwrap_err().contains("unexpected"));
-        let mut c = channel(&[b"{not json", &[0]]);
-        assert!(c.plan().unwrap_err().starts_with("parse the plan"));
-    }
 
     #[test]
     fn early_namespaces_round_trip_and_reject_garbage() {

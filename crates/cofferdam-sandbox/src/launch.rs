@@ -34,7 +34,6 @@ use cofferdam_policy::verdict::Cause;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use rustix::pipe::PipeFlags;
 use std::ffi::CString;
-use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -68,9 +67,9 @@ pub enum LaunchError {
         /// Why.
         source: std::io::Error,
     },
-    /// The plan could not be serialized.
-    #[error("cannot serialize the sandbox plan: {0}")]
-    Plan(serde_json::Error),
+    /// The plan could not be framed (serialized, or over the channel's bound).
+    #[error("cannot send the sandbox plan: {0}")]
+    Plan(cofferdam_channel::ChannelError),
     /// Waiting for the init failed.
     #[error("cannot wait for the sandbox init: {0}")]
     Wait(std::io::Error),
@@ -188,7 +187,7 @@ pub struct Streams {
 #[derive(Debug)]
 pub struct PendingInit {
     child: Option<Spawned>,
-    plan_w: Option<std::fs::File>,
+    plan_w: Option<OwnedFd>,
     status_r: Option<OwnedFd>,
     socket: Option<OwnedFd>,
     /// Read ends of the stdout (1) and stderr (2) pipes, without a terminal.
@@ -352,7 +351,7 @@ pub fn spawn_init(
     drop(publish);
     Ok(PendingInit {
         child: Some(child),
-        plan_w: Some(std::fs::File::from(plan_w)),
+        plan_w: Some(plan_w),
         status_r: Some(status_r),
         socket,
         out_pipes,
@@ -465,13 +464,16 @@ impl PendingInit {
     /// error means the init died early: its status says why, once the relay reads it.
     pub fn send_plan(&mut self, plan: &SandboxPlan) -> Result<(), LaunchError> {
         debug_assert_eq!(plan.terminal.is_some(), self.terminal);
-        let mut json = serde_json::to_vec(plan).map_err(LaunchError::Plan)?;
-        json.push(0);
         self.copy_tier =
             plan.tier != cofferdam_record::EnforcementTier::MountnsPivotRootLandlockSeccomp;
-        if let Some(w) = self.plan_w.as_mut() {
-            // The plan may exceed a pipe's buffer: this waits for the init to read it.
-            let _ = w.write_all(&json);
+        if let Some(w) = self.plan_w.as_ref() {
+            // The plan may exceed a pipe's buffer: this waits for the init to read it. A
+            // peer that is gone died early (its status says why); any other failure is
+            // the plan's own.
+            match crate::plan_channel::send_plan(w.as_fd(), plan) {
+                Err(e) if e.step == cofferdam_channel::Step::Send => {}
+                other => other.map_err(LaunchError::Plan)?,
+            }
         }
         Ok(())
     }
@@ -578,9 +580,9 @@ impl PendingInit {
             // cannot fail.
             let _ = crate::watch::become_subreaper();
         }
-        if let Some(mut w) = self.plan_w.take() {
+        if let Some(w) = self.plan_w.take() {
             // A write error means the init died early; its status says why.
-            let _ = w.write_all(&[crate::init::GO]);
+            let _ = crate::plan_channel::send_go(w.as_fd());
         }
         let Some(mut child) = self.child.take() else {
             return Err(LaunchError::Wait(std::io::Error::other("the init is gone")));

@@ -20,6 +20,7 @@ pub mod metafilter;
 pub mod mounts;
 pub mod mutant;
 pub mod netif;
+pub mod plan_channel;
 pub mod probe;
 pub mod pty;
 pub mod publish;

@@ -14,17 +14,13 @@
 //! controlling terminal, and passing the master between processes. It decides nothing: the
 //! plan says whether there is a terminal.
 
+use cofferdam_channel::{Cause, ChannelError, Step};
 use cofferdam_policy::plan::{TerminalPlan, wants_terminal};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
-};
 use rustix::pty::OpenptFlags;
 use rustix::termios::{OptionalActions, Termios, Winsize};
-use std::io::{IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
+use serde::{Deserialize, Serialize};
 
 /// The command's terminal, when it gets one ([`wants_terminal`]: stdin and stdout both
 /// terminals, or `force`): the plan's terminal with the caller's window size (0×0 when the
@@ -194,52 +190,39 @@ pub fn attach(slave: BorrowedFd<'_>, led: bool) -> Result<(), Errno> {
     Ok(())
 }
 
-/// Send `master` over the terminal socket (one byte of payload carries the descriptor).
+/// The terminal channel's name in its errors.
+pub const CHANNEL: &str = "terminal";
+
+/// The one message of the terminal channel (fd [`crate::fds::TERMINAL`], pid 1 → the
+/// supervisor): the command's master, attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TerminalMessage {
+    /// The master of the command's pseudo-terminal, the frame's one descriptor.
+    Master,
+}
+
+/// Send `master` over the terminal socket.
 pub fn send_master(socket: BorrowedFd<'_>, master: BorrowedFd<'_>) -> Result<(), Errno> {
-    let fds = [master];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(Errno::NOBUFS);
-    }
-    retry(|| {
-        rustix::net::sendmsg(
-            socket,
-            &[IoSlice::new(b"M")],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        )
-    })?;
-    Ok(())
+    cofferdam_channel::send(socket, CHANNEL, &TerminalMessage::Master, &[master])
+        .map_err(|e| e.errno())
 }
 
 /// Receive the master from the terminal socket: `Ok(None)` at end of stream (pid 1 ended
 /// without sending one).
-pub fn recv_master(socket: BorrowedFd<'_>) -> Result<Option<OwnedFd>, Errno> {
-    let mut byte = [0u8; 1];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let msg = retry(|| {
-        rustix::net::recvmsg(
-            socket,
-            &mut [IoSliceMut::new(&mut byte)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        )
-    })?;
-    let mut master = None;
-    for m in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(fds) = m {
-            for fd in fds {
-                // Keep the first; any other descriptor is dropped (closed) here.
-                master.get_or_insert(fd);
-            }
-        }
-    }
-    match (master, msg.bytes) {
-        (Some(fd), _) => Ok(Some(fd)),
-        (None, 0) => Ok(None),
-        (None, _) => Err(Errno::PROTO),
+pub fn recv_master(socket: BorrowedFd<'_>) -> Result<Option<OwnedFd>, ChannelError> {
+    let Some((TerminalMessage::Master, fds)) = cofferdam_channel::recv(socket, CHANNEL)? else {
+        return Ok(None);
+    };
+    // The channel checked the count against the header; the master message declares one.
+    let got = fds.len();
+    match <[OwnedFd; 1]>::try_from(fds) {
+        Ok([master]) => Ok(Some(master)),
+        Err(_) => Err(ChannelError::new(
+            CHANNEL,
+            Step::Receive,
+            Cause::Descriptors { declared: 1, got },
+        )),
     }
 }
 

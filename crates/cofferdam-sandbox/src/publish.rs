@@ -13,7 +13,7 @@
 use crate::fds;
 use cofferdam_net::forward::tcp_socket;
 use rustix::event::{PollFd, PollFlags, poll};
-use rustix::fd::{AsFd, FromRawFd, OwnedFd};
+use rustix::fd::AsFd;
 use rustix::io::Errno;
 use rustix::process::{Pid, PidfdFlags, pidfd_open};
 
@@ -24,10 +24,8 @@ pub(crate) fn serve_until_exit(publish: &[u16], pid: i32) {
     if publish.is_empty() {
         return;
     }
-    // SAFETY: when the plan publishes ports the supervisor hands the publish socket as fd
-    // fds::PUBLISH, and nothing else in the init owns that number: it is taken once, here,
-    // and closed on return.
-    let channel = unsafe { OwnedFd::from_raw_fd(fds::PUBLISH) };
+    // Taken once, here, and closed on return.
+    let channel = fds::take_publish();
     // Without a pidfd (a kernel before 5.3) nothing is served: each connection finds no
     // socket and is closed at once (the forwarder counts it refused).
     let Some(pidfd) = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok())

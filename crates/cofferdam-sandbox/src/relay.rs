@@ -818,16 +818,15 @@ impl Loop {
         }
     }
 
-    /// Act on the status lines that concern the relay: a stopped command.
+    /// Act on the status messages that concern the relay: a stopped command.
     fn scan_status(&mut self) {
-        while let Some(end) = self.stream[self.scanned..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .map(|i| self.scanned + i)
+        while let Some((msg, used)) = self
+            .stream
+            .get(self.scanned..)
+            .and_then(crate::status::next)
         {
-            let line = &self.stream[self.scanned..end];
-            self.scanned = end + 1;
-            if let Ok(StatusMessage::Stopped { .. }) = serde_json::from_slice(line) {
+            self.scanned += used;
+            if let Ok(StatusMessage::Stopped { .. }) = msg {
                 self.stop_with_command();
             }
         }

@@ -1,8 +1,8 @@
 //! The status channel: the messages the sandbox init and its pid 1 send to the supervisor,
-//! one JSON object per line over an inherited pipe. Every control reports here after it was
+//! one `cofferdam_channel` frame each over an inherited pipe (fd `fds::STATUS`). Every control reports here after it was
 //! installed (or failed), so the supervisor records observations, never intentions.
 //!
-//! Owns the message vocabulary and the line codec. It decides nothing about what a message
+//! Owns the message vocabulary (the framing is `cofferdam_channel`'s). It decides nothing about what a message
 //! means for the run; the supervisor does.
 
 use cofferdam_record::bundle::ControlObservation;
@@ -56,39 +56,37 @@ pub enum StatusMessage {
     },
 }
 
-/// Write one message as a single line. A line under `PIPE_BUF` (4096 bytes) is written
+/// The channel's name in its errors.
+pub const CHANNEL: &str = "status";
+
+/// Write one message as one frame. A frame under `PIPE_BUF` (4096 bytes) is written
 /// atomically; longer ones are still written whole by one writer at a time.
 pub fn send(fd: BorrowedFd<'_>, msg: &StatusMessage) {
-    let Ok(mut line) = serde_json::to_vec(msg) else {
-        return;
-    };
-    line.push(b'\n');
-    let mut rest = &line[..];
-    while !rest.is_empty() {
-        match rustix::io::write(fd, rest) {
-            Ok(0) => return,
-            Ok(n) => rest = &rest[n..],
-            Err(rustix::io::Errno::INTR) => {}
-            // The supervisor is gone; nothing useful can be done with the report.
-            Err(_) => return,
+    // The supervisor is gone (or the message cannot be framed, which no status message
+    // is): nothing useful can be done with the report.
+    let _ = cofferdam_channel::send(fd, CHANNEL, msg, &[]);
+}
+
+/// The first whole message at the start of `stream` and the bytes it took; `None` while no
+/// whole frame is there (`Some((Err, n))` for a frame that is not a status message).
+pub fn next(stream: &[u8]) -> Option<(Result<StatusMessage, String>, usize)> {
+    match cofferdam_channel::decode_one(CHANNEL, stream) {
+        Ok(Some((msg, _, used))) => Some((Ok(msg), used)),
+        Ok(None) => None,
+        Err(e) => {
+            // A frame that will not decode: skip it when its length is known.
+            let used = cofferdam_channel::frame_len(stream).filter(|n| *n <= stream.len())?;
+            Some((Err(e.to_string()), used))
         }
     }
 }
 
-/// Parse a status stream. Lines that are not messages are returned as errors in order, so a
-/// corrupted stream is visible rather than silently dropped.
+/// Parse a status stream. Frames that are not messages are returned as errors in order, so
+/// a corrupted stream is visible rather than silently dropped.
 pub fn parse(stream: &[u8]) -> Vec<Result<StatusMessage, String>> {
-    stream
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            serde_json::from_slice(l).map_err(|e| {
-                format!(
-                    "unreadable status line ({e}): {}",
-                    String::from_utf8_lossy(l)
-                )
-            })
-        })
+    cofferdam_channel::decode(CHANNEL, stream)
+        .into_iter()
+        .map(|m| m.map_err(|e| format!("unreadable status message: {e}")))
         .collect()
 }
 
@@ -98,7 +96,7 @@ mod tests {
     use cofferdam_record::bundle::{ControlDimension, ControlMechanism, ControlStatus};
 
     #[test]
-    fn messages_round_trip_as_lines() {
+    fn messages_round_trip_as_frames() {
         let msgs = vec![
             StatusMessage::Control {
                 observation: ControlObservation::new(
@@ -115,10 +113,12 @@ mod tests {
         ];
         let mut stream = Vec::new();
         for m in &msgs {
-            stream.extend(serde_json::to_vec(m).unwrap());
-            stream.push(b'\n');
+            stream.extend(cofferdam_channel::encode(CHANNEL, m, 0).unwrap());
         }
-        stream.extend(b"garbage\n");
+        let first = next(&stream).unwrap();
+        assert_eq!(first.0.as_ref().unwrap(), &msgs[0]);
+        assert!(next(&stream[..first.1 - 1]).is_none());
+        stream.extend(cofferdam_channel::encode(CHANNEL, &"garbage", 0).unwrap());
         let parsed = parse(&stream);
         assert_eq!(parsed.len(), 4);
         for (p, m) in parsed.iter().zip(&msgs) {

@@ -20,7 +20,7 @@ pub struct Egress {
 }
 
 /// The socket pair the driver and pid 1 share, when the policy's mode is `allow`: this
-/// side (for [`start`]) and the sandbox's end (the init's fd 6).
+/// side (for [`start`]) and the sandbox's end (the init's `cofferdam_sandbox::fds::NET`).
 pub fn socket(policy: &Policy) -> Result<Option<(UnixStream, OwnedFd)>, String> {
     if policy.network.mode != NetworkMode::Allow {
         return Ok(None);

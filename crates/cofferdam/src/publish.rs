@@ -1,6 +1,6 @@
 //! `run --publish`, from the CLI's side: bind the host ports before anything exists (a busy
 //! port is a usage error naming it), the socket pair whose sandbox end the init serves
-//! sockets on (fd 7), the forwarder started with the run, and what it counted in the
+//! sockets on (`cofferdam_sandbox::fds::PUBLISH`), the forwarder started with the run, and what it counted in the
 //! bundle's `network.policy.publish`. Nothing happens without `--publish`.
 
 use crate::exit::Failure;

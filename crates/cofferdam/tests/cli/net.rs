@@ -730,3 +730,66 @@ fn a_denied_destination_is_told_why_and_a_denied_name_is_refused_at_once() {
     assert!(listed("denied.test", "resolve"), "{o}");
     assert!(listed(&format!("denied.test:{port}"), "connect"), "{o}");
 }
+
+/// A record the trace cannot take is a warning in the bundle and on stderr, never dropped:
+/// the supervisor runs under a file-size limit (soft, so the sandbox's own rlimits still
+/// install) that the bundle fits and the trace outgrows: every denied name is one traced
+/// decision (up to 10 000), while the bundle lists at most 4096 destinations (about 1.1 MB
+/// here against the trace's 1.7 MB). The failed write leaves no torn line; the events
+/// written before it stay.
+#[test]
+fn a_trace_write_that_fails_is_a_bundle_warning_not_a_silent_loss() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let script = "import socket\n\
+                  for i in range(6000):\n    \
+                      try: socket.getaddrinfo('d%d-' % i + 'x' * 50 + '.' + 'y' * 50 + '.test', 443)\n    \
+                      except OSError: pass\n";
+    let out = std::process::Command::new("bash")
+        .env_clear()
+        .env("HOME", s.home.path())
+        .env("COFFERDAM_HOME", s.store.path())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(s.work.path())
+        .args([
+            "-c",
+            "trap '' XFSZ; ulimit -S -f 1400 && exec \"$0\" \"$@\"",
+        ])
+        .arg(assert_cmd::cargo::cargo_bin("cofferdam"))
+        .args([
+            "run",
+            "-q",
+            "--network",
+            "allow",
+            "--",
+            "python3",
+            "-c",
+            script,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let lost = "the job's trace could not record the network driver's decisions";
+    assert!(
+        err.contains(&format!("cofferdam: warning: {lost}")),
+        "{err}"
+    );
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let warnings = b["run"]["warnings"].to_string();
+    assert!(warnings.contains(lost), "{warnings}");
+    assert!(
+        warnings.contains("File too large"),
+        "the cause is told: {warnings}"
+    );
+    // Nothing of the lost write is in the trace, and every line left is whole.
+    assert!(network_decisions(&b).is_empty());
+    let trace = std::fs::read_to_string(b["run"]["event_stream_ref"].as_str().unwrap()).unwrap();
+    assert!(
+        trace.ends_with('\n') && trace.lines().count() > 2,
+        "{trace}"
+    );
+}

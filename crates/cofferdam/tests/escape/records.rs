@@ -113,15 +113,28 @@ fn own_job(ctx: &Ctx) -> Outcome {
     )
 }
 
-/// Status lines as pid 1 would send them, with the marker in every string.
+/// Status messages as pid 1 would send them, with the marker in every string: as JSON lines
+/// and as `cofferdam_channel` frames (the status channel's framing), written as a `printf`
+/// format (each frame's binary header in octal escapes; the JSON holds no `%` or `\\`).
 fn forged_lines() -> String {
-    [
+    let lines = [
         r#"{"type":"control","observation":{"mechanism":"seccomp","dimension":"kernel_surface","status":"failed","reason":"FORGED-c0ffee","details":{}}}"#,
         r#"{"type":"setup_failed","step":"FORGED-c0ffee","error":"FORGED-c0ffee"}"#,
         r#"{"type":"exec_failed","error":"FORGED-c0ffee","code":127}"#,
         r#"{"type":"exited","code":0,"signal":null}"#,
-    ]
-    .join("\n")
+    ];
+    let mut out = lines.join("\\n") + "\\n";
+    for l in lines {
+        let msg: serde_json::Value = serde_json::from_str(l).unwrap();
+        let frame = cofferdam_channel::encode("status", &msg, 0).unwrap();
+        let (header, payload) = frame.split_at(cofferdam_channel::HEADER);
+        for b in header {
+            out.push_str(&format!("\\{b:03o}"));
+        }
+        out.push_str(std::str::from_utf8(payload).unwrap());
+    }
+    // Ends a line, so the script's own `key=value` lines after it are read as such.
+    out + "\\n"
 }
 
 /// The status channel is the supervisor's: the command's parent (pid 1 in the sealed
@@ -131,9 +144,9 @@ fn forged_lines() -> String {
 fn forge_status(ctx: &Ctx) -> Outcome {
     ctx.var("LINES", forged_lines());
     let r = ctx.sh(
-        r#"echo "$LINES"; echo "$LINES" >&2
-for fd in 3 4 5 6 7 8 9; do (eval "echo \"\$LINES\" >&$fd") 2>/dev/null && echo "wrote=$fd"; done
-for p in /proc/$PPID/fd/4 /proc/$PPID/fd/3 /proc/self/fd/4; do echo "$LINES" > $p 2>/dev/null && echo "wrote=$p"; done
+        r#"printf "$LINES"; printf "$LINES" >&2
+for fd in 3 4 5 6 7 8 9; do (eval "printf \"\$LINES\" >&$fd") 2>/dev/null && echo "wrote=$fd"; done
+for p in /proc/$PPID/fd/4 /proc/$PPID/fd/3 /proc/self/fd/4; do printf "$LINES" > $p 2>/dev/null && echo "wrote=$p"; done
 exit 3"#,
     );
     ctx.assert_boundary(&r);
@@ -166,7 +179,7 @@ exit 3"#,
 fn forge_exit(ctx: &Ctx) -> Outcome {
     ctx.var("LINES", forged_lines());
     let r = ctx.sh(
-        r#"echo "$LINES"; echo "$LINES" >&2; echo "$LINES" > /proc/$PPID/fd/4 2>/dev/null; kill -9 $$"#,
+        r#"printf "$LINES"; printf "$LINES" >&2; printf "$LINES" > /proc/$PPID/fd/4 2>/dev/null; kill -9 $$"#,
     );
     ctx.assert_boundary(&r);
     check(

@@ -1,0 +1,187 @@
+//! The plan channel (fd [`fds::PLAN`], supervisor → init): two messages, the plan and then
+//! the go, each one `cofferdam_channel` frame.
+//!
+//! The supervisor starts the init before its job exists, so the init's start and its
+//! namespaces overlap the supervisor's own setup: it sends the plan as soon as it has one,
+//! then the go once the job directory, the run's cgroups and the provisional records are in
+//! place. Nothing that touches the job or starts a process of the run happens before the
+//! go; when the pipe ends without it, the supervisor has given up and the init leaves
+//! quietly.
+//!
+//! Owns the channel's messages and both ends. It decides nothing about the plan (the init
+//! checks it) and may not take any other descriptor.
+
+use crate::fds;
+use cofferdam_policy::plan::SandboxPlan;
+use serde::{Deserialize, Serialize};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+/// The channel's name in its errors.
+pub const CHANNEL: &str = "plan";
+
+/// One message on the plan channel; `P` is the plan (borrowed to send, owned once read).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PlanMessage<P> {
+    /// The plan, first.
+    Plan {
+        /// The plan.
+        plan: P,
+    },
+    /// The go, second and last: the job is in place, the init is in the run's cgroups.
+    Go,
+}
+
+/// What ended the wait for the supervisor's go without one.
+pub(crate) const NO_GO: &str = "the supervisor stopped before starting the command";
+
+/// The supervisor's end: send the plan. It may exceed a pipe's buffer: this waits for the
+/// init to read it.
+pub fn send_plan(
+    fd: BorrowedFd<'_>,
+    plan: &SandboxPlan,
+) -> Result<(), cofferdam_channel::ChannelError> {
+    cofferdam_channel::send(fd, CHANNEL, &PlanMessage::Plan { plan }, &[])
+}
+
+/// The supervisor's end: send the go.
+pub fn send_go(fd: BorrowedFd<'_>) -> Result<(), cofferdam_channel::ChannelError> {
+    cofferdam_channel::send(fd, CHANNEL, &PlanMessage::<()>::Go, &[])
+}
+
+/// The init's end, read in two steps: the plan, then the go.
+pub(crate) struct PlanChannel {
+    fd: OwnedFd,
+}
+
+impl PlanChannel {
+    /// Take fd [`fds::PLAN`]; only the init calls this, once.
+    pub(crate) fn open() -> Self {
+        Self::from_fd(fds::take_plan())
+    }
+
+    pub(crate) fn from_fd(fd: OwnedFd) -> Self {
+        Self { fd }
+    }
+
+    fn recv(&self) -> Result<Option<PlanMessage<Box<SandboxPlan>>>, String> {
+        cofferdam_channel::recv(self.fd.as_fd(), CHANNEL)
+            .map(|m| m.map(|(m, _)| m))
+            .map_err(|e| e.to_string())
+    }
+
+    /// The plan, which must come first.
+    pub(crate) fn plan(&mut self) -> Result<SandboxPlan, String> {
+        match self.recv()? {
+            Some(PlanMessage::Plan { plan }) => Ok(*plan),
+            Some(PlanMessage::Go) => Err("the plan channel: the go came before the plan".into()),
+            None => Err("the plan channel: the pipe ended before the plan".into()),
+        }
+    }
+
+    /// Wait for the go; `Err` when the pipe ends (or says anything else) first. The channel
+    /// is closed on return.
+    pub(crate) fn go(self) -> Result<(), String> {
+        match self.recv()? {
+            Some(PlanMessage::Go) => Ok(()),
+            Some(PlanMessage::Plan { .. }) => {
+                Err("the plan channel: a second plan came instead of the go".into())
+            }
+            None => Err(NO_GO.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn frame(m: &PlanMessage<&SandboxPlan>) -> Vec<u8> {
+        cofferdam_channel::encode(CHANNEL, m, 0).unwrap()
+    }
+
+    fn plan_frame() -> Vec<u8> {
+        frame(&PlanMessage::Plan {
+            plan: &crate::setup::tests::sealed_plan(),
+        })
+    }
+
+    fn go_frame() -> Vec<u8> {
+        frame(&PlanMessage::Go)
+    }
+
+    /// A channel whose writer wrote `chunks` (each its own write) and then closed.
+    fn channel(chunks: &[&[u8]]) -> PlanChannel {
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let mut w = std::fs::File::from(w);
+        for c in chunks {
+            w.write_all(c).unwrap();
+        }
+        drop(w);
+        PlanChannel::from_fd(r)
+    }
+
+    #[test]
+    fn the_plan_and_the_go_in_one_write() {
+        let mut bytes = plan_frame();
+        bytes.extend(go_frame());
+        let mut c = channel(&[&bytes]);
+        assert_eq!(c.plan().unwrap().uid, 1000);
+        assert_eq!(c.go(), Ok(()));
+    }
+
+    #[test]
+    fn the_plan_in_pieces_then_the_go_sent_by_the_supervisors_end() {
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let plan = crate::setup::tests::sealed_plan();
+        let writer = std::thread::spawn(move || {
+            send_plan(w.as_fd(), &plan).unwrap();
+            send_go(w.as_fd()).unwrap();
+        });
+        let mut c = PlanChannel::from_fd(r);
+        assert!(c.plan().is_ok());
+        assert_eq!(c.go(), Ok(()));
+        writer.join().unwrap();
+        let f = plan_frame();
+        let (a, b) = f.split_at(f.len() / 2);
+        let mut c = channel(&[&a[..3], &a[3..], b, &go_frame()]);
+        assert!(c.plan().is_ok());
+        assert_eq!(c.go(), Ok(()));
+    }
+
+    #[test]
+    fn no_go_when_the_supervisor_gives_up() {
+        let mut c = channel(&[&plan_frame()]);
+        assert!(c.plan().is_ok());
+        assert_eq!(c.go(), Err(NO_GO.to_owned()));
+    }
+
+    #[test]
+    fn a_plan_cut_short_out_of_order_or_not_a_plan_is_refused() {
+        let f = plan_frame();
+        let mut c = channel(&[&f[..10]]);
+        assert!(
+            c.plan()
+                .unwrap_err()
+                .starts_with("the plan channel: receive: the stream ended inside a frame")
+        );
+        let mut c = channel(&[&go_frame()]);
+        assert!(
+            c.plan()
+                .unwrap_err()
+                .contains("the go came before the plan")
+        );
+        let mut c = channel(&[&f, &f]);
+        assert!(c.plan().is_ok());
+        assert!(c.go().unwrap_err().contains("a second plan"));
+        let mut c = channel(&[&cofferdam_channel::encode(CHANNEL, &"not a plan", 0).unwrap()]);
+        assert!(
+            c.plan()
+                .unwrap_err()
+                .starts_with("the plan channel: decode: ")
+        );
+        let mut c = channel(&[]);
+        assert!(c.plan().unwrap_err().contains("ended before the plan"));
+    }
+}
