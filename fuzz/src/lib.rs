@@ -606,22 +606,30 @@ fn same_json(a: &serde_json::Value, b: &serde_json::Value) -> bool {
     }
 }
 
-/// Target `status`: bytes as the sandbox's status channel through its parser: one result
-/// per non-empty line, in order; each message it reads writes back to a line that reads to
-/// the same message. How many messages were read.
+/// Target `status`: bytes as the sandbox's status channel (frames of `cofferdam_channel`)
+/// through its parser: one result per whole frame, in order, and one last error when the
+/// stream ends inside a frame or past the bounds; each message it reads encodes to a frame
+/// that reads back to the same message. How many messages were read.
 pub fn status(data: &[u8]) -> usize {
     use cofferdam_sandbox::status;
     let parsed = status::parse(data);
-    let lines = data
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .count();
-    assert_eq!(parsed.len(), lines, "a line was dropped or split");
+    let (mut frames, mut rest) = (0, data);
+    while let Some(n) = cofferdam_channel::frame_len(rest).filter(|n| *n <= rest.len()) {
+        frames += 1;
+        rest = &rest[n..];
+    }
+    let torn = usize::from(!rest.is_empty());
+    assert_eq!(parsed.len(), frames + torn, "a frame was dropped or split");
+    if torn == 1 {
+        assert!(
+            parsed.last().is_some_and(Result::is_err),
+            "a torn frame read"
+        );
+    }
     let mut read = 0;
     for m in parsed.iter().flatten() {
-        let line = serde_json::to_vec(m).expect("a message writes");
-        assert!(!line.contains(&b'\n'), "a written message spans lines");
-        let again = status::parse(&line);
+        let frame = cofferdam_channel::encode(status::CHANNEL, m, 0).expect("a message encodes");
+        let again = status::parse(&frame);
         let [Ok(back)] = &again[..] else {
             panic!("a written message does not read back: {again:?}");
         };
