@@ -33,6 +33,7 @@ pub use doctor::{CheckStatus, DoctorReport, doctor};
 pub mod cgroup_plan;
 pub mod controls;
 pub mod flag;
+pub mod inherit;
 pub mod mount_program;
 pub mod orchestration;
 pub mod outcome;
