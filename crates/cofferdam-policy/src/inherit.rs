@@ -2,7 +2,8 @@
 //!
 //! Owns three decisions: what the job ran with, read back from its Run Bundle
 //! ([`recorded`]); a new resolution started from it, each dimension the user gave a flag
-//! for taking the flag's value and every other one the job's ([`start_from`]); and every
+//! for taking the flag's value and every other one the job's, or for a fork the job's added
+//! to the resolution's ([`start_from`]); and every
 //! grant of the result beyond the job's, with the flag that asked for it ([`wider`]), which
 //! `inspect` refuses. Pure: it reads no file and starts nothing; whether a wider grant is
 //! refused is the caller's decision. What the bundle does not record (`workdir_exec`,
@@ -191,16 +192,47 @@ pub fn recorded(bundle: &RunBundle) -> Result<JobPolicy, RecordError> {
     })
 }
 
-/// Start `p` (a resolution of the new run's flags, config and manifest) from `job`: a
-/// dimension the user gave no flag for takes the job's value; one they did keeps the flag's.
-/// The containment floor is the stronger of both, read-only subtrees and hidden paths add
-/// up, and published ports are never inherited (the job's may be in use: give `--publish`
-/// again).
-pub fn start_from(job: &JobPolicy, p: &mut Policy, flags: &RunFlags) {
+/// How a run on a job takes the job's grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// `inspect`: the job's grants replace what the new resolution gives for every
+    /// dimension without a flag (an agent profile of the new command adds nothing the job
+    /// did not have).
+    Inspect,
+    /// `fork`, `run --on`: the job's grants are added to what the new resolution gives
+    /// (the next step of an agent on top of the last keeps its profile's grants).
+    Fork,
+}
+
+/// Start `p` (a resolution of the new run's flags, config, manifest and agent profile)
+/// from `job`, per [`Start`]: a dimension the user gave a flag for keeps the flag's value,
+/// and `--allow-net` and `--mount` name their whole list; every other one takes the job's
+/// (`Inspect`) or the job's added to the resolution's (`Fork`); a resource limit without a
+/// flag is the job's either way. The containment floor is the stronger of both, read-only
+/// subtrees and hidden paths always add up, and published ports are never inherited (the
+/// job's may be in use: give `--publish` again).
+pub fn start_from(job: &JobPolicy, p: &mut Policy, flags: &RunFlags, how: Start) {
     p.floor = p.floor.max(job.floor);
     if flags.network.is_none() && flags.allow_net.is_empty() {
-        p.network.mode = job.network;
-        p.network.allow = job.allow.clone();
+        match how {
+            Start::Inspect => {
+                p.network.mode = job.network;
+                p.network.allow = job.allow.clone();
+            }
+            Start::Fork => {
+                if net_rank(job.network) > net_rank(p.network.mode) {
+                    p.network.mode = job.network;
+                }
+                for e in &job.allow {
+                    if !p.network.allow.contains(e) {
+                        p.network.allow.push(e.clone());
+                    }
+                }
+                if p.network.mode != NetworkMode::Allow {
+                    p.network.allow.clear();
+                }
+            }
+        }
     } else if !flags.allow_net.is_empty() {
         // The flags name the allowlist whole: what the config or manifest adds is not kept.
         p.network.allow = flags
@@ -210,14 +242,24 @@ pub fn start_from(job: &JobPolicy, p: &mut Policy, flags: &RunFlags) {
             .collect();
     }
     let hidden = |m: &&Mount| m.mode == MountMode::Hide;
-    let mut mounts: Vec<Mount> = if flags.mounts.is_empty() {
-        job.mounts.clone()
-    } else {
-        p.mounts
+    let mut mounts: Vec<Mount> = match (flags.mounts.is_empty(), how) {
+        (true, Start::Inspect) => job.mounts.clone(),
+        (true, Start::Fork) => {
+            // The new resolution's, then each of the job's at a target it does not name.
+            let mut v = p.mounts.clone();
+            for m in &job.mounts {
+                if !v.iter().any(|x| x.target == m.target) {
+                    v.push(m.clone());
+                }
+            }
+            v
+        }
+        (false, _) => p
+            .mounts
             .iter()
             .filter(|m| m.origin == "--mount" && m.mode != MountMode::Hide)
             .cloned()
-            .collect()
+            .collect(),
     };
     let hides: Vec<Mount> = job
         .mounts
@@ -240,11 +282,17 @@ pub fn start_from(job: &JobPolicy, p: &mut Policy, flags: &RunFlags) {
             p.read_only.push(r.clone());
         }
     }
-    p.env_allow = if flags.env.is_empty() {
-        job.env.clone()
-    } else {
-        flags.env.clone()
-    };
+    match (flags.env.is_empty(), how) {
+        (true, Start::Inspect) => p.env_allow = job.env.clone(),
+        (true, Start::Fork) => {
+            for n in &job.env {
+                if !p.env_allow.contains(n) {
+                    p.env_allow.push(n.clone());
+                }
+            }
+        }
+        (false, _) => p.env_allow = flags.env.clone(),
+    }
     let (j, r) = (&job.resources, &mut p.resources);
     macro_rules! inherit {
         ($field:ident, $flag:expr, $dim:expr) => {
@@ -468,7 +516,7 @@ mod tests {
     /// The keys `inspect` with `flags` would refuse on `job`, and the policy it would run.
     fn inspect(job: &JobPolicy, flags: &RunFlags) -> (Vec<String>, Policy) {
         let mut p = resolved(flags);
-        start_from(job, &mut p, flags);
+        start_from(job, &mut p, flags, Start::Inspect);
         let keys = wider(job, &p, flags, None)
             .into_iter()
             .map(|w| w.key)
@@ -659,6 +707,39 @@ mod tests {
         let p = resolved(&RunFlags::default());
         let w = wider(&j, &p, &RunFlags::default(), Some(ContainmentClass::Scoped));
         assert!(w.iter().any(|w| w.key == "--tier"), "{w:?}");
+    }
+
+    #[test]
+    fn a_fork_adds_the_jobs_grants_to_its_own() {
+        let j = job(&RunFlags {
+            mounts: vec!["/srv/data:write".into()],
+            allow_net: vec!["x.org".into()],
+            memory: Some("1GiB".into()),
+            ..RunFlags::default()
+        });
+        // What an agent profile of the fork's command would add.
+        let mut p = resolved(&RunFlags {
+            mounts: vec!["/home/u/.agent:write".into()],
+            allow_net: vec!["api.agent.com:443".into()],
+            ..RunFlags::default()
+        });
+        start_from(&j, &mut p, &RunFlags::default(), Start::Fork);
+        let sources: Vec<_> = p.mounts.iter().map(|m| m.source.clone()).collect();
+        assert_eq!(
+            sources,
+            [PathBuf::from("/home/u/.agent"), PathBuf::from("/srv/data")]
+        );
+        let allow: Vec<String> = p.network.allow.iter().map(ToString::to_string).collect();
+        assert_eq!(allow, ["api.agent.com:443", "x.org:80,443"]);
+        assert_eq!(p.resources.memory, Some(ByteSize(1 << 30)));
+        // An inspection of the same job keeps the job's alone.
+        let mut p = resolved(&RunFlags {
+            mounts: vec!["/home/u/.agent:write".into()],
+            ..RunFlags::default()
+        });
+        start_from(&j, &mut p, &RunFlags::default(), Start::Inspect);
+        assert_eq!(p.mounts.len(), 1);
+        assert_eq!(p.mounts[0].source, Path::new("/srv/data"));
     }
 
     #[test]

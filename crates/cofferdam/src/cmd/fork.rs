@@ -7,9 +7,10 @@
 //!
 //! The policy: every run on a job starts from the policy the job ran with, read back from
 //! its bundle (`cofferdam_policy::inherit`); a policy flag replaces the job's value of its
-//! dimension. For `inspect` (and `inspect --keep`) a flag may only narrow: anything wider
-//! than the job's is refused before anything is made. `fork` and `run --on` are runs of the
-//! user's own, reviewed as any, so their flags may also widen.
+//! dimension. `inspect` (and `inspect --keep`) runs with the job's grants alone, and a flag
+//! may only narrow them: anything wider is refused before anything is made. `fork` and
+//! `run --on` are runs of the user's own, reviewed as any: the job's grants are added to
+//! what `run` would give the command (its agent profile's included), and flags may widen.
 
 use crate::cli::{ForkArgs, RunArgs};
 use crate::cmd::jobref;
@@ -151,7 +152,11 @@ fn prepare(
     set_workdir(&mut args, &parent, &state.workdir)?;
     let flags = crate::context::run_flags(&args.policy, None);
     let mut req: RunRequest = super::run::request_with(&args, json, |p| {
-        inherit::start_from(&job, p, &flags);
+        let how = match mode {
+            Mode::Fork => inherit::Start::Fork,
+            Mode::Inspect | Mode::InspectKept => inherit::Start::Inspect,
+        };
+        inherit::start_from(&job, p, &flags, how);
         let wider = inherit::wider(&job, p, &flags, args.tier);
         if mode == Mode::Fork || wider.is_empty() {
             return Ok(());
