@@ -505,3 +505,88 @@ fn a_job_run_without_network_is_not_inspected_with_it() {
     let b = bundle(&s, json_of(&out)["job"].as_str().unwrap());
     assert_eq!(b["network"]["policy"]["mode"], "allow", "{b}");
 }
+
+/// `cofferdam status --review JOB` as text (no colour, no pager).
+fn review_text(s: &Sandbox, job: &str) -> String {
+    let out = s
+        .cmd()
+        .args(["--color", "never", "status", "--review", "--no-pager", job])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", err(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_review_shows_lineage_and_observations_and_unknown_for_null_counters() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = cli(&s, &["run", "--allow-net", "example.org:443"], "echo p > p");
+    assert!(out.status.success(), "{}", err(&out));
+    let summary = json_of(&out);
+    let parent = summary["job"].as_str().unwrap().to_owned();
+    let (_, child) = fork(&s, "fork", &parent, &["--network", "none"], "echo c > c");
+    let child = child["job"].as_str().unwrap().to_owned();
+
+    // The parent: no lineage; the network observed by the driver, the filesystem not.
+    let v = bundle(&s, &parent);
+    assert_eq!(v["review_context"]["lineage"], Value::Null, "{v}");
+    let obs = &v["review_context"]["observations"];
+    assert_eq!(obs["recorded"], true, "{obs}");
+    assert_eq!(obs["network"]["observed"], true, "{obs}");
+    assert!(obs["network"]["allowed"].is_u64(), "{obs}");
+    assert_eq!(
+        obs["filesystem"],
+        serde_json::json!({"observed": false, "allowed": null, "denied": null}),
+        "{obs}"
+    );
+    let text = review_text(&s, &parent);
+    assert!(text.contains("\nObservations\n"), "{text}");
+    assert!(
+        text.contains("  network    0 allowed, 0 denied\n"),
+        "{text}"
+    );
+    assert!(text.contains("  filesystem not observed\n"), "{text}");
+    assert!(!text.contains("  parent    "), "{text}");
+
+    // The fork: its parent and checkpoint, and what the store says of them now.
+    let v = bundle(&s, &child);
+    let l = &v["review_context"]["lineage"];
+    assert_eq!(l["parent_run_id"], parent.as_str(), "{l}");
+    assert_eq!(l["checkpoint_id"], v["lineage"]["checkpoint_id"], "{l}");
+    assert_eq!(l["parent_state"], "staged", "{l}");
+    assert_eq!(l["checkpoint_kept"], true, "{l}");
+    assert_eq!(
+        v["review_context"]["observations"]["recorded"], false,
+        "{v}"
+    );
+    let text = review_text(&s, &child);
+    assert!(
+        text.contains(&format!("  parent    {parent} (stage staged)\n")),
+        "{text}"
+    );
+    let ckpt = l["checkpoint_id"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("  from      checkpoint {ckpt} (kept)\n")),
+        "{text}"
+    );
+    assert!(text.contains("none recorded"), "{text}");
+
+    // A counter the mechanism could not keep is `unknown`, never 0.
+    let path = summary["bundle"].as_str().unwrap();
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    doc["run_observation"]["network"]["allowed"] = Value::Null;
+    std::fs::write(path, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let text = review_text(&s, &parent);
+    assert!(
+        text.contains("  network    unknown allowed, 0 denied\n"),
+        "{text}"
+    );
+    let v = bundle(&s, &parent);
+    assert_eq!(
+        v["review_context"]["observations"]["network"]["allowed"],
+        Value::Null
+    );
+}
