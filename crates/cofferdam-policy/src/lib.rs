@@ -34,6 +34,7 @@ pub mod agentctl;
 pub mod cgroup_plan;
 pub mod controls;
 pub mod flag;
+pub mod inherit;
 pub mod mount_program;
 pub mod orchestration;
 pub mod outcome;

@@ -20,7 +20,8 @@ pub struct Widening {
     pub why: String,
 }
 
-fn net_rank(mode: NetworkMode) -> u8 {
+/// How far a network mode opens (none < allow < host).
+pub(crate) fn net_rank(mode: NetworkMode) -> u8 {
     match mode {
         NetworkMode::None => 0,
         NetworkMode::Allow => 1,
@@ -28,7 +29,8 @@ fn net_rank(mode: NetworkMode) -> u8 {
     }
 }
 
-fn mode_rank(mode: MountMode) -> u8 {
+/// How much a mount mode lends (hide < read < stage < write).
+pub(crate) fn mode_rank(mode: MountMode) -> u8 {
     match mode {
         MountMode::Hide => 0,
         MountMode::Read => 1,
@@ -38,7 +40,7 @@ fn mode_rank(mode: MountMode) -> u8 {
 }
 
 /// Whether `outer` lets through everything `inner` names.
-fn entry_covers(outer: &AllowEntry, inner: &AllowEntry) -> bool {
+pub(crate) fn entry_covers(outer: &AllowEntry, inner: &AllowEntry) -> bool {
     let host = match (&outer.host, &inner.host) {
         (a, b) if a == b => true,
         (HostPattern::Below(d), HostPattern::Name(n) | HostPattern::Below(n)) => {
@@ -50,7 +52,7 @@ fn entry_covers(outer: &AllowEntry, inner: &AllowEntry) -> bool {
 }
 
 /// Whether a baseline mount already lends what `m` asks for.
-fn mount_covered(m: &Mount, baseline: &[Mount]) -> bool {
+pub(crate) fn mount_covered(m: &Mount, baseline: &[Mount]) -> bool {
     baseline.iter().any(|b| {
         b.source == m.source && b.target == m.target && mode_rank(b.mode) >= mode_rank(m.mode)
     })
@@ -160,7 +162,24 @@ pub fn widening(manifest: &Manifest, baseline: &Policy, effective: &Policy) -> V
             format!("declares programs {}", exec.join(", ")),
         );
     }
-    let (b, e) = (&baseline.resources, &effective.resources);
+    for (name, removed) in resource_widening(&baseline.resources, &effective.resources) {
+        let why = if removed {
+            "removes the limit your flags, config or cofferdam's default set"
+        } else {
+            "raises the limit your flags, config or cofferdam's default set"
+        };
+        push(&format!("resources.{name}"), why.to_owned());
+    }
+    out
+}
+
+/// The resource dimensions (their manifest names) whose limit `e` removes (`true`) or
+/// raises (`false`) over `b`; shared with `crate::inherit`.
+pub(crate) fn resource_widening(
+    b: &crate::policy::ResourceRequest,
+    e: &crate::policy::ResourceRequest,
+) -> Vec<(&'static str, bool)> {
+    let mut out = Vec::new();
     // One row per dimension, both limits as numbers of the dimension's unit.
     macro_rules! dim {
         ($name:ident, $num:expr) => {
@@ -183,14 +202,11 @@ pub fn widening(manifest: &Manifest, baseline: &Policy, effective: &Policy) -> V
         dim!(stage_size, bytes),
     ];
     for (name, base, eff) in dims {
-        let why = match (base, eff) {
-            (Some(_), None) => "removes the limit your flags, config or cofferdam's default set",
-            (Some(bv), Some(ev)) if ev > bv => {
-                "raises the limit your flags, config or cofferdam's default set"
-            }
-            _ => continue,
-        };
-        push(&format!("resources.{name}"), why.to_owned());
+        match (base, eff) {
+            (Some(_), None) => out.push((name, true)),
+            (Some(bv), Some(ev)) if ev > bv => out.push((name, false)),
+            _ => {}
+        }
     }
     out
 }

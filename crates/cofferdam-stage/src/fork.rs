@@ -18,7 +18,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{Checkpoint, CheckpointError, Counts, restore};
-use crate::fingerprint::{FingerprintError, Fingerprints, read_fingerprints, write_fingerprints};
+use crate::fingerprint::{FingerprintError, Fingerprints, read_fingerprints};
 use crate::job::Job;
 
 /// The fork's copy of its checkpoint's fingerprints, in the job directory.
@@ -53,10 +53,17 @@ pub fn seed(job: &Job, c: &Checkpoint) -> Result<Counts, ForkError> {
         source,
     })?;
     let counts = restore(c, &upper)?;
+    // The checkpoint's bytes as they are (one entry per change the parent staged): parsed
+    // once, at the seal ([`inherit`]), not here as well.
     let from = c.fingerprints_path();
-    if fs::symlink_metadata(&from).is_ok() {
-        let fp = read_fingerprints(&from)?;
-        write_fingerprints(&job.dir().join(INHERITED), &fp)?;
+    match fs::read(&from) {
+        Ok(bytes) => {
+            let to = job.dir().join(INHERITED);
+            crate::job::write_atomic_with(&to, &bytes, 0o600, crate::job::Durability::Durable)
+                .map_err(|source| ForkError::Io { path: to, source })?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => return Err(ForkError::Io { path: from, source }),
     }
     Ok(counts)
 }

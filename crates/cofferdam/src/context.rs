@@ -146,7 +146,27 @@ fn layered_policy(
         )));
     }
     let manifest = load_manifest(args, workdir.as_deref().unwrap_or(&env.places.cwd), env)?;
-    let flags = RunFlags {
+    let flags = run_flags(args, workdir);
+    let Some((loaded, file, shown)) = manifest else {
+        return resolve_layered(user, None, &flags, &env.places).map_err(Failure::usage);
+    };
+    let widening = widening_keys(user, &loaded, &flags, &env.places)?;
+    let mut policy =
+        resolve_layered(user, Some(&loaded), &flags, &env.places).map_err(Failure::usage)?;
+    if !widening.is_empty() {
+        let trust = crate::config_files::read_trust(&env.places.home)?;
+        let key = file.canonical.to_string_lossy();
+        match trust.state(&key, &file.hash) {
+            TrustState::Trusted => policy.mark_manifest_trusted(),
+            state => return Err(refuse_widening(&shown, &widening, state)),
+        }
+    }
+    Ok(policy)
+}
+
+/// The policy flags of `args` as the policy crate takes them, `workdir` already resolved.
+pub fn run_flags(args: &PolicyArgs, workdir: Option<PathBuf>) -> RunFlags {
+    RunFlags {
         workdir,
         containment: args.containment,
         mounts: args.mounts.clone(),
@@ -165,22 +185,7 @@ fn layered_policy(
         io_bps: args.io_bps.clone(),
         tmp_size: args.tmp_size.clone(),
         stage_size: args.stage_size.clone(),
-    };
-    let Some((loaded, file, shown)) = manifest else {
-        return resolve_layered(user, None, &flags, &env.places).map_err(Failure::usage);
-    };
-    let widening = widening_keys(user, &loaded, &flags, &env.places)?;
-    let mut policy =
-        resolve_layered(user, Some(&loaded), &flags, &env.places).map_err(Failure::usage)?;
-    if !widening.is_empty() {
-        let trust = crate::config_files::read_trust(&env.places.home)?;
-        let key = file.canonical.to_string_lossy();
-        match trust.state(&key, &file.hash) {
-            TrustState::Trusted => policy.mark_manifest_trusted(),
-            state => return Err(refuse_widening(&shown, &widening, state)),
-        }
     }
-    Ok(policy)
 }
 
 /// The keys of `loaded` that grant more than `user` and `flags` allow.

@@ -63,10 +63,7 @@ fn create(address: &str, name: Option<&str>, json: bool) -> Result<u8, Failure> 
             )));
         }
     }
-    let run_id = std::fs::read(job.bundle_path())
-        .ok()
-        .and_then(|b| cofferdam_record::reader::read_bundle(&b).ok())
-        .map_or_else(|| id.to_owned(), |b| b.run.run_id);
+    let run_id = crate::cmd::jobrules::bundle_run_id(&job);
     let made = checkpoint::create(&job, &run_id, name, now_ms()).map_err(failure)?;
     drop(held);
     if json {

@@ -4,6 +4,13 @@
 //! `--checkpoint` names one), the workdir rule, and what `inspect` does after the run
 //! (discard the stage, or keep it with `--keep`). The run itself is `lifecycle::run`'s
 //! with [`RunRequest::fork`] set; the stage's seeding is `cofferdam_stage::fork`'s.
+//!
+//! The policy: every run on a job starts from the policy the job ran with, read back from
+//! its bundle (`cofferdam_policy::inherit`); a policy flag replaces the job's value of its
+//! dimension. `inspect` (and `inspect --keep`) runs with the job's grants alone, and a flag
+//! may only narrow them: anything wider is refused before anything is made. `fork` and
+//! `run --on` are runs of the user's own, reviewed as any: the job's grants are added to
+//! what `run` would give the command (its agent profile's included), and flags may widen.
 
 use crate::cli::{ForkArgs, RunArgs};
 use crate::cmd::jobref;
@@ -11,10 +18,11 @@ use crate::cmd::jobrules::{job_failure, lock, now_ms};
 use crate::cmd::recover::settled_state;
 use crate::exit::Failure;
 use crate::lifecycle::{self, RunRequest};
+use cofferdam_policy::inherit;
 use cofferdam_record::bundle::RunLineage;
 use cofferdam_stage::checkpoint::{self, Checkpoint};
 use cofferdam_stage::job::{Job, StageState};
-use std::path::PathBuf;
+use std::path::Path;
 
 /// What the run on a parent is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +64,6 @@ pub fn fork(a: &ForkArgs, inspect: bool, json: bool) -> Result<u8, Failure> {
 struct Origin {
     /// The parent job.
     parent: Job,
-    /// Its workdir (the fork's).
-    workdir: PathBuf,
     /// The checkpoint.
     checkpoint: Checkpoint,
     /// Made for this run (no `--checkpoint`).
@@ -66,32 +72,7 @@ struct Origin {
 
 /// Run `args` on top of `parent` (an address).
 pub fn run_on(parent: &str, args: &RunArgs, mode: Mode, json: bool) -> Result<u8, Failure> {
-    let origin = origin(parent, args.checkpoint.as_deref())?;
-    let mut args = args.clone();
-    // The fork works on its parent's workdir: its stage is a stage of that tree.
-    match &args.policy.workdir {
-        None => args.policy.workdir = Some(origin.workdir.clone()),
-        Some(w) => {
-            let given = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
-            let theirs =
-                std::fs::canonicalize(&origin.workdir).unwrap_or_else(|_| origin.workdir.clone());
-            if given != theirs {
-                return Err(Failure::usage(format!(
-                    "--workdir {}: job {} stages {}, and a fork works on its parent's workdir; \
-                     leave out --workdir",
-                    w.display(),
-                    origin.parent.id(),
-                    origin.workdir.display()
-                )));
-            }
-        }
-    }
-    let mut req: RunRequest = super::run::request(&args, json)?;
-    req.policy.orchestration.lineage = Some(RunLineage {
-        parent_run_id: origin.checkpoint.manifest.run_id.clone(),
-        checkpoint_id: origin.checkpoint.manifest.id.clone(),
-    });
-    req.fork = Some(origin.checkpoint.clone());
+    let (req, origin) = prepare(parent, args, mode, json)?;
     let finished = lifecycle::run(&req);
     let discard = mode == Mode::Inspect;
     if discard && origin.made {
@@ -129,67 +110,153 @@ pub fn run_on(parent: &str, args: &RunArgs, mode: Mode, json: bool) -> Result<u8
     super::run::render(&finished, args.quiet, json)
 }
 
-/// Find the parent and its checkpoint: the one `--checkpoint` names (the parent may be in
-/// any state: a checkpoint outlives its job's stage), or a new one of the parent's stage,
-/// which must then be staged.
-fn origin(address: &str, checkpoint_arg: Option<&str>) -> Result<Origin, Failure> {
+/// The request of a run on `address` and where it starts: the parent found and locked, its
+/// recorded policy read back, the run's policy started from it (and, for `inspect`, refused
+/// if it is wider), and only then the checkpoint found (`--checkpoint`, in any state of the
+/// parent: a checkpoint outlives its job's stage) or made of the parent's stage, which must
+/// then be staged. A refusal leaves nothing behind.
+fn prepare(
+    address: &str,
+    args: &RunArgs,
+    mode: Mode,
+    json: bool,
+) -> Result<(RunRequest, Origin), Failure> {
     let (_env, parent) = jobref::open(address)?;
     let held = lock(&parent, "fork")?;
     let state = settled_state(&parent, &held)?;
-    let workdir = state.workdir.clone();
-    if let Some(wanted) = checkpoint_arg {
-        let all = checkpoint::list(&parent).map_err(Failure::setup)?;
-        let found: Vec<Checkpoint> = all
-            .into_iter()
-            .filter(|c| checkpoint::matches(&c.manifest, wanted))
-            .collect();
-        return match <[Checkpoint; 1]>::try_from(found) {
-            Ok([checkpoint]) => Ok(Origin {
-                parent,
-                workdir,
-                checkpoint,
-                made: false,
-            }),
-            Err(v) if v.is_empty() => Err(Failure::usage(format!(
-                "--checkpoint {wanted}: job {} has no such checkpoint; list them with \
-                 `cofferdam checkpoint list {}`",
+    let found = match args.checkpoint.as_deref() {
+        Some(wanted) => Some(named_checkpoint(&parent, wanted)?),
+        None => {
+            staged_or_refuse(&parent, state.state)?;
+            None
+        }
+    };
+    let bundle = std::fs::read(parent.bundle_path())
+        .map_err(|e| e.to_string())
+        .and_then(|b| cofferdam_record::reader::read_bundle(&b).map_err(|e| e.to_string()))
+        .map_err(|e| {
+            Failure::setup(format!(
+                "cannot read job {}'s policy from its run bundle {}: {e}; a run on a job \
+                 starts from the policy it ran with",
                 parent.id(),
-                parent.id()
-            ))),
-            Err(_) => Err(Failure::usage(format!(
-                "--checkpoint {wanted}: more than one checkpoint of job {} matches; give more \
-                 of its id",
-                parent.id()
-            ))),
+                parent.bundle_path().display()
+            ))
+        })?;
+    let job = inherit::recorded(&bundle).map_err(|e| {
+        Failure::setup(format!(
+            "cannot read job {}'s policy from its run bundle: {e}",
+            parent.id()
+        ))
+    })?;
+    let mut args = args.clone();
+    set_workdir(&mut args, &parent, &state.workdir)?;
+    let flags = crate::context::run_flags(&args.policy, None);
+    let mut req: RunRequest = super::run::request_with(&args, json, |p| {
+        let how = match mode {
+            Mode::Fork => inherit::Start::Fork,
+            Mode::Inspect | Mode::InspectKept => inherit::Start::Inspect,
         };
+        inherit::start_from(&job, p, &flags, how);
+        let wider = inherit::wider(&job, p, &flags, args.tier);
+        if mode == Mode::Fork || wider.is_empty() {
+            return Ok(());
+        }
+        Err(Failure::usage(format!(
+            "refusing to inspect job {id}: inspect runs with the policy job {id} ran with, \
+             and its flags may only narrow it; these widen it:\n{}  fix: leave those flags \
+             out (or give values within the job's); to run with more, fork it with them \
+             (`cofferdam fork {id} FLAGS -- CMD`), a run of your own that is reviewed as any",
+            crate::context::widening_lines(&wider),
+            id = parent.id()
+        )))
+    })?;
+    let (checkpoint, made) = match found {
+        Some(c) => (c, false),
+        None => {
+            let c =
+                checkpoint::create(&parent, &bundle.run.run_id, None, now_ms()).map_err(|e| {
+                    Failure::setup(format!("cannot checkpoint job {}: {e}", parent.id()))
+                })?;
+            (c, true)
+        }
+    };
+    drop(held);
+    req.policy.orchestration.lineage = Some(RunLineage {
+        parent_run_id: checkpoint.manifest.run_id.clone(),
+        checkpoint_id: checkpoint.manifest.id.clone(),
+    });
+    req.fork = Some(checkpoint.clone());
+    Ok((
+        req,
+        Origin {
+            parent,
+            checkpoint,
+            made,
+        },
+    ))
+}
+
+/// The fork works on its parent's workdir: its stage is a stage of that tree.
+fn set_workdir(args: &mut RunArgs, parent: &Job, workdir: &Path) -> Result<(), Failure> {
+    match &args.policy.workdir {
+        None => args.policy.workdir = Some(workdir.to_path_buf()),
+        Some(w) => {
+            let given = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
+            let theirs = std::fs::canonicalize(workdir).unwrap_or_else(|_| workdir.to_path_buf());
+            if given != theirs {
+                return Err(Failure::usage(format!(
+                    "--workdir {}: job {} stages {}, and a fork works on its parent's workdir; \
+                     leave out --workdir",
+                    w.display(),
+                    parent.id(),
+                    workdir.display()
+                )));
+            }
+        }
     }
-    if state.state != StageState::Staged {
-        let why = match state.state {
-            StageState::Active => "its run is still going",
-            StageState::Applied => "every change was applied, so its stage is spent",
-            StageState::Discarded => "it was dropped, so it has no stage",
-            _ => "it was interrupted before its stage was sealed",
-        };
-        return Err(Failure::usage(format!(
-            "cannot fork job {}: {why}; fork a staged job, or one of its checkpoints with \
-             --checkpoint (`cofferdam checkpoint list {}`)",
+    Ok(())
+}
+
+/// The one checkpoint of `parent` that `wanted` names.
+fn named_checkpoint(parent: &Job, wanted: &str) -> Result<Checkpoint, Failure> {
+    let all = checkpoint::list(parent).map_err(Failure::setup)?;
+    let found: Vec<Checkpoint> = all
+        .into_iter()
+        .filter(|c| checkpoint::matches(&c.manifest, wanted))
+        .collect();
+    match <[Checkpoint; 1]>::try_from(found) {
+        Ok([checkpoint]) => Ok(checkpoint),
+        Err(v) if v.is_empty() => Err(Failure::usage(format!(
+            "--checkpoint {wanted}: job {} has no such checkpoint; list them with \
+             `cofferdam checkpoint list {}`",
             parent.id(),
             parent.id()
-        )));
+        ))),
+        Err(_) => Err(Failure::usage(format!(
+            "--checkpoint {wanted}: more than one checkpoint of job {} matches; give more \
+             of its id",
+            parent.id()
+        ))),
     }
-    let run_id = std::fs::read(parent.bundle_path())
-        .ok()
-        .and_then(|b| cofferdam_record::reader::read_bundle(&b).ok())
-        .map_or_else(|| parent.id().to_owned(), |b| b.run.run_id);
-    let checkpoint = checkpoint::create(&parent, &run_id, None, now_ms())
-        .map_err(|e| Failure::setup(format!("cannot checkpoint job {}: {e}", parent.id())))?;
-    drop(held);
-    Ok(Origin {
-        parent,
-        workdir,
-        checkpoint,
-        made: true,
-    })
+}
+
+/// A fork without `--checkpoint` checkpoints the parent's stage, which must be staged.
+fn staged_or_refuse(parent: &Job, state: StageState) -> Result<(), Failure> {
+    if state == StageState::Staged {
+        return Ok(());
+    }
+    let why = match state {
+        StageState::Active => "its run is still going",
+        StageState::Applied => "every change was applied, so its stage is spent",
+        StageState::Discarded => "it was dropped, so it has no stage",
+        _ => "it was interrupted before its stage was sealed",
+    };
+    Err(Failure::usage(format!(
+        "cannot fork job {}: {why}; fork a staged job, or one of its checkpoints with \
+         --checkpoint (`cofferdam checkpoint list {}`)",
+        parent.id(),
+        parent.id()
+    )))
 }
 
 /// Remove the checkpoint an inspection made; a failure is only told.

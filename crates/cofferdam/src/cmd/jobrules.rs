@@ -260,3 +260,21 @@ pub(crate) fn sensitivities(
         })
         .collect())
 }
+
+/// The run id `job`'s bundle records (`run.run_id`), else the job's id. Read by a partial
+/// parse that skips everything else: a checkpoint of a 10,000-change stage does not pay
+/// for the strict reader's pass over the bundle's change list just for one string.
+pub(crate) fn bundle_run_id(job: &Job) -> String {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        run: HeadRun,
+    }
+    #[derive(serde::Deserialize)]
+    struct HeadRun {
+        run_id: String,
+    }
+    std::fs::read(job.bundle_path())
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Head>(&b).ok())
+        .map_or_else(|| job.id().to_owned(), |h| h.run.run_id)
+}

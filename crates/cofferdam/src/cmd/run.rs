@@ -25,6 +25,16 @@ pub fn run(args: &RunArgs, json: bool) -> Result<u8, Failure> {
 /// The arguments as a request: the policy resolved (flags, user config, trusted manifest,
 /// agent profile) and checked; usage errors exit 2 before anything exists.
 pub(crate) fn request(args: &RunArgs, json: bool) -> Result<RunRequest, Failure> {
+    request_with(args, json, |_| Ok(()))
+}
+
+/// [`request`], with `adjust` given the resolved policy before the checks (a run on
+/// another job starts from that job's policy: `super::fork`).
+pub(crate) fn request_with(
+    args: &RunArgs,
+    json: bool,
+    adjust: impl FnOnce(&mut cofferdam_policy::Policy) -> Result<(), Failure>,
+) -> Result<RunRequest, Failure> {
     if args.command.is_empty() {
         return Err(Failure::usage(
             "give the command to run after `--`, e.g. `cofferdam run -- bash`",
@@ -35,6 +45,7 @@ pub(crate) fn request(args: &RunArgs, json: bool) -> Result<RunRequest, Failure>
     policy.orchestration =
         cofferdam_policy::orchestration::parse(&args.labels, args.task_id.as_deref())
             .map_err(Failure::usage)?;
+    adjust(&mut policy)?;
     // The command as it runs: with the arguments an agent profile adds, recorded as such.
     let argv = match &policy.command_patch {
         Some(p) => p.apply(&args.command),

@@ -6,7 +6,9 @@ use crate::cmd::jobrules::job_failure;
 use crate::context;
 use crate::exit::{Failure, OK};
 use crate::style::Style;
-use cofferdam_record::bundle::{ChangeKind, ControlDimension, ControlStatus, RunBundle};
+use cofferdam_record::bundle::{
+    AccessObservation, ChangeKind, ControlDimension, ControlStatus, RunBundle, RunLineage,
+};
 use cofferdam_record::read_bundle;
 use cofferdam_record::shown::escape;
 use cofferdam_stage::apply;
@@ -97,6 +99,10 @@ fn print_review_json(
         return crate::print_json(&json!({ "review_context": context, "agent_notes": [] }));
     };
     let review_comments = crate::cmd::comment::of_job(job);
+    if let Some(c) = context.as_object_mut() {
+        c.insert("lineage".into(), lineage_json(job, &bundle));
+        c.insert("observations".into(), observations_json(&bundle));
+    }
     if let Some(saved) = bundle.filesystem.as_ref() {
         let saved_view = json!({
             "path": job.bundle_path(),
@@ -150,6 +156,161 @@ const REFRESHED_FIELDS: [&str; 6] = [
     "safety.filesystem_changes_staged",
 ];
 
+// Lineage and run observations in the review (issue 21): this block, called from
+// `print_review_json` (`review_context.lineage`, `review_context.observations`), `status`
+// (the lineage lines) and `render_bundle` (the observations section).
+
+/// What the store says now of a fork's parent: its stage's state and whether the
+/// checkpoint the fork started from is still kept (`None`: the parent's records are gone).
+fn parent_now(job: &Job, l: &RunLineage) -> (Option<&'static str>, Option<bool>) {
+    let id = &l.parent_run_id;
+    let plain = !id.is_empty() && !id.contains('/') && id != "." && id != "..";
+    let Some(parent) = job
+        .dir()
+        .parent()
+        .filter(|_| plain)
+        .and_then(|jobs| Job::open(&jobs.join(id)).ok())
+    else {
+        return (None, None);
+    };
+    let state = parent
+        .state()
+        .ok()
+        .map(|st| state_word(effective_state(&parent, &st)));
+    let kept = cofferdam_stage::checkpoint::list(&parent)
+        .ok()
+        .map(|all| all.iter().any(|c| c.manifest.id == l.checkpoint_id));
+    (state, kept)
+}
+
+/// `review_context.lineage`: `null` for a run that is no fork.
+fn lineage_json(job: &Job, b: &RunBundle) -> serde_json::Value {
+    let Some(l) = &b.lineage else {
+        return serde_json::Value::Null;
+    };
+    let (state, kept) = parent_now(job, l);
+    json!({
+        "parent_run_id": l.parent_run_id,
+        "checkpoint_id": l.checkpoint_id,
+        "parent_state": state,
+        "checkpoint_kept": kept,
+    })
+}
+
+/// One dimension of `review_context.observations`; counters stay `null` where the
+/// mechanism could not count.
+fn observation_json(a: Option<&AccessObservation>) -> serde_json::Value {
+    let Some(a) = a else {
+        return json!({ "observed": false, "allowed": null, "denied": null });
+    };
+    json!({
+        "observed": true,
+        "allowed": a.allowed,
+        "denied": a.denied,
+        "denials_listed": a.denials.len(),
+        "denials_omitted": a.denials_omitted,
+        "rules": a.rules.iter()
+            .map(|r| json!({ "rule": r.rule, "allowed": r.allowed, "denied": r.denied }))
+            .collect::<Vec<_>>(),
+        "rules_omitted": a.rules_omitted,
+    })
+}
+
+/// `review_context.observations`: what mechanisms observed the run access, per dimension.
+fn observations_json(b: &RunBundle) -> serde_json::Value {
+    let o = b.run_observation.as_ref();
+    json!({
+        "recorded": o.is_some(),
+        "network": observation_json(o.and_then(|o| o.network.as_ref())),
+        "filesystem": observation_json(o.and_then(|o| o.filesystem.as_ref())),
+    })
+}
+
+/// The review's lineage lines, for a fork.
+fn render_lineage(o: &mut String, job: &Job, b: &RunBundle) {
+    let Some(l) = &b.lineage else {
+        return;
+    };
+    let (state, kept) = parent_now(job, l);
+    let state = state.map_or_else(
+        || "its records are gone".to_owned(),
+        |w| format!("stage {w}"),
+    );
+    let kept = match kept {
+        Some(true) => "kept",
+        Some(false) => "deleted since",
+        None => "unknown",
+    };
+    let _ = writeln!(o, "  parent    {} ({state})", escape(&l.parent_run_id));
+    let _ = writeln!(
+        o,
+        "  from      checkpoint {} ({kept})",
+        escape(&l.checkpoint_id)
+    );
+}
+
+/// How many rules and denials the text review lists per dimension.
+const OBSERVED_SHOWN: usize = 5;
+
+/// The review's observations section: per dimension the allowed and denied counts
+/// (`unknown` for a counter the mechanism could not keep, never 0), the busiest rules and
+/// the first denials.
+fn render_observations(o: &mut String, b: &RunBundle, s: Style) {
+    let _ = writeln!(o, "\n{}", s.heading("Observations"));
+    let Some(ro) = &b.run_observation else {
+        let _ = writeln!(
+            o,
+            "  {}",
+            s.dim("none recorded: no mechanism reported what this run accessed")
+        );
+        return;
+    };
+    let num = |v: Option<u64>| v.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
+    for (label, a) in [
+        ("network", ro.network.as_ref()),
+        ("filesystem", ro.filesystem.as_ref()),
+    ] {
+        let Some(a) = a else {
+            let _ = writeln!(o, "  {label:<10} {}", s.dim("not observed"));
+            continue;
+        };
+        let _ = writeln!(
+            o,
+            "  {label:<10} {} allowed, {} denied",
+            num(a.allowed),
+            num(a.denied)
+        );
+        for r in a.rules.iter().take(OBSERVED_SHOWN) {
+            let _ = writeln!(
+                o,
+                "    rule {}: {} allowed, {} denied",
+                escape(&r.rule),
+                r.allowed,
+                r.denied
+            );
+        }
+        let more =
+            a.rules.len().saturating_sub(OBSERVED_SHOWN) as u64 + a.rules_omitted.unwrap_or(0);
+        if more > 0 {
+            let _ = writeln!(o, "    {}", s.dim(&format!("and {more} more rule(s)")));
+        }
+        for d in a.denials.iter().take(OBSERVED_SHOWN) {
+            let _ = writeln!(
+                o,
+                "    {} {} ({})",
+                s.bad("denied"),
+                escape(&d.target),
+                escape(&d.access)
+            );
+        }
+        let more =
+            a.denials.len().saturating_sub(OBSERVED_SHOWN) as u64 + a.denials_omitted.unwrap_or(0);
+        if more > 0 {
+            let _ = writeln!(o, "    {}", s.dim(&format!("and {more} more denial(s)")));
+        }
+    }
+}
+
 /// `cofferdam status`.
 pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
     let env = context::env()?;
@@ -187,6 +348,9 @@ pub fn status(args: &StatusArgs, json: bool, s: Style) -> Result<u8, Failure> {
     );
     let _ = writeln!(o, "  command   {}", shell_words(&state.command));
     let _ = writeln!(o, "  workdir   {}", crate::shown_path(&state.workdir));
+    if let Some(b) = bundle.as_ref().filter(|_| args.review) {
+        render_lineage(&mut o, &job, b);
+    }
     match &bundle {
         None => {
             let _ = writeln!(
@@ -433,6 +597,7 @@ fn render_bundle(
         let _ = writeln!(o, "  {label:<18} {mark}  {}", s.dim(&via));
     }
     crate::egress::render_review(o, b, s);
+    render_observations(o, b, s);
     if let Some(fs) = &b.filesystem {
         let _ = writeln!(
             o,

@@ -329,3 +329,264 @@ fn diff_against_parent_lists_only_what_the_fork_did() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", err(&out));
 }
+
+/// `cofferdam --json ARGS… -- sh -c SCRIPT` in the workdir: the output.
+fn cli(s: &Sandbox, args: &[&str], script: &str) -> std::process::Output {
+    s.cmd()
+        .current_dir(s.work.path())
+        .arg("--json")
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+/// The run bundle an `inspect --json` summary names.
+fn inspected_bundle(summary: &Value) -> Value {
+    let path = summary["bundle"].as_str().unwrap();
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn jobs_count(s: &Sandbox) -> usize {
+    ok_json(s, &["jobs"]).as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn inspect_runs_with_the_jobs_grants_and_its_flags_only_narrow() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let lent = tempfile::tempdir().unwrap();
+    std::fs::write(lent.path().join("f"), "lent\n").unwrap();
+    let mount = format!("{}:/mnt/lent:read", lent.path().display());
+    let out = cli(
+        &s,
+        &[
+            "run",
+            "--mount",
+            &mount,
+            "--allow-net",
+            "example.org:443",
+            "--memory",
+            "1GiB",
+        ],
+        "cat /mnt/lent/f > seen",
+    );
+    assert!(out.status.success(), "{}", err(&out));
+    let parent = json_of(&out)["job"].as_str().unwrap().to_owned();
+
+    // No flags: the job's mount, allowlist and limit, not `run`'s defaults.
+    let out = cli(&s, &["inspect", &parent], "cat /mnt/lent/f");
+    assert!(out.status.success(), "{}", err(&out));
+    let b = inspected_bundle(&json_of(&out));
+    assert_eq!(b["network"]["policy"]["mode"], "allow", "{b}");
+    assert_eq!(
+        b["network"]["policy"]["allow"],
+        serde_json::json!(["example.org:443"]),
+        "{b}"
+    );
+    let mounts = &b["filesystem"]["access_policy"]["mounts"];
+    assert_eq!(mounts.as_array().map(Vec::len), Some(1), "{b}");
+    assert_eq!(mounts[0]["target"], "/mnt/lent", "{b}");
+    assert_eq!(mounts[0]["mode"], "read", "{b}");
+    assert_eq!(
+        b["resources"]["requested"]["memory_bytes"],
+        1u64 << 30,
+        "{b}"
+    );
+    // `inspect --keep` too.
+    let out = cli(&s, &["inspect", "--keep", &parent], "cat /mnt/lent/f");
+    assert!(out.status.success(), "{}", err(&out));
+    let kept = json_of(&out)["job"].as_str().unwrap().to_owned();
+    let b = bundle(&s, &kept);
+    assert_eq!(b["network"]["policy"]["mode"], "allow", "{b}");
+    assert_eq!(
+        b["filesystem"]["access_policy"]["mounts"][0]["target"], "/mnt/lent",
+        "{b}"
+    );
+
+    // A narrowing flag is honoured; the rest stays the job's.
+    let out = cli(
+        &s,
+        &[
+            "inspect",
+            &parent,
+            "--network",
+            "none",
+            "--memory",
+            "512MiB",
+        ],
+        "cat /mnt/lent/f",
+    );
+    assert!(out.status.success(), "{}", err(&out));
+    let b = inspected_bundle(&json_of(&out));
+    assert_eq!(b["network"]["policy"]["mode"], "none", "{b}");
+    assert_eq!(
+        b["resources"]["requested"]["memory_bytes"],
+        512u64 << 20,
+        "{b}"
+    );
+    assert_eq!(
+        b["filesystem"]["access_policy"]["mounts"][0]["target"], "/mnt/lent",
+        "{b}"
+    );
+
+    // Widening flags are refused, by key, before anything is made.
+    let before = jobs_count(&s);
+    let checkpoints = || {
+        ok_json(&s, &["checkpoint", "list", &parent])
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    // The one `inspect --keep`'s fork starts from.
+    let kept_checkpoints = checkpoints();
+    let other = tempfile::tempdir().unwrap();
+    let wider = format!("{}:/mnt/other:read", other.path().display());
+    let write = format!("{}:/mnt/lent:write", lent.path().display());
+    for (flags, key) in [
+        (vec!["--allow-net", "other.org"], "--allow-net"),
+        (vec!["--mount", wider.as_str()], "--mount"),
+        (vec!["--mount", write.as_str()], "--mount"),
+        (vec!["--memory", "2GiB"], "--memory"),
+        (vec!["--network", "host"], "--network"),
+    ] {
+        let mut args = vec!["inspect", parent.as_str()];
+        args.extend(flags.iter().copied());
+        let out = cli(&s, &args, "true");
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {}", err(&out));
+        let e = err(&out);
+        assert!(e.contains(&format!("  {key}: ")), "{flags:?}: {e}");
+        assert!(e.contains("fix:"), "{e}");
+    }
+    assert_eq!(jobs_count(&s), before, "a refused inspect made no job");
+    assert_eq!(checkpoints(), kept_checkpoints, "nor a checkpoint");
+}
+
+#[test]
+fn a_job_run_without_network_is_not_inspected_with_it() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = cli(&s, &["run", "--network", "none"], "echo p > p.txt");
+    assert!(out.status.success(), "{}", err(&out));
+    let parent = json_of(&out)["job"].as_str().unwrap().to_owned();
+    let out = cli(
+        &s,
+        &[
+            "inspect",
+            &parent,
+            "--network",
+            "allow",
+            "--allow-net",
+            "example.org",
+        ],
+        "true",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", err(&out));
+    let e = err(&out);
+    assert!(
+        e.contains("  --network: opens the network to `allow` where job"),
+        "{e}"
+    );
+    assert!(
+        e.contains("  --allow-net: adds destinations example.org:80,443"),
+        "{e}"
+    );
+    assert!(e.contains(&format!("cofferdam fork {parent}")), "{e}");
+    // `fork` is a run of the user's own: its flags may widen.
+    let out = cli(
+        &s,
+        &["fork", &parent, "--allow-net", "example.org"],
+        "test -f p.txt",
+    );
+    assert!(out.status.success(), "{}", err(&out));
+    let b = bundle(&s, json_of(&out)["job"].as_str().unwrap());
+    assert_eq!(b["network"]["policy"]["mode"], "allow", "{b}");
+}
+
+/// `cofferdam status --review JOB` as text (no colour, no pager).
+fn review_text(s: &Sandbox, job: &str) -> String {
+    let out = s
+        .cmd()
+        .args(["--color", "never", "status", "--review", "--no-pager", job])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", err(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_review_shows_lineage_and_observations_and_unknown_for_null_counters() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let out = cli(&s, &["run", "--allow-net", "example.org:443"], "echo p > p");
+    assert!(out.status.success(), "{}", err(&out));
+    let summary = json_of(&out);
+    let parent = summary["job"].as_str().unwrap().to_owned();
+    let (_, child) = fork(&s, "fork", &parent, &["--network", "none"], "echo c > c");
+    let child = child["job"].as_str().unwrap().to_owned();
+
+    // The parent: no lineage; the network observed by the driver, the filesystem not.
+    let v = bundle(&s, &parent);
+    assert_eq!(v["review_context"]["lineage"], Value::Null, "{v}");
+    let obs = &v["review_context"]["observations"];
+    assert_eq!(obs["recorded"], true, "{obs}");
+    assert_eq!(obs["network"]["observed"], true, "{obs}");
+    assert!(obs["network"]["allowed"].is_u64(), "{obs}");
+    assert_eq!(
+        obs["filesystem"],
+        serde_json::json!({"observed": false, "allowed": null, "denied": null}),
+        "{obs}"
+    );
+    let text = review_text(&s, &parent);
+    assert!(text.contains("\nObservations\n"), "{text}");
+    assert!(
+        text.contains("  network    0 allowed, 0 denied\n"),
+        "{text}"
+    );
+    assert!(text.contains("  filesystem not observed\n"), "{text}");
+    assert!(!text.contains("  parent    "), "{text}");
+
+    // The fork: its parent and checkpoint, and what the store says of them now.
+    let v = bundle(&s, &child);
+    let l = &v["review_context"]["lineage"];
+    assert_eq!(l["parent_run_id"], parent.as_str(), "{l}");
+    assert_eq!(l["checkpoint_id"], v["lineage"]["checkpoint_id"], "{l}");
+    assert_eq!(l["parent_state"], "staged", "{l}");
+    assert_eq!(l["checkpoint_kept"], true, "{l}");
+    assert_eq!(
+        v["review_context"]["observations"]["recorded"], false,
+        "{v}"
+    );
+    let text = review_text(&s, &child);
+    assert!(
+        text.contains(&format!("  parent    {parent} (stage staged)\n")),
+        "{text}"
+    );
+    let ckpt = l["checkpoint_id"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("  from      checkpoint {ckpt} (kept)\n")),
+        "{text}"
+    );
+    assert!(text.contains("none recorded"), "{text}");
+
+    // A counter the mechanism could not keep is `unknown`, never 0.
+    let path = summary["bundle"].as_str().unwrap();
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    doc["run_observation"]["network"]["allowed"] = Value::Null;
+    std::fs::write(path, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let text = review_text(&s, &parent);
+    assert!(
+        text.contains("  network    unknown allowed, 0 denied\n"),
+        "{text}"
+    );
+    let v = bundle(&s, &parent);
+    assert_eq!(
+        v["review_context"]["observations"]["network"]["allowed"],
+        Value::Null
+    );
+}

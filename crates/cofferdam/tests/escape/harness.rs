@@ -91,6 +91,17 @@ pub struct TierSpec {
 pub const FORK_PARENT: &str =
     "echo parent > .fork-parent && mkdir -p .fork-dir && touch .fork-dir/x && rm .fork-gone";
 
+/// What a fork of [`FORK_PARENT`] inherits, as its review lists it (a fork is reviewed
+/// against the host, its parent's changes included): every fork row's run must list these,
+/// and [`Run::changes`] leaves them out, so an attack's assertions on its own changes hold
+/// on a fork as on any run.
+pub const FORK_INHERITED: &[(&str, &str)] = &[
+    (".fork-dir", "added"),
+    (".fork-dir/x", "added"),
+    (".fork-gone", "deleted"),
+    (".fork-parent", "added"),
+];
+
 /// Runs its arguments where nested user namespaces are impossible: inside `unshare -U -r`
 /// with `user.max_user_namespaces` 0, so cofferdam's probe finds none and the host offers
 /// the scoped tier, as for a user whose distribution withholds user namespaces.
@@ -146,9 +157,11 @@ pub const TIERS: &[TierSpec] = &[
         ],
         fork: false,
     },
-    // The sealed tier again, every run a fork of a staged job: a sample of every boundary,
-    // with the attacks on the stage, its records and apply, on a stage seeded from a
-    // checkpoint of another job's.
+    // The sealed tier again, every run a fork of a staged job: every filesystem-write
+    // attack (each applies to a fork: its stage is a stage like any, seeded from a
+    // checkpoint of another job's, and `Run::changes` leaves out what the fork inherits),
+    // and a sample of the other boundaries, with the attacks on the stage, its records and
+    // apply.
     TierSpec {
         tier: Tier::Sealed,
         containment: "sealed",
@@ -156,12 +169,38 @@ pub const TIERS: &[TierSpec] = &[
         label: "sealed/fork",
         no_userns: false,
         only: &[
-            "fw.usr",
+            "fw.absolute-outside",
+            "fw.agent-config-grants-next-run",
+            "fw.dotdot",
+            "fw.etc-passwd",
+            "fw.exec-written-file",
+            "fw.hardlink-in-workdir",
+            "fw.hardlink-system-file",
+            "fw.host-dev-shm",
+            "fw.host-tmp-and-home",
             "fw.job-store",
+            "fw.kernel-knobs",
+            "fw.lent-read-mount",
+            "fw.lent-target-through-symlink",
+            "fw.manifest-narrows-runs",
+            "fw.manifest-symlink-outside",
+            "fw.manifest-widens-untrusted",
+            "fw.metadata-own-file",
+            "fw.metadata-system-file",
+            "fw.metadata-xattr",
+            "fw.mknod",
+            "fw.mount-over",
             "fw.overlay-xattr",
-            "fw.symlink-out",
+            "fw.proc-self-root",
+            "fw.read-only-subtree",
             "fw.rename-out",
+            "fw.sensitive-executable",
+            "fw.sensitive-fsmonitor",
             "fw.sensitive-git-hook",
+            "fw.sensitive-manifest",
+            "fw.setuid-apply",
+            "fw.symlink-out",
+            "fw.usr",
             "fr.ssh-key",
             "fr.job-store",
             "fr.symlink-to-store",
@@ -320,8 +359,17 @@ impl Run {
         self.bundle["safety"][field].clone()
     }
 
-    /// Staged changes as `(path, kind)`.
+    /// Staged changes as `(path, kind)`, but what a fork row's run inherits
+    /// ([`FORK_INHERITED`]).
     pub fn changes(&self) -> Vec<(String, String)> {
+        self.all_changes()
+            .into_iter()
+            .filter(|(p, k)| !FORK_INHERITED.contains(&(p.as_str(), k.as_str())))
+            .collect()
+    }
+
+    /// Every staged change as `(path, kind)`.
+    pub fn all_changes(&self) -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> = self.bundle["filesystem"]["changes"]
             .as_array()
             .map(|a| {
@@ -755,14 +803,24 @@ impl Ctx {
             .and_then(|p| std::fs::read(p).ok())
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
-        Run {
+        let run = Run {
             code: out.status.code(),
             out: command_out,
             err,
             job: summary["job"].as_str().unwrap().to_owned(),
             bundle_path,
             bundle,
+        };
+        if parent.is_some() && run.bundle["filesystem"]["changes"].is_array() {
+            let all = run.all_changes();
+            for (path, kind) in FORK_INHERITED {
+                assert!(
+                    all.iter().any(|(p, k)| p == path && k == kind),
+                    "the fork's review lists {path} {kind}, inherited: {all:?}"
+                );
+            }
         }
+        run
     }
 
     /// A fork row's parent, one for every run of the attack: a job staged by

@@ -17,7 +17,8 @@
 //! Tiers today: `sealed`; `scoped` asked with `run --tier scoped` (every attack that applies:
 //! not the `--mount`/`--read-only` ones, which the tier refuses); `scoped/no-userns`, a
 //! sample run on a simulated host without user namespaces, where the scoped tier is what the
-//! host offers; `sealed/fork`, a sample run as forks (`run --on`) of a job staged first, so
+//! host offers; `sealed/fork`, every `fw.*` attack and a sample of the rest run as forks
+//! (`run --on`) of a job staged first, so
 //! the stage attacked starts as a checkpoint of another job's; `advisory`, a harmless sample
 //! whose bundle must claim no boundary. The scope report checked for a `documented` row is
 //! asked with the same tier flags (`scope --tier`) and the run's resource flags; its
