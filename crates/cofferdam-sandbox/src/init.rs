@@ -41,7 +41,7 @@ use cofferdam_policy::plan::SandboxPlan;
 use cofferdam_record::bundle::{ControlObservation, ControlStatus};
 use rustix::process::{Pid, Signal, WaitOptions};
 use std::ffi::CString;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -412,6 +412,10 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
     unsafe {
         libc::close(fds::NET);
     }
+    // Only pid 1 and the command use the run's stdio: the supervisor's relay sees the
+    // output's end when the command's last writer closes, not when this process has torn
+    // its address space down at its exit (which comes before its descriptors close).
+    release_stdio(true);
     for sig in [libc::SIGINT, libc::SIGQUIT] {
         let _ = sigaction::ignore(sig);
     }
@@ -426,6 +430,38 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
     // The exit below does not report.
     fds::close_status();
     code
+}
+
+/// Let go of descriptors 0 to 2 once a child holds them, so that the run's output ends when
+/// the command's last writer closes it. With `null` they become `/dev/null` (the init, which
+/// may still make descriptors while it serves `--publish`, so none can take those numbers
+/// and be written to as stdio), falling back to closing them when `/dev/null` cannot be
+/// opened; without, they are closed (pid 1, which makes no descriptor after the command's
+/// fork).
+fn release_stdio(null: bool) {
+    let dev_null = null
+        .then(|| {
+            rustix::fs::open(
+                "/dev/null",
+                rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .ok()
+        })
+        .flatten();
+    for fd in 0..3 {
+        // SAFETY: nothing in this process owns descriptors 0 to 2 (no `OwnedFd`, `File` or
+        // std handle of them is dropped later); dup2 and close only change the table.
+        let replaced = dev_null
+            .as_ref()
+            .is_some_and(|n| unsafe { libc::dup2(n.as_raw_fd(), fd) } == fd);
+        if !replaced {
+            // SAFETY: as above.
+            unsafe {
+                libc::close(fd);
+            }
+        }
+    }
 }
 
 /// Wait for `pid` and turn its end into an exit code (128+N for a signal).
@@ -615,6 +651,8 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
     } else {
         set_handlers(FROM_CALLERS_TERMINAL, forward_to_group);
     }
+    // The command holds the stdio now; pid 1 keeps none of it (see `release_stdio`).
+    release_stdio(false);
     fds::send_status(&StatusMessage::Started { pid: child });
     reap(child, plan.terminal.is_some())
 }
