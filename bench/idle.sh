@@ -43,7 +43,9 @@ pss_kib() {
   echo "$total"
 }
 # hold COUNT NAME CMD...: start COUNT copies of CMD in the background, wait until each
-# sleeps, print the summed PSS (KiB) of their NAME processes, leave them running.
+# sleeps, set `held` to the summed PSS (KiB) of their NAME processes, leave them running.
+# Not called in a command substitution: its subshell would keep `leaders` to itself (so
+# `stop_all` would stop nothing) and its exit would end the bwraps (--die-with-parent).
 hold() {
   local count=$1 name=$2 all=() p
   shift 2
@@ -51,7 +53,7 @@ hold() {
   # The supervisor's last allocations (the relay's, the status reader's) are made by now.
   sleep 0.5
   for p in "${leaders[@]}"; do all+=($(descendants "$p")); done
-  pss_kib "$name" "${all[@]}"
+  held=$(pss_kib "$name" "${all[@]}")
 }
 # kinds: for the held cofferdam runs, "kind pss_kib uss_kib" per process kind (summed): the
 # supervisor (the held pid), its child the init, the init's child pid 1.
@@ -73,16 +75,20 @@ kinds() {
 }
 
 name=$(basename "$bin")
-one_cd=$(hold 1 "$name" "$bin" run -q -- sleep 600)
+hold 1 "$name" "$bin" run -q -- sleep 600
+one_cd=$held
 stop_all
-one_bw=$(hold 1 bwrap "${bwrap_sleep[@]}" 600)
+hold 1 bwrap "${bwrap_sleep[@]}" 600
+one_bw=$held
 stop_all
 
-many_bw=$(hold "$many" bwrap "${bwrap_sleep[@]}" 600)
+hold "$many" bwrap "${bwrap_sleep[@]}" 600
+many_bw=$held
 hyperfine -N --warmup 3 --runs 20 --export-json "$store/bwrap-last.json" \
   -n bwrap 'bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc /bin/true' >/dev/null
 stop_all
-many_cd=$(hold "$many" "$name" "$bin" run -q -- sleep 600)
+hold "$many" "$name" "$bin" run -q -- sleep 600
+many_cd=$held
 by_kind=$(kinds)
 hyperfine -N --warmup 3 --runs 20 --export-json "$store/cd-last.json" \
   -n cofferdam "$bin run -q -- /bin/true" >/dev/null
