@@ -321,6 +321,10 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
     }
     // Only pid 1 hands the network listeners over.
     fds::close_network();
+    // Only pid 1 and the command use the run's stdio: the supervisor's relay sees the
+    // output's end when the command's last writer closes, not when this process has torn
+    // its address space down at its exit (which comes before its descriptors close).
+    release_stdio(true);
     for sig in [libc::SIGINT, libc::SIGQUIT] {
         let _ = sigaction::ignore(sig);
     }
@@ -335,6 +339,41 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
     // The exit below does not report.
     fds::close_status();
     code
+}
+
+/// Let go of descriptors 0 to 2 once a child holds them, so that the run's output ends when
+/// the command's last writer closes it. With `null` they become `/dev/null` (the init, which
+/// may still make descriptors while it serves `--publish`, so none can take those numbers
+/// and be written to as stdio), falling back to closing them when `/dev/null` cannot be
+/// opened; without, they are closed (pid 1, which makes no descriptor after the command's
+/// fork).
+fn release_stdio(null: bool) {
+    let dev_null = null
+        .then(|| {
+            rustix::fs::open(
+                "/dev/null",
+                rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .ok()
+        })
+        .flatten();
+    type Dup2 = fn(&OwnedFd) -> rustix::io::Result<()>;
+    let dups: [Dup2; 3] = [
+        |n| rustix::stdio::dup2_stdin(n),
+        |n| rustix::stdio::dup2_stdout(n),
+        |n| rustix::stdio::dup2_stderr(n),
+    ];
+    for (fd, dup) in (0..3).zip(dups) {
+        let replaced = dev_null.as_ref().is_some_and(|n| dup(n).is_ok());
+        if !replaced {
+            // SAFETY: nothing in this process owns descriptors 0 to 2 (no `OwnedFd`, `File`
+            // or std handle of them is dropped later); closing one only changes the table.
+            unsafe {
+                libc::close(fd);
+            }
+        }
+    }
 }
 
 /// Wait for `pid` and turn its end into an exit code (128+N for a signal).
@@ -524,6 +563,8 @@ pub(crate) fn run_command_on(plan: &SandboxPlan, slave: Option<OwnedFd>) -> i32 
     } else {
         set_handlers(FROM_CALLERS_TERMINAL, forward_to_group);
     }
+    // The command holds the stdio now; pid 1 keeps none of it (see `release_stdio`).
+    release_stdio(false);
     fds::send_status(&StatusMessage::Started { pid: child });
     reap(child, plan.terminal.is_some())
 }

@@ -90,6 +90,24 @@ const ERROR_PAUSE: Duration = Duration::from_millis(10);
 const DRAIN_WAIT: Duration = Duration::from_secs(1);
 const DRAIN_MAX: u64 = 1 << 20;
 
+/// The stack of every thread the proxy starts (the receiver, a listener per socket, two per
+/// connection). Std's default is 2 MiB of address space each. A connection's deepest work
+/// (the host resolver's `getaddrinfo`, the sniffers, formatting a denial) ran in the last
+/// 32 KiB of this in an unoptimised build (the test
+/// `a_connection_thread_resolves_and_sniffs_on_its_stack` keeps it to the last half);
+/// glibc also bounds its own `alloca` use by the thread's stack size. Only the address
+/// space shrinks: the pages a thread touches are resident either way (`bench/network.sh`,
+/// 200 held connections: 18.8 KiB resident and 6.6 MiB of address space each before, 18.8
+/// KiB and 3.1 MiB after, the rest of it glibc's malloc arenas).
+pub(crate) const THREAD_STACK: usize = 256 * 1024;
+
+/// A named proxy thread with the [`THREAD_STACK`] stack.
+pub(crate) fn worker(name: &str) -> std::thread::Builder {
+    std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(THREAD_STACK)
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -288,8 +306,7 @@ impl Interceptor {
             max_active: AtomicUsize::new(MAX_ACTIVE),
         });
         let s = shared.clone();
-        let receiver = std::thread::Builder::new()
-            .name("cofferdam-net".into())
+        let receiver = worker("cofferdam-net")
             .spawn(move || receive(&s, &socket))
             .ok();
         Interceptor { shared, receiver }
@@ -466,21 +483,19 @@ fn receive(shared: &Arc<Shared>, socket: &OwnedFd) {
             lock(&shared.listeners).push(copy);
         }
         let s = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("cofferdam-net-listen".into())
-            .spawn(move || match info.role {
-                SocketRole::DnsUdp => serve_dns_udp(&s, UdpSocket::from(fd)),
-                SocketRole::DnsTcp => accept_loop(&s, TcpListener::from(fd), |sh, c| {
-                    on_loopback_or_transparent(sh, c, serve_dns_tcp);
-                }),
-                SocketRole::Proxy => accept_loop(&s, TcpListener::from(fd), |sh, c| {
-                    on_loopback_or_transparent(sh, c, serve_proxy);
-                }),
-                SocketRole::Tcp { .. } => {
-                    accept_loop(&s, TcpListener::from(fd), serve_transparent);
-                }
-                SocketRole::CatchAll => accept_loop(&s, TcpListener::from(fd), serve_catch_all),
-            });
+        let spawned = worker("cofferdam-net-listen").spawn(move || match info.role {
+            SocketRole::DnsUdp => serve_dns_udp(&s, UdpSocket::from(fd)),
+            SocketRole::DnsTcp => accept_loop(&s, TcpListener::from(fd), |sh, c| {
+                on_loopback_or_transparent(sh, c, serve_dns_tcp);
+            }),
+            SocketRole::Proxy => accept_loop(&s, TcpListener::from(fd), |sh, c| {
+                on_loopback_or_transparent(sh, c, serve_proxy);
+            }),
+            SocketRole::Tcp { .. } => {
+                accept_loop(&s, TcpListener::from(fd), serve_transparent);
+            }
+            SocketRole::CatchAll => accept_loop(&s, TcpListener::from(fd), serve_catch_all),
+        });
         if spawned.is_ok() {
             infos.push(info);
         }
@@ -499,12 +514,10 @@ fn accept_loop(shared: &Arc<Shared>, l: TcpListener, serve: fn(&Shared, TcpStrea
                     continue;
                 }
                 let s = shared.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("cofferdam-net-conn".into())
-                    .spawn(move || {
-                        serve(&s, stream);
-                        s.active.fetch_sub(1, Ordering::SeqCst);
-                    });
+                let spawned = worker("cofferdam-net-conn").spawn(move || {
+                    serve(&s, stream);
+                    s.active.fetch_sub(1, Ordering::SeqCst);
+                });
                 if spawned.is_err() {
                     shared.active.fetch_sub(1, Ordering::SeqCst);
                 }
@@ -867,9 +880,7 @@ fn go_upstream(
             let (Ok(up_r), Ok(client_w)) = (up.try_clone(), client.try_clone()) else {
                 return;
             };
-            let back = std::thread::Builder::new()
-                .name("cofferdam-net-relay".into())
-                .spawn(move || relay::pump(up_r, client_w));
+            let back = worker("cofferdam-net-relay").spawn(move || relay::pump(up_r, client_w));
             let sent = send_one(&client, &up, first, left);
             let received = back.map_or(0, |t| t.join().unwrap_or(0));
             drain(client);
@@ -1032,9 +1043,8 @@ fn relay_once_told(
     };
     let denied = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let quiet = denied.clone();
-    let back = std::thread::Builder::new()
-        .name("cofferdam-net-relay".into())
-        .spawn(move || relay::pump_unless(up_r, client_w, &quiet));
+    let back =
+        worker("cofferdam-net-relay").spawn(move || relay::pump_unless(up_r, client_w, &quiet));
     let mut chunk = [0u8; 4096];
     while !told(&first) && first.len() < HEAD_MAX {
         match client.read(&mut chunk) {
@@ -1281,6 +1291,46 @@ mod tests {
         assert_eq!(connection_cap(Some(1 << 20)), MAX_ACTIVE);
         let (soft, hard) = raise_nofile();
         assert_eq!(soft, hard, "the soft limit is raised to the hard one");
+    }
+
+    /// A connection's deepest work, with half of [`THREAD_STACK`] already taken by a caller
+    /// frame: the host resolver (`getaddrinfo` through glibc's NSS), a request head of
+    /// [`HEAD_MAX`] with nearly [`sniff`]'s most fields parsed and sniffed, a TLS record
+    /// sniffed, a denial formatted. Overflowing the stack kills the test binary.
+    #[test]
+    fn a_connection_thread_resolves_and_sniffs_on_its_stack() {
+        #[inline(never)]
+        fn deep_work() -> usize {
+            let resolver = Resolver::default();
+            let up = Upstream::Name("localhost".into());
+            let resolved = resolver.resolve(&[], &up, 80);
+            let found = ("localhost", 443).to_socket_addrs().map(Iterator::count);
+            let mut head = b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n".to_vec();
+            for i in 0..90 {
+                head.extend_from_slice(format!("X-Field-{i}: {}\r\n", "v".repeat(150)).as_bytes());
+            }
+            head.extend_from_slice(b"\r\n");
+            assert!(head.len() <= HEAD_MAX, "{}", head.len());
+            let parsed = sniff::parse_head(&head).unwrap().unwrap();
+            let request = sniff::proxy_request(&parsed);
+            let mut tls = vec![0x16, 3, 1, 0x40, 0];
+            tls.extend(std::iter::repeat_n(7u8, HEAD_MAX - tls.len()));
+            let sniffed = [sniff::sniff(&head), sniff::sniff(&tls)];
+            let denial = decide::denial_reason(&"x".repeat(300), 443);
+            format!("{resolved:?}{found:?}{request:?}{sniffed:?}{denial}").len()
+        }
+        #[inline(never)]
+        fn with_half_the_stack_taken() -> usize {
+            let taken = [1u8; THREAD_STACK / 2];
+            let taken = std::hint::black_box(&taken);
+            deep_work() + usize::from(taken[THREAD_STACK / 4])
+        }
+        let done = worker("stack-test")
+            .spawn(with_half_the_stack_taken)
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(done > 0);
     }
 
     #[test]

@@ -81,9 +81,7 @@ pub fn pump_unless(from: TcpStream, to: TcpStream, quiet: &AtomicBool) -> u64 {
 /// bytes upstream→client).
 pub fn splice(client: TcpStream, upstream: TcpStream) -> std::io::Result<(u64, u64)> {
     let (c2, u2) = (client.try_clone()?, upstream.try_clone()?);
-    let back = std::thread::Builder::new()
-        .name("cofferdam-net-relay".into())
-        .spawn(move || pump(u2, c2))?;
+    let back = super::worker("cofferdam-net-relay").spawn(move || pump(u2, c2))?;
     let sent = pump(client, upstream);
     let received = back.join().unwrap_or(0);
     Ok((sent, received))
