@@ -220,6 +220,23 @@ pub struct NetworkPolicy {
     pub publish: Vec<crate::publish::PublishEntry>,
 }
 
+/// A host file an agent profile copies into its writable state dir before a run, once
+/// (`crate::profiles`, [`crate::profiles::Profile::seeds`]): a host write outside review,
+/// made by cofferdam before the command starts, and recorded as such.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateSeed {
+    /// The host file.
+    pub from: PathBuf,
+    /// Its copy, inside the state dir (absent when the policy was made).
+    pub to: PathBuf,
+    /// `from -> to` as the profile writes them (`~/…`), for the records.
+    pub written: String,
+    /// The profile.
+    pub profile: String,
+    /// What the file is and why it is copied.
+    pub why: String,
+}
+
 /// The effective policy of one run.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -253,6 +270,8 @@ pub struct Policy {
     pub grant_sources: Vec<GrantSourceReport>,
     /// Arguments an agent profile adds to the command (`crate::profiles::apply`).
     pub command_patch: Option<CommandPatch>,
+    /// Host files an agent profile copies into its state dir before the run.
+    pub state_seeds: Vec<StateSeed>,
     /// `run --label` and `--task-id` ([`crate::orchestration`]); recorded, never a grant.
     pub orchestration: crate::orchestration::Orchestration,
     /// What the caller should know about this policy before the run (printed as warnings,
@@ -469,6 +488,7 @@ pub fn resolve_layered(
         manifest_path: manifest.map(|l| l.path.clone()),
         grant_sources: Vec::new(),
         command_patch: None,
+        state_seeds: Vec::new(),
         orchestration: Default::default(),
         warnings: Vec::new(),
     };

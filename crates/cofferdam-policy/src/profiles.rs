@@ -47,6 +47,10 @@ pub struct Profile {
     /// Whether a run under it lends the installs on the caller's `PATH` (a user profile's
     /// `lend_path_toolchains`); `None`: the config's top-level key, else on.
     pub lend_path_toolchains: Option<bool>,
+    /// Host files copied once into the state dir before a run, when the profile itself
+    /// points the agent's config dir there (its `home_var` unset by the caller) and the copy
+    /// is absent: `(from, to, why)`, `~/…` paths. Built-ins only.
+    pub seeds: Vec<(String, String, String)>,
 }
 
 /// Arguments a profile adds right after the program, unless the command already chooses
@@ -124,6 +128,8 @@ struct Builtin {
     /// Files inside a state dir kept read-only (lent over it): ones that grant the next run
     /// more (network destinations) or run code later.
     read_only: &'static [&'static str],
+    /// `(from, to, why)`, see [`Profile::seeds`].
+    seeds: &'static [(&'static str, &'static str, &'static str)],
 }
 
 /// The built-in profiles, from what each CLI was measured to need (NOTES.md, "Real agent
@@ -157,9 +163,39 @@ const BUILTINS: &[Builtin] = &[
         base_url_vars: &["ANTHROPIC_BASE_URL"],
         state_dirs: &["~/.claude"],
         provider_config: None,
-        home_var: None,
+        // A `CLAUDE_CONFIG_DIR` of the caller's moves its config dir, and all of the above
+        // with it.
+        home_var: Some(("CLAUDE_CONFIG_DIR", "~/.claude")),
         arg_patch: None,
-        read_only: &[],
+        // Claude Code on the host (outside cofferdam) reads the same `~/.claude`: its
+        // `settings.json` holds hooks and helper commands it runs (and which plugins are
+        // on), `hooks/` is the usual home of hook scripts, and under `plugins/` the
+        // installed plugins' code (`cache/`, `marketplaces/`) and the lists saying where it
+        // is are what it loads, hooks and MCP servers included. A run that could write them
+        // would run code on the host later, outside the boundary. So would its custom slash
+        // commands and skills (a command's `!` lines are shell it runs when invoked).
+        // (`plugins/store/` is written at every start, so `plugins/` itself stays writable.)
+        read_only: &[
+            "~/.claude/settings.json",
+            "~/.claude/hooks",
+            "~/.claude/commands",
+            "~/.claude/skills",
+            "~/.claude/plugins/cache",
+            "~/.claude/plugins/marketplaces",
+            "~/.claude/plugins/installed_plugins.json",
+            "~/.claude/plugins/known_marketplaces.json",
+        ],
+        // With `CLAUDE_CONFIG_DIR` pointed at `~/.claude` (above), Claude Code keeps its
+        // settings, onboarding state and trusted folders in `~/.claude/.claude.json`
+        // instead of `~/.claude.json`; a user logged in on the host would meet the
+        // first-run screens again without this one copy.
+        seeds: &[(
+            "~/.claude.json",
+            "~/.claude/.claude.json",
+            "Claude Code's settings, onboarding state and trusted folders; with \
+             CLAUDE_CONFIG_DIR=~/.claude it reads them from there, and later runs use and \
+             change that copy, never ~/.claude.json",
+        )],
     },
     Builtin {
         name: "codex",
@@ -209,7 +245,10 @@ const BUILTINS: &[Builtin] = &[
         )),
         // That file names the next run's allowed destination (and its MCP servers, which
         // run code): the agent may not rewrite it for the run after.
-        read_only: &["~/.codex/config.toml"],
+        // Its `rules/` (exec-policy `.rules` files) decide which commands the host's Codex
+        // runs outside its own sandbox without asking.
+        read_only: &["~/.codex/config.toml", "~/.codex/rules"],
+        seeds: &[],
     },
     Builtin {
         name: "gemini",
@@ -231,7 +270,16 @@ const BUILTINS: &[Builtin] = &[
         provider_config: None,
         home_var: None,
         arg_patch: None,
-        read_only: &[],
+        // Its `settings.json` names MCP servers, tool discovery and call commands and hooks
+        // that Gemini CLI starts; `extensions/` holds extensions (their MCP servers and
+        // commands), `commands/` custom commands (their `!{…}` is shell run when invoked).
+        // The host's Gemini CLI reads all three.
+        read_only: &[
+            "~/.gemini/settings.json",
+            "~/.gemini/extensions",
+            "~/.gemini/commands",
+        ],
+        seeds: &[],
     },
     Builtin {
         name: "aider",
@@ -251,18 +299,88 @@ const BUILTINS: &[Builtin] = &[
         home_var: None,
         arg_patch: None,
         read_only: &[],
+        seeds: &[],
     },
 ];
 
 /// What a profile's read-only file would grant the next run, were a run to create it while
 /// it is absent (its state dir is writable, so it can): `(profile, file name, grants)`.
-const CREATED_GRANTS: &[(&str, &str, &str)] = &[(
-    "codex",
-    "config.toml",
-    "Codex reads it at its next start: a provider's base_url there becomes that run's \
-     allowed destination, its env_key a variable passed in, and its MCP servers programs \
-     Codex starts",
-)];
+const CREATED_GRANTS: &[(&str, &str, &str)] = &[
+    (
+        "codex",
+        "config.toml",
+        "Codex reads it at its next start: a provider's base_url there becomes that run's \
+         allowed destination, its env_key a variable passed in, and its MCP servers programs \
+         Codex starts",
+    ),
+    (
+        "codex",
+        "rules",
+        "the host's Codex reads its .rules files at its next start: a prefix_rule there lets \
+         a command run outside Codex's sandbox without asking",
+    ),
+    (
+        "claude",
+        "settings.json",
+        "Claude Code reads it at its next start, on the host too: its hooks, statusLine and \
+         apiKeyHelper are commands it runs, outside any sandbox when you run it yourself",
+    ),
+    (
+        "claude",
+        "hooks",
+        "hook scripts there are what Claude Code's hooks usually run, on the host too",
+    ),
+    (
+        "claude",
+        "commands",
+        "Claude Code's custom slash commands, on the host too: a command's `!` lines are \
+         shell it runs when you invoke it",
+    ),
+    (
+        "claude",
+        "skills",
+        "Claude Code's skills, on the host too: their scripts are what it runs for them",
+    ),
+    (
+        "gemini",
+        "commands",
+        "Gemini CLI's custom commands, on the host too: their `!{...}` is shell it runs \
+         when you invoke them",
+    ),
+    (
+        "claude",
+        "cache",
+        "Claude Code loads installed plugins' code from it, on the host too: their hooks \
+         and MCP servers are programs it starts",
+    ),
+    (
+        "claude",
+        "marketplaces",
+        "Claude Code installs and loads plugins from the marketplaces there, on the host too",
+    ),
+    (
+        "claude",
+        "installed_plugins.json",
+        "Claude Code reads where each installed plugin's code is from it, on the host too",
+    ),
+    (
+        "claude",
+        "known_marketplaces.json",
+        "Claude Code reads where its plugin marketplaces are from it, on the host too",
+    ),
+    (
+        "gemini",
+        "settings.json",
+        "Gemini CLI reads it at its next start, on the host too: its mcpServers, tool \
+         discovery and call commands and hooks are programs it starts",
+    ),
+    (
+        "gemini",
+        "extensions",
+        "Gemini CLI loads extensions from it, on the host too: their MCP servers are \
+         programs it starts",
+    ),
+];
 
 /// What creating `path` (a read-only path of `profile`) would grant the next run.
 pub fn created_grants(profile: &str, path: &Path) -> &'static str {
@@ -326,6 +444,11 @@ pub fn builtins() -> Vec<Profile> {
                 why: why.to_owned(),
             }),
             lend_path_toolchains: None,
+            seeds: b
+                .seeds
+                .iter()
+                .map(|(f, t, w)| ((*f).to_owned(), (*t).to_owned(), (*w).to_owned()))
+                .collect(),
         })
         .collect()
 }
@@ -353,6 +476,7 @@ pub fn with_user(user: Option<&crate::manifest::Manifest>) -> Vec<Profile> {
             home_var: None,
             arg_patch: None,
             lend_path_toolchains: s.lend_path_toolchains,
+            seeds: Vec::new(),
         };
         match table.iter_mut().find(|b| &b.name == name) {
             Some(b) => *b = p,
@@ -454,6 +578,9 @@ pub struct Expansion {
     pub paths: Vec<ProfilePath>,
     /// Arguments the profile adds to the command.
     pub arg_patch: Option<ArgPatch>,
+    /// Host files to copy into the state dir before the run ([`Profile::seeds`]): only
+    /// those whose source is present, whose copy is absent, inside a present state dir.
+    pub seeds: Vec<crate::policy::StateSeed>,
 }
 
 fn home_path(written: &str, home: &Path) -> PathBuf {
@@ -612,8 +739,36 @@ pub fn expand(
             });
         }
     }
+    // The profile points the config dir (the caller did not): seed its copy of the host
+    // file, once, where the state dir is there to hold it.
+    let points_config = profile
+        .home_var
+        .as_ref()
+        .is_none_or(|(var, _)| get(var).is_none());
+    let seeds = profile
+        .seeds
+        .iter()
+        .filter(|_| points_config)
+        .filter_map(|(from, to, why)| {
+            let (to_written, to_path) = profile.place(to, home, env);
+            let from_path = home_path(from, home);
+            let in_state = paths
+                .iter()
+                .any(|w| w.present && w.mode == MountMode::Write && to_path.starts_with(&w.path));
+            (in_state && exists(&from_path) && !exists(&to_path)).then(|| {
+                crate::policy::StateSeed {
+                    from: from_path,
+                    to: to_path,
+                    written: format!("{from} -> {to_written}"),
+                    profile: profile.name.clone(),
+                    why: why.clone(),
+                }
+            })
+        })
+        .collect();
     Expansion {
         name: profile.name.clone(),
+        seeds,
         env_pass,
         env_set: profile
             .env_set
@@ -684,6 +839,16 @@ pub fn apply(policy: &mut Policy, x: &Expansion, argv: &[String]) {
                 policy.network.allow.push(entry);
             }
         }
+    }
+    for seed in &x.seeds {
+        added.push((
+            "filesystem.seed",
+            format!(
+                "{}: copied once before the run, as the copy is absent ({})",
+                seed.written, seed.why
+            ),
+        ));
+        policy.state_seeds.push(seed.clone());
     }
     // An absent read-only path inside a present state dir is kept (optional, so skipped and
     // recorded) with what creating it would grant: the run can create it there.
@@ -1000,6 +1165,111 @@ mod tests {
             created_grants("other", Path::new("/x/config.toml")),
             "the next run under this profile reads it as the agent's own"
         );
+    }
+
+    #[test]
+    fn claude_and_gemini_keep_what_runs_code_on_the_host_read_only() {
+        let home = Path::new("/home/u");
+        let t = table();
+        for (name, state, files) in [
+            (
+                "claude",
+                "/home/u/.claude",
+                &[
+                    "settings.json",
+                    "hooks",
+                    "plugins/cache",
+                    "plugins/installed_plugins.json",
+                ][..],
+            ),
+            (
+                "gemini",
+                "/home/u/.gemini",
+                &["settings.json", "extensions"][..],
+            ),
+            ("codex", "/home/u/.codex", &["config.toml", "rules"][..]),
+        ] {
+            let p = t.iter().find(|p| p.name == name).unwrap();
+            // Present: lent read-only over the writable state dir.
+            let x = expand(p, home, &[], &|_| true, None);
+            let mut pol = resolved(RunFlags::default());
+            apply(&mut pol, &x, &[]);
+            for f in files {
+                let path = Path::new(state).join(f);
+                let m = pol.mounts.iter().find(|m| m.target == path);
+                assert_eq!(m.map(|m| m.mode), Some(MountMode::Read), "{name} {f}");
+            }
+            assert!(
+                pol.mounts
+                    .iter()
+                    .any(|m| m.target == Path::new(state) && m.mode == MountMode::Write)
+            );
+            // Absent inside the present state dir: creatable, with what it grants, so the
+            // run's end sets it aside.
+            let x = expand(p, home, &[], &|q| q == Path::new(state), None);
+            let mut pol = resolved(RunFlags::default());
+            apply(&mut pol, &x, &[]);
+            pol.skip_absent_optional(|q| q != Path::new(state));
+            let c: Vec<_> = creatable(&pol).iter().map(|m| m.source.clone()).collect();
+            for f in files {
+                assert!(c.contains(&Path::new(state).join(f)), "{name} {f}: {c:?}");
+                let g = created_grants(name, &Path::new(state).join(f));
+                assert!(
+                    g.contains("on the host") || name == "codex",
+                    "{name} {f}: {g}"
+                );
+            }
+        }
+        // claude: a CLAUDE_CONFIG_DIR of the caller's moves all of it.
+        let claude = t.iter().find(|p| p.name == "claude").unwrap();
+        let env = vec![("CLAUDE_CONFIG_DIR".to_owned(), "/cfg".to_owned())];
+        let x = expand(claude, home, &env, &|_| true, None);
+        let written: Vec<_> = x.paths.iter().map(|p| p.path.clone()).collect();
+        assert!(written.contains(&PathBuf::from("/cfg")), "{written:?}");
+        assert!(written.contains(&PathBuf::from("/cfg/settings.json")));
+        assert!(!written.contains(&PathBuf::from("/home/u/.claude")));
+    }
+
+    #[test]
+    fn claude_seeds_its_config_dir_with_the_hosts_claude_json_once() {
+        let home = Path::new("/home/u");
+        let t = table();
+        let claude = t.iter().find(|p| p.name == "claude").unwrap();
+        let state = Path::new("/home/u/.claude");
+        let from = Path::new("/home/u/.claude.json");
+        let to = Path::new("/home/u/.claude/.claude.json");
+        let seeds = |env: &[(String, String)], present: &[&Path]| {
+            expand(claude, home, env, &|q| present.contains(&q), None).seeds
+        };
+        let s = seeds(&[], &[state, from]);
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].from.as_path(), s[0].to.as_path()), (from, to));
+        assert_eq!(s[0].written, "~/.claude.json -> ~/.claude/.claude.json");
+        let x = expand(claude, home, &[], &|q| [state, from].contains(&q), None);
+        let mut pol = resolved(RunFlags::default());
+        apply(&mut pol, &x, &[]);
+        assert_eq!(pol.state_seeds, s);
+        let row = pol
+            .grant_sources
+            .iter()
+            .find(|g| g.grant == "filesystem.seed")
+            .unwrap();
+        assert_eq!(row.source, GrantSource::Profile);
+        assert!(
+            row.value
+                .starts_with("~/.claude.json -> ~/.claude/.claude.json: copied once")
+        );
+        // Not when the copy is there, the host file is not, the state dir is not, or the
+        // caller points the config dir itself.
+        assert!(seeds(&[], &[state, from, to]).is_empty());
+        assert!(seeds(&[], &[state]).is_empty());
+        assert!(seeds(&[], &[from]).is_empty());
+        let own = vec![("CLAUDE_CONFIG_DIR".to_owned(), "/home/u/.claude".to_owned())];
+        assert!(seeds(&own, &[state, from]).is_empty());
+        // No other built-in seeds anything.
+        for p in t.iter().filter(|p| p.name != "claude") {
+            assert!(p.seeds.is_empty(), "{}", p.name);
+        }
     }
 
     #[test]

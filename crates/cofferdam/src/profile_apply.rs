@@ -334,6 +334,59 @@ fn shebang(file: &Path) -> Option<PathBuf> {
     Some(interp)
 }
 
+/// Before the command starts: copy each of the policy's state seeds (a host file a profile
+/// copies once into its writable state dir) where its copy is still absent. The copy is
+/// made beside its place and linked there without replacing anything (a file or symlink
+/// that appeared since the policy was made wins), so a half copy is never seen. One
+/// warning for each copy made or not made, for the run's records.
+pub fn seed_state(policy: &Policy) -> Vec<String> {
+    policy
+        .state_seeds
+        .iter()
+        .filter_map(|seed| match copy_seed(&seed.from, &seed.to) {
+            Ok(true) => Some(format!(
+                "copied {} into the agent state lent writable by profile:{} ({}); a host \
+                 write outside review",
+                seed.written, seed.profile, seed.why
+            )),
+            Ok(false) => None,
+            Err(e) => Some(format!(
+                "could not copy {} for profile:{} ({e}); the agent starts without it: copy \
+                 it yourself ({})",
+                seed.written, seed.profile, seed.why
+            )),
+        })
+        .collect()
+}
+
+/// `from` copied to `to`, mode 0600, unless `to` exists; whether a copy was made.
+fn copy_seed(from: &Path, to: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::PermissionsExt;
+    if std::fs::symlink_metadata(to).is_ok() {
+        return Ok(false);
+    }
+    let dir = to
+        .parent()
+        .ok_or_else(|| std::io::Error::other("the copy's place has no parent"))?;
+    let mut src = std::fs::File::open(from)?;
+    if !src.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file",
+            from.display()
+        )));
+    }
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".cofferdam-seed-")
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile_in(dir)?;
+    std::io::copy(&mut src, tmp.as_file_mut())?;
+    match tmp.persist_noclobber(to) {
+        Ok(_) => Ok(true),
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e.error),
+    }
+}
+
 /// After the run: what it created where a profile's read-only file was absent (inside the
 /// agent's writable state dir, `profiles::creatable`) is renamed aside, so that it grants
 /// the next run nothing; one warning for each, naming it and how to take it back.

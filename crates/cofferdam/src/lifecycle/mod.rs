@@ -157,6 +157,13 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
         eprintln!("cofferdam: warning: {e}; if cofferdam dies mid-run the job cannot be sealed");
     }
 
+    // A profile's state seeds (a host file copied once into the agent's state dir), the
+    // last thing before the command starts.
+    let seeded = crate::profile_apply::seed_state(&req.policy);
+    for w in &seeded {
+        eprintln!("cofferdam: warning: {}", crate::shown_text(w));
+    }
+
     // The go: the command runs, relayed and supervised until the status stream ends.
     let ran = supervise::start(req, &job, net, published, init, &limits)?;
     drop(quiet);
@@ -164,6 +171,7 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     let (mut run, ending) = supervise::collect(ran, &limits, &job, started, finished, &mut trace);
     let agentctl = ctl.map(ctl::CtlServer::stop);
     run.warnings.extend(ctl_warning);
+    run.warnings.extend(seeded);
     // Every process of the run is gone: what it created that would grant the next run more
     // (a profile's absent read-only file, in the agent's writable state) is set aside.
     for w in crate::profile_apply::set_aside_created(&req.policy, job.id()) {

@@ -296,3 +296,87 @@ fn user_config_profiles_override_builtins_and_a_workdir_manifest_cannot_define_t
         "{err}"
     );
 }
+
+/// A user logged in on the host keeps Claude Code's settings in `~/.claude.json`; the
+/// profile points `CLAUDE_CONFIG_DIR` at `~/.claude`, so the first run copies that file in
+/// once (recorded), later runs keep their own copy, the host file is never written, and
+/// `scope` says so beforehand.
+#[test]
+fn claude_gets_the_hosts_claude_json_copied_into_its_config_dir_once() {
+    if !require("user namespaces (sealed tier)", userns_independently()) {
+        return;
+    }
+    let s = Sandbox::new();
+    readable(&s);
+    let cfg = s.home.path().join(".claude");
+    std::fs::create_dir(&cfg).unwrap();
+    let host = s.home.path().join(".claude.json");
+    std::fs::write(&host, "{\"hasCompletedOnboarding\":true}\n").unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = bin.path().join("claude");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho \"seen=$(cat \"$CLAUDE_CONFIG_DIR/.claude.json\")\"\n\
+         echo '{\"numStartups\":2}' > \"$CLAUDE_CONFIG_DIR/.claude.json\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let scope = json_of(
+        &s.cmd()
+            .args(["scope", "--json", "--agent", "claude"])
+            .output()
+            .unwrap(),
+    );
+    let seed_row = scope["grant_sources"].to_string();
+    assert!(
+        seed_row.contains("filesystem.seed")
+            && seed_row.contains("~/.claude.json -> ~/.claude/.claude.json"),
+        "{seed_row}"
+    );
+
+    let out = agent_run(&s, bin.path(), &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        stdout.contains("seen={\"hasCompletedOnboarding\":true}"),
+        "{stdout}"
+    );
+    let warnings = bundle(&s)["safety"]["warnings"].to_string();
+    assert!(
+        warnings.contains("copied ~/.claude.json -> ~/.claude/.claude.json"),
+        "{warnings}"
+    );
+    let copy = cfg.join(".claude.json");
+    assert_eq!(
+        std::fs::read_to_string(&copy).unwrap(),
+        "{\"numStartups\":2}\n"
+    );
+    assert_eq!(
+        std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // The next run keeps the agent's copy; the host file was never written.
+    let out = agent_run(&s, bin.path(), &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("seen={\"numStartups\":2}"), "{stdout}");
+    let warnings = bundle(&s)["safety"]["warnings"].to_string();
+    assert!(!warnings.contains("copied ~/.claude.json"), "{warnings}");
+    assert_eq!(
+        std::fs::read_to_string(&host).unwrap(),
+        "{\"hasCompletedOnboarding\":true}\n"
+    );
+    // Nothing left beside it from the copy.
+    let stray: Vec<_> = std::fs::read_dir(&cfg)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".cofferdam-seed-")
+        })
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+}

@@ -138,6 +138,10 @@ fn assert_staged_and_allowed(s: &Sandbox, out: &std::process::Output, srv: &Mode
         "{}",
         b["network"]
     );
+    // The agent's own start writes none of the state its profile keeps read-only (hooks,
+    // plugins' code, settings): a real turn has nothing set aside.
+    let warnings = b["safety"]["warnings"].to_string();
+    assert!(!warnings.contains("set aside"), "{warnings}");
 }
 
 /// `cofferdam run -- ARGV` with only the agent's `env` added; the turn's edit staged.
@@ -468,8 +472,10 @@ fn a_profile_mount_whose_source_is_absent_is_recorded_but_not_warned_about() {
 }
 
 /// Claude Code's interactive TUI in a real terminal (tmux): the prompt typed in, the edit
-/// staged, `/exit` ends the run with 0. The user's `~/.claude/.claude.json` says what a
-/// logged-in user's does: onboarding done, this key approved, this folder trusted.
+/// staged, `/exit` ends the run with 0. The user's `~/.claude.json` says what a logged-in
+/// user's does: onboarding done, this key approved, this folder trusted; the profile copies
+/// it into `~/.claude` (where `CLAUDE_CONFIG_DIR` points) before the first run, so no
+/// first-run screen stands in the way.
 #[test]
 fn claude_code_tui_under_tmux_stages_the_edit_typed_in() {
     if !require("tmux", Command::new("tmux").arg("-V").output().is_ok()) {
@@ -481,7 +487,7 @@ fn claude_code_tui_under_tmux_stages_the_edit_typed_in() {
     let claude = s.home.path().join(".claude");
     std::fs::create_dir(&claude).unwrap();
     std::fs::write(
-        claude.join(".claude.json"),
+        s.home.path().join(".claude.json"),
         serde_json::json!({
             "hasCompletedOnboarding": true,
             "theme": "dark",
@@ -540,6 +546,10 @@ fn claude_code_tui_under_tmux_stages_the_edit_typed_in() {
     t.send(&["Enter"]);
     let end = t.expect_for("EXITED rc=", 1, slow);
     assert!(end.contains("EXITED rc=0"), "{end}\n{}", srv.requests());
+    assert!(
+        claude.join(".claude.json").is_file(),
+        "the host's ~/.claude.json was not copied into ~/.claude"
+    );
     assert!(!file.exists(), "the edit landed in the tree");
     let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
     let changes = b["filesystem"]["changes"].to_string();
