@@ -1,6 +1,6 @@
 //! agentctl's supervisor side (issue 21, `docs/agentctl.md`): the run's control socket, in
-//! a fresh private directory (`/tmp/cofferdam-ctl-XXXXXX/ctl.sock`, the directory 0700 and
-//! the caller's), served on threads while the run lives; the requests it accepted and
+//! a fresh private directory (`$XDG_RUNTIME_DIR/cofferdam-ctl-XXXXXX/ctl.sock`, else under
+//! `/run` or `/tmp`; the directory 0700 and the caller's), served on threads while the run lives; the requests it accepted and
 //! refused, counted; and, once the run has ended and its stage is sealed, the checkpoints
 //! clients asked for (deferred, so a checkpoint never races the workload's writes).
 //!
@@ -261,18 +261,80 @@ pub(super) fn offer(
     }
 }
 
-/// `/tmp/cofferdam-ctl-XXXXXX`, new, 0700 (`tempfile` makes it so). `/tmp` rather than
-/// `$TMPDIR`: a socket's path must fit in 108 bytes.
+/// `<parent>/cofferdam-ctl-XXXXXX`, new, 0700 (`tempfile` makes it so), in the parent
+/// [`socket_parent`] picks.
 fn private_dir() -> Result<PathBuf, CtlError> {
+    let parent = socket_parent();
     let dir = tempfile::Builder::new()
         .prefix("cofferdam-ctl-")
-        .tempdir_in("/tmp")
-        .map_err(ctl_err("make its directory in /tmp"))?
+        .tempdir_in(&parent)
+        .map_err(ctl_err(format!(
+            "make its directory in {}",
+            parent.display()
+        )))?
         .keep();
     // The mode asked for, whatever the umask.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
         .map_err(ctl_err("set its directory's mode"))?;
     Ok(dir)
+}
+
+/// The longest parent a socket path `<parent>/cofferdam-ctl-XXXXXX/ctl.sock` may have and
+/// still fit in `sun_path` (108 bytes with its NUL).
+const PARENT_MAX: usize = 107 - "/cofferdam-ctl-XXXXXX/ctl.sock".len();
+
+/// Where the socket's directory is made: the caller's runtime directory when it has one
+/// (`$XDG_RUNTIME_DIR`, else `/run/user/<uid>`; `/run` for root), the place the XDG
+/// convention gives sockets, else `/tmp`. Not `$TMPDIR`, which may be too long for a
+/// socket path. The runtime directory is a tmpfs where it exists; `/tmp` on a disk charges
+/// the directory, the socket, `bin/` and its link to the disk's inode allocator on every
+/// run, which on ext4 soon after many deletions costs milliseconds (issue 18's startup
+/// measurement found it).
+fn socket_parent() -> PathBuf {
+    let uid = rustix::process::geteuid().as_raw();
+    let mut candidates = Vec::new();
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+        candidates.push(PathBuf::from(x));
+    }
+    candidates.push(PathBuf::from(format!("/run/user/{uid}")));
+    if uid == 0 {
+        candidates.push(PathBuf::from("/run"));
+    }
+    pick_parent(&candidates, uid, |p| {
+        let m = std::fs::symlink_metadata(p).ok()?;
+        use std::os::unix::fs::MetadataExt;
+        Some(ParentFacts {
+            is_dir: m.is_dir(),
+            uid: m.uid(),
+            mode: m.mode(),
+        })
+    })
+}
+
+/// What [`pick_parent`] needs to know of a candidate (read without following a symlink).
+#[derive(Debug, Clone, Copy)]
+struct ParentFacts {
+    is_dir: bool,
+    uid: u32,
+    mode: u32,
+}
+
+/// The first of `candidates` that is an absolute, short enough directory (not a symlink)
+/// owned by `uid` and writable by no one else; `/tmp` when none is.
+fn pick_parent(
+    candidates: &[PathBuf],
+    uid: u32,
+    facts: impl Fn(&Path) -> Option<ParentFacts>,
+) -> PathBuf {
+    candidates
+        .iter()
+        .find(|p| {
+            p.is_absolute()
+                && p.as_os_str().len() <= PARENT_MAX
+                && facts(p).is_some_and(|f| f.is_dir && f.uid == uid && f.mode & 0o022 == 0)
+        })
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
 /// Refuse `stream` at once with `why`, without ever waiting on it.
@@ -514,6 +576,46 @@ mod tests {
         let mut out = String::new();
         std::io::BufReader::new(s).read_line(&mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn the_socket_goes_in_the_first_private_runtime_dir_else_tmp() {
+        let own = ParentFacts {
+            is_dir: true,
+            uid: 7,
+            mode: 0o40700,
+        };
+        let facts = |p: &Path| match p.to_str() {
+            Some("/run/user/7") | Some("/xdg") => Some(own),
+            Some("/shared") => Some(ParentFacts {
+                mode: 0o41777,
+                ..own
+            }),
+            Some("/theirs") => Some(ParentFacts { uid: 8, ..own }),
+            Some("/link") => Some(ParentFacts {
+                is_dir: false,
+                ..own
+            }),
+            _ => None,
+        };
+        let pick = |c: &[&str]| {
+            let c: Vec<PathBuf> = c.iter().map(PathBuf::from).collect();
+            pick_parent(&c, 7, facts)
+        };
+        assert_eq!(pick(&["/xdg", "/run/user/7"]), Path::new("/xdg"));
+        // Writable by others, another's, a symlink, relative, absent: skipped.
+        for bad in ["/shared", "/theirs", "/link", "xdg", "/absent"] {
+            assert_eq!(
+                pick(&[bad, "/run/user/7"]),
+                Path::new("/run/user/7"),
+                "{bad}"
+            );
+            assert_eq!(pick(&[bad]), Path::new("/tmp"), "{bad}");
+        }
+        // Too long for a socket path under it.
+        let long = format!("/{}", "x".repeat(PARENT_MAX));
+        assert_eq!(pick(&[long.as_str()]), Path::new("/tmp"));
+        assert!(PARENT_MAX + "/cofferdam-ctl-XXXXXX/ctl.sock".len() < 108);
     }
 
     #[test]
