@@ -13,7 +13,7 @@
 use crate::allow::{AllowEntry, NetworkMode};
 use crate::manifest::MountMode;
 use crate::policy::{
-    DEFAULT_FLOOR, DEFAULT_PROJECTED_ENV, Mount, Policy, ResourceRequest, RunFlags,
+    DEFAULT_FLOOR, DEFAULT_PROJECTED_ENV, LEND_SECRET, Mount, Policy, ResourceRequest, RunFlags,
 };
 use crate::units::{ByteSize, Span};
 use crate::widen::{Widening, entry_covers, mount_covered, net_rank, resource_widening};
@@ -261,6 +261,16 @@ pub fn start_from(job: &JobPolicy, p: &mut Policy, flags: &RunFlags, how: Start)
             .cloned()
             .collect(),
     };
+    // A `--lend-secret` of this resolution's is kept whatever the branch (the job's bundle
+    // cannot say it had one: its mounts come back as `job:` ones, which stay masked).
+    for m in p.mounts.iter().filter(|m| m.origin == LEND_SECRET) {
+        if !mounts
+            .iter()
+            .any(|x| x.target == m.target && x.origin == LEND_SECRET)
+        {
+            mounts.push(m.clone());
+        }
+    }
     let hides: Vec<Mount> = job
         .mounts
         .iter()
@@ -325,6 +335,31 @@ pub fn start_from(job: &JobPolicy, p: &mut Policy, flags: &RunFlags, how: Start)
 /// Every grant of `p` beyond what `job` ran with, keyed by the flag that widens it, in a
 /// stable order. `flags` and `tier` (`--tier`) are the new run's, for what `p` cannot show
 /// (a weaker `--containment` is folded into the job's floor).
+/// The job's mounts of a secret-list entry (`secrets`, [`crate::secrets::secret_paths`]) that
+/// this resolution does not lend again by `--lend-secret`: taken out, each with a warning
+/// naming the flag. Such a mount can only have been a `--lend-secret` of the job's; inherited
+/// as a plain mount it would be masked, an unreadable mount nobody asked for.
+pub fn drop_unlent_secrets(p: &mut Policy, secrets: &[PathBuf]) {
+    let lent = crate::policy::lent_secrets(p);
+    let (dropped, kept): (Vec<Mount>, Vec<Mount>) =
+        std::mem::take(&mut p.mounts).into_iter().partition(|m| {
+            m.origin.starts_with("job:")
+                && m.mode != MountMode::Hide
+                && secrets.iter().any(|s| m.source.starts_with(s))
+                && !lent.contains(&m.source)
+        });
+    p.mounts = kept;
+    for m in dropped {
+        p.warnings.push(format!(
+            "{} lent {} (on the secret list); this run does not: pass `--lend-secret {}` to \
+             lend it again",
+            m.origin,
+            m.source.display(),
+            m.source.display()
+        ));
+    }
+}
+
 pub fn wider(
     job: &JobPolicy,
     p: &Policy,
@@ -411,8 +446,17 @@ pub fn wider(
             );
         }
     }
+    for m in p.mounts.iter().filter(|m| m.origin == LEND_SECRET) {
+        push(
+            "--lend-secret",
+            format!(
+                "unmasks {}, on the secret list, which job {id} could not read",
+                m.source.display()
+            ),
+        );
+    }
     for m in &p.mounts {
-        if m.mode != MountMode::Hide && !mount_covered(m, &job.mounts) {
+        if m.mode != MountMode::Hide && m.origin != LEND_SECRET && !mount_covered(m, &job.mounts) {
             push(
                 "--mount",
                 format!(

@@ -35,6 +35,7 @@ pub mod cgroup_plan;
 pub mod controls;
 pub mod flag;
 pub mod inherit;
+pub mod lexical;
 pub mod mount_program;
 pub mod orchestration;
 pub mod outcome;

@@ -151,6 +151,42 @@ fn network_policy_json(policy: &Policy) -> serde_json::Value {
     v
 }
 
+/// `controls` with `secrets_hidden` no more than partial when the policy lends a secret by
+/// `--lend-secret`: the masks it read back are those of the other entries, and a reader of
+/// the row must not take it for the whole secret list.
+fn with_lent_secrets(
+    mut controls: Vec<cofferdam_record::bundle::ControlObservation>,
+    policy: &Policy,
+) -> Vec<cofferdam_record::bundle::ControlObservation> {
+    use cofferdam_record::bundle::{ControlMechanism, ControlStatus};
+    let lent: Vec<String> = crate::policy::lent_secrets(policy)
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    if lent.is_empty() {
+        return controls;
+    }
+    for c in controls
+        .iter_mut()
+        .filter(|c| c.mechanism == ControlMechanism::SecretsHidden)
+    {
+        if c.status == ControlStatus::Enforced {
+            c.status = ControlStatus::Partial;
+        }
+        let why = format!(
+            "secret paths lent by --lend-secret are visible: {}",
+            lent.join(", ")
+        );
+        c.reason = Some(match c.reason.take() {
+            Some(r) => format!("{r}; {why}"),
+            None => why,
+        });
+        c.details
+            .insert("lent_by_flag".into(), serde_json::json!(lent));
+    }
+    controls
+}
+
 /// Assemble the Run Bundle.
 pub fn assemble_bundle(
     policy: &Policy,
@@ -169,7 +205,7 @@ pub fn assemble_bundle(
     let observations = ExecutorObservations::new(
         format!("cofferdam-{}", decision.tier.class()),
         decision.tier,
-        r.controls.clone(),
+        with_lent_secrets(r.controls.clone(), policy),
     );
     let executor_plan = ExecutorPlan {
         declared_floor: decision.declared,
@@ -213,6 +249,13 @@ pub fn assemble_bundle(
     };
     let mut safety = SafetySummary::derive(&observations, Some(&executor_plan), Some(&filesystem));
     safety.warnings.extend(r.warnings.iter().cloned());
+    for m in crate::policy::lent_secrets(policy) {
+        safety.warnings.push(format!(
+            "{} is on the secret list and was lent read-only by --lend-secret: the command \
+             could read it",
+            m.display()
+        ));
+    }
     for m in &policy.mounts {
         if let (Some(name), crate::MountMode::Write) = (m.origin.strip_prefix("profile:"), m.mode) {
             safety.warnings.push(format!(

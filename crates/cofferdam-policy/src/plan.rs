@@ -434,6 +434,8 @@ pub fn build_plan(
 ) -> SandboxPlan {
     let decision = decide_containment(facts, policy.floor);
     let mut hidden = secret_paths(&inv.home, &inv.ssh_host_keys);
+    let lent = crate::policy::lent_secrets(policy);
+    hidden.retain(|h| !lent.contains(h));
     hidden.push(job.storage_root.clone());
     hidden.extend(
         policy
@@ -587,6 +589,39 @@ pub(crate) mod tests {
             home: "/home/u".into(),
         };
         resolve_policy(None, &flags, &places).unwrap()
+    }
+
+    #[test]
+    fn a_lent_secret_is_mounted_and_not_masked_and_the_rest_stay_masked() {
+        let p = policy(RunFlags {
+            lend_secrets: vec!["~/.config/gcloud".into()],
+            ..RunFlags::default()
+        });
+        let plan = build_plan(
+            &p,
+            &HostFacts::capable_example(),
+            &inv(),
+            &job(),
+            vec!["true".into()],
+        );
+        let gcloud = PathBuf::from("/home/u/.config/gcloud");
+        assert!(!plan.fs.hidden.contains(&gcloud));
+        assert!(plan.fs.hidden.contains(&PathBuf::from("/home/u/.ssh")));
+        assert!(
+            plan.fs
+                .mounts
+                .iter()
+                .any(|m| m.source == gcloud && m.target == gcloud && m.mode == PlanMountMode::Read)
+        );
+        // Without the flag it is masked.
+        let plan = build_plan(
+            &policy(RunFlags::default()),
+            &HostFacts::capable_example(),
+            &inv(),
+            &job(),
+            vec!["true".into()],
+        );
+        assert!(plan.fs.hidden.contains(&gcloud));
     }
 
     #[test]

@@ -8,12 +8,13 @@
 //! the caller canonicalizes the workdir before handing it in.
 
 use crate::allow::{AllowEntry, NetworkMode};
+pub use crate::lexical::normalize;
 use crate::manifest::{Ceiling, Manifest, MountMode, is_env_name, is_relative_subpath, valid_cpus};
 use crate::units::{ByteSize, Span, parse_duration, parse_size};
 use cofferdam_record::ContainmentClass;
 use cofferdam_record::bundle::ResourceDimension;
 use cofferdam_record::scope::{GrantSource, GrantSourceReport};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 pub mod provenance;
 
@@ -85,6 +86,8 @@ pub struct RunFlags {
     pub containment: Option<ContainmentClass>,
     /// `--mount SRC[:TGT][:MODE][?]`, repeatable.
     pub mounts: Vec<String>,
+    /// `--lend-secret PATH`, repeatable: an entry of the secret list lent read-only.
+    pub lend_secrets: Vec<String>,
     /// `--read-only PATH`, repeatable.
     pub read_only: Vec<String>,
     /// `--env NAME`, repeatable.
@@ -435,6 +438,21 @@ pub fn resolve_layered(
     for spec in &flags.mounts {
         mounts.push(parse_mount_flag(spec, places)?);
     }
+    for spec in &flags.lend_secrets {
+        mounts.push(parse_lend_secret(spec, places)?);
+    }
+    refuse_secret_mounts(&mounts, places)?;
+    let lent_warnings: Vec<String> = mounts
+        .iter()
+        .filter(|m| m.origin == LEND_SECRET)
+        .map(|m| {
+            format!(
+                "--lend-secret {}: a path on the secret list is lent read-only; the command \
+                 can read it (and send it anywhere the network lets it)",
+                m.source.display()
+            )
+        })
+        .collect();
 
     let mut env_allow = m.env.allow.clone();
     let mut env_set: Vec<(String, String)> = Vec::new();
@@ -490,7 +508,7 @@ pub fn resolve_layered(
         command_patch: None,
         state_seeds: Vec::new(),
         orchestration: Default::default(),
-        warnings: Vec::new(),
+        warnings: lent_warnings,
     };
     policy.grant_sources = provenance::grant_sources(
         user.map(|l| &l.manifest),
@@ -686,6 +704,88 @@ fn resolve_resources(m: &Manifest, f: &RunFlags) -> Result<ResourceRequest, Flag
     })
 }
 
+/// The origin of a mount `--lend-secret` makes.
+pub const LEND_SECRET: &str = "--lend-secret";
+
+/// The entries of the secret list under `places`' HOME and on the host (the SSH host keys
+/// aside, which only the plan knows), as `--lend-secret` names them.
+fn secret_entries(places: &Places) -> Vec<PathBuf> {
+    crate::secrets::secret_paths(&places.home, &[])
+}
+
+/// `--lend-secret PATH`: an entry of the secret list, exactly, lent read-only at its own
+/// path; the plan then leaves it unmasked ([`lent_secrets`]).
+fn parse_lend_secret(spec: &str, places: &Places) -> Result<Mount, FlagError> {
+    let source = resolve_path(spec, &places.cwd, &places.home);
+    let entries = secret_entries(places);
+    if !entries.contains(&source) {
+        let within = entries.iter().find(|e| source.starts_with(e));
+        return Err(flag_err(
+            "--lend-secret",
+            spec,
+            match within {
+                Some(e) => format!(
+                    "name the entry of the secret list itself, {}: it is lent whole, or not \
+                     at all",
+                    e.display()
+                ),
+                None => "it is not on the secret list (`cofferdam scope` shows it as \
+                         hidden_paths); lend other paths with --mount"
+                    .to_owned(),
+            },
+        ));
+    }
+    Ok(Mount {
+        target: source.clone(),
+        source,
+        mode: MountMode::Read,
+        origin: LEND_SECRET.to_owned(),
+        written: spec.to_owned(),
+        optional: false,
+    })
+}
+
+/// A mount (not a hide) of a path on the secret list, or inside an entry of it, that
+/// `--lend-secret` did not make is refused: the entry is masked inside every run, so the
+/// mount would be silently unreadable. The error names the entry and the flag.
+fn refuse_secret_mounts(mounts: &[Mount], places: &Places) -> Result<(), FlagError> {
+    let entries = secret_entries(places);
+    for m in mounts
+        .iter()
+        .filter(|m| m.mode != MountMode::Hide && m.origin != LEND_SECRET)
+    {
+        if let Some(e) = entries.iter().find(|e| m.source.starts_with(e)) {
+            return Err(FlagError {
+                flag: if m.origin == "--mount" {
+                    "--mount"
+                } else {
+                    "filesystem.mounts"
+                },
+                value: m.written.clone(),
+                message: format!(
+                    "{} is on the secret list, masked inside every run, so this mount would \
+                     be unreadable; lend it read-only by name with `--lend-secret {}` (a \
+                     flag only: no file can lend a secret), or leave it out",
+                    e.display(),
+                    e.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The secret-list entries `policy` lends by `--lend-secret`: the plan and the scope
+/// report leave them out of the hidden paths.
+pub fn lent_secrets(policy: &Policy) -> Vec<PathBuf> {
+    policy
+        .mounts
+        .iter()
+        .filter(|m| m.origin == LEND_SECRET && m.mode == MountMode::Read)
+        .map(|m| m.source.clone())
+        .collect()
+}
+
 /// Parse `--mount SRC[:TGT][:MODE][?]`. The mode, when present, is the last field; the
 /// default mode is `read`. A trailing `?` makes the mount optional: a missing source skips
 /// it. Paths containing `:` (or ending in `?`) must be declared in the manifest instead.
@@ -762,21 +862,6 @@ pub fn resolved_from(written: &str) -> &'static str {
     } else {
         "manifest-folder"
     }
-}
-
-/// Fold `.` and `..` without touching the filesystem. `..` above the root stays at the root.
-pub fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -1132,6 +1217,73 @@ mod tests {
         assert!(by("config:filesystem.mounts[0]").named_by_user());
         assert!(!by("profile:codex").named_by_user());
         assert!(!by(TOOLCHAIN_ORIGIN).named_by_user());
+    }
+
+    #[test]
+    fn a_secret_is_lent_only_by_name_and_never_silently_masked_under_a_mount() {
+        let p = places();
+        let flags = |mounts: &[&str], lend: &[&str]| RunFlags {
+            mounts: mounts.iter().map(|s| (*s).to_owned()).collect(),
+            lend_secrets: lend.iter().map(|s| (*s).to_owned()).collect(),
+            ..RunFlags::default()
+        };
+        // --mount of an entry, or of a path inside one: refused, naming the entry and the flag.
+        for spec in [
+            "~/.config/gcloud",
+            "~/.ssh/config:/c:read",
+            "/etc/shadow",
+            "~/.aws:write",
+        ] {
+            let e = resolve_policy(None, &flags(&[spec], &[]), &p).unwrap_err();
+            assert_eq!(e.flag, "--mount", "{spec}");
+            assert!(e.message.contains("--lend-secret"), "{spec}: {}", e.message);
+        }
+        // Hiding one, or lending a tree that holds one (masked inside it), is fine.
+        assert!(resolve_policy(None, &flags(&["~/.ssh:hide", "~/.config:read"], &[]), &p).is_ok());
+        // A file's mount of one is refused too: no file lends a secret.
+        let l = loaded("[[filesystem.mounts]]\nsource = \"~/.kube\"\nmode = \"read\"\n");
+        let e = resolve_policy(Some(&l), &RunFlags::default(), &p).unwrap_err();
+        assert_eq!(e.flag, "filesystem.mounts");
+        // --lend-secret: exactly an entry, read-only at its own path, with a warning.
+        let pol = resolve_policy(None, &flags(&[], &["~/.config/gcloud"]), &p).unwrap();
+        let m = &pol.mounts[0];
+        assert_eq!(
+            (
+                m.source.as_path(),
+                m.target.as_path(),
+                m.mode,
+                m.origin.as_str()
+            ),
+            (
+                Path::new("/home/u/.config/gcloud"),
+                Path::new("/home/u/.config/gcloud"),
+                MountMode::Read,
+                LEND_SECRET
+            )
+        );
+        assert_eq!(
+            lent_secrets(&pol),
+            [PathBuf::from("/home/u/.config/gcloud")]
+        );
+        assert!(
+            pol.warnings
+                .iter()
+                .any(|w| w.contains("--lend-secret /home/u/.config/gcloud"))
+        );
+        assert!(
+            pol.grant_sources
+                .iter()
+                .any(|g| g.grant == "filesystem.mounts"
+                    && g.source == GrantSource::Flag
+                    && g.value.contains("/home/u/.config/gcloud"))
+        );
+        for bad in ["~/.ssh/id_ed25519", "~/notes"] {
+            let e = resolve_policy(None, &flags(&[], &[bad]), &p).unwrap_err();
+            assert_eq!(e.flag, "--lend-secret", "{bad}");
+        }
+        // A plain --mount never counts as lent.
+        let pol = resolve_policy(None, &flags(&["~/.config:read"], &[]), &p).unwrap();
+        assert!(lent_secrets(&pol).is_empty());
     }
 
     #[test]

@@ -65,8 +65,10 @@ pub fn build_scope_report(inp: &ScopeInputs<'_>) -> ScopeReport {
     if allow {
         env_injected.extend(PROXY_ENV.iter().map(|s| s.to_string()));
     }
+    let lent = crate::policy::lent_secrets(p);
     let mut hidden_paths: Vec<String> = secret_paths(inp.home, inp.ssh_host_keys)
         .iter()
+        .filter(|x| !lent.contains(x))
         .map(|x| display(x))
         .collect();
     hidden_paths.push(display(inp.storage_root));

@@ -156,7 +156,7 @@ pub fn ssh_host_keys(etc_ssh_names: &[String], host_keys: &[String]) -> Vec<Path
         .chain(
             host_keys
                 .iter()
-                .map(|k| crate::policy::normalize(&Path::new("/").join(k))),
+                .map(|k| crate::lexical::normalize(&Path::new("/").join(k))),
         )
         .collect();
     keys.sort();

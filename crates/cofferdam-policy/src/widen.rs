@@ -300,7 +300,7 @@ mod tests {
             ),
             (
                 "",
-                "[[filesystem.mounts]]\nsource = \"~/.ssh\"\nmode = \"read\"",
+                "[[filesystem.mounts]]\nsource = \"~/.local/share\"\nmode = \"read\"",
                 &["filesystem.mounts[0]"],
             ),
             (

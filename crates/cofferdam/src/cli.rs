@@ -306,6 +306,10 @@ pub struct PolicyArgs {
     /// error; quote it from the shell).
     #[arg(long = "mount", value_name = "SPEC")]
     pub mounts: Vec<String>,
+    /// Lend PATH, an entry of the secret list (e.g. ~/.config/gcloud), read-only at its own
+    /// path: it is hidden inside every run otherwise, and --mount refuses it.
+    #[arg(long = "lend-secret", value_name = "PATH")]
+    pub lend_secrets: Vec<String>,
     /// Make a workdir subtree read-only (kernel-enforced).
     #[arg(long = "read-only", value_name = "PATH")]
     pub read_only: Vec<String>,

@@ -170,6 +170,7 @@ pub fn run_flags(args: &PolicyArgs, workdir: Option<PathBuf>) -> RunFlags {
         workdir,
         containment: args.containment,
         mounts: args.mounts.clone(),
+        lend_secrets: args.lend_secrets.clone(),
         read_only: args.read_only.clone(),
         env: args.env.clone(),
         network: args.network.clone(),

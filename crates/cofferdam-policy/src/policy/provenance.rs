@@ -7,7 +7,7 @@
 //! credited to the user's own first (flag, then user config), since the manifest did not
 //! widen it.
 
-use super::{Mount, Policy, RunFlags, USER_CONFIG_ORIGIN};
+use super::{LEND_SECRET, Mount, Policy, RunFlags, USER_CONFIG_ORIGIN};
 use crate::allow::AllowEntry;
 use crate::manifest::Manifest;
 use cofferdam_record::scope::{GrantSource, GrantSourceReport};
@@ -107,7 +107,7 @@ pub fn grant_sources(
         );
     }
     for mt in &p.mounts {
-        let source = if mt.origin == "--mount" {
+        let source = if mt.origin == "--mount" || mt.origin == LEND_SECRET {
             GrantSource::Flag
         } else if mt.origin.starts_with(USER_CONFIG_ORIGIN) {
             GrantSource::UserConfig

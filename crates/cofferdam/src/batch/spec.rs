@@ -254,6 +254,8 @@ fn check(spec: TaskSpec, index: usize, base: &Path) -> Result<Task, String> {
         workdir: None,
         containment: spec.containment,
         mounts: spec.mounts,
+        // No file lends a secret: `--lend-secret` is a flag of `run` only.
+        lend_secrets: Vec::new(),
         read_only: spec.read_only,
         env: spec.env,
         agent: spec.agent,
@@ -432,14 +434,15 @@ mod tests {
     }
 
     /// Every policy flag of `run` is a task key: the batch has no policy key of its own
-    /// and misses none of run's (publish excepted: many tasks cannot bind one host port).
+    /// and misses none of run's (publish excepted: many tasks cannot bind one host port;
+    /// lend_secrets too: no file lends a secret, only a flag that names it).
     #[test]
     fn every_policy_flag_is_a_task_key() {
         use clap::Args as _;
         let cmd = PolicyArgs::augment_args(clap::Command::new("x"));
         for arg in cmd.get_arguments() {
             let id = arg.get_id().as_str();
-            if id == "publish" || id == "workdir" {
+            if id == "publish" || id == "workdir" || id == "lend_secrets" {
                 continue;
             }
             let value = if arg.get_action().takes_values() {

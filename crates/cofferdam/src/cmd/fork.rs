@@ -121,7 +121,7 @@ fn prepare(
     mode: Mode,
     json: bool,
 ) -> Result<(RunRequest, Origin), Failure> {
-    let (_env, parent) = jobref::open(address)?;
+    let (env, parent) = jobref::open(address)?;
     let held = lock(&parent, "fork")?;
     let state = settled_state(&parent, &held)?;
     let found = match args.checkpoint.as_deref() {
@@ -157,6 +157,10 @@ fn prepare(
             Mode::Inspect | Mode::InspectKept => inherit::Start::Inspect,
         };
         inherit::start_from(&job, p, &flags, how);
+        inherit::drop_unlent_secrets(
+            p,
+            &cofferdam_policy::secrets::secret_paths(&env.places.home, &[]),
+        );
         let wider = inherit::wider(&job, p, &flags, args.tier);
         if mode == Mode::Fork || wider.is_empty() {
             return Ok(());

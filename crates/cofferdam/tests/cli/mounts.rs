@@ -131,3 +131,143 @@ fn a_manifest_mount_marked_optional_is_skipped_when_missing() {
         .unwrap_or(0);
     assert_eq!(jobs, 1, "only the first run made a job");
 }
+
+/// A usage error (exit 2) whose message names `--lend-secret`, the fix.
+fn refused_naming_lend_secret(out: &std::process::Output) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--lend-secret"), "{err}");
+}
+
+/// Issue 19: a path the secret list hides is lent only by a flag that names it
+/// (`--lend-secret`), never as a mount that is silently unreadable inside. `--mount` of it is
+/// a usage error naming the fix; the lent one is readable, out of scope's hidden paths, and
+/// the bundle warns; the others stay masked; `inspect` may not add one.
+#[test]
+fn a_secret_is_lent_by_name_and_a_plain_mount_of_it_is_refused() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    for d in [s.home.path(), s.work.path()] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let gcloud = s.home.path().join(".config/gcloud");
+    std::fs::create_dir_all(&gcloud).unwrap();
+    std::fs::write(gcloud.join("adc.json"), "vertex-token\n").unwrap();
+    let aws = s.home.path().join(".aws");
+    std::fs::create_dir_all(&aws).unwrap();
+    std::fs::write(aws.join("credentials"), "aws-token\n").unwrap();
+    let file = gcloud.join("adc.json").display().to_string();
+    let other = aws.join("credentials").display().to_string();
+
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--mount",
+            "~/.config/gcloud:read",
+            "--",
+            "cat",
+            &file,
+        ])
+        .output()
+        .unwrap();
+    refused_naming_lend_secret(&out);
+    let jobs = s.cmd().args(["jobs", "--json"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&jobs.stdout).contains("run-"),
+        "a job was made"
+    );
+
+    let scope = json_of(
+        &s.cmd()
+            .args(["scope", "--json", "--lend-secret", "~/.config/gcloud"])
+            .output()
+            .unwrap(),
+    );
+    let hidden = scope["hidden_paths"].to_string();
+    assert!(
+        !hidden.contains(".config/gcloud") && hidden.contains(".aws"),
+        "{hidden}"
+    );
+
+    let script = format!("cat {file}; cat {other} 2>/dev/null || echo aws-hidden");
+    let out = s
+        .cmd()
+        .args([
+            "run",
+            "-q",
+            "--lend-secret",
+            "~/.config/gcloud",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(stdout, "vertex-token\naws-hidden\n");
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let warnings = b["safety"]["warnings"].to_string();
+    assert!(warnings.contains("--lend-secret"), "{warnings}");
+    let mounts = b["filesystem"]["access_policy"]["mounts"].to_string();
+    assert!(mounts.contains(".config/gcloud"), "{mounts}");
+    let lent_job = b["run"]["run_id"].as_str().unwrap().to_owned();
+
+    // A fork does not inherit the secret (it says so, and does not mount it unreadable);
+    // naming it again lends it.
+    let read = format!("cat {file} 2>/dev/null || echo gcloud-hidden");
+    let out = s
+        .cmd()
+        .args(["fork", &lent_job, "--", "sh", "-c", &read])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "gcloud-hidden\n",
+        "{out:?}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--lend-secret"), "{err}");
+    let out = s
+        .cmd()
+        .args([
+            "fork",
+            &lent_job,
+            "--lend-secret",
+            "~/.config/gcloud",
+            "--",
+            "sh",
+            "-c",
+            &read,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "vertex-token\n",
+        "{out:?}"
+    );
+
+    // Inspecting a job that lent nothing may not add a secret.
+    let plain = s.cmd().args(["run", "-q", "--", "true"]).output().unwrap();
+    assert_eq!(plain.status.code(), Some(0), "{plain:?}");
+    let out = s
+        .cmd()
+        .args([
+            "inspect",
+            "last",
+            "--lend-secret",
+            "~/.config/gcloud",
+            "--",
+            "cat",
+            &file,
+        ])
+        .output()
+        .unwrap();
+    refused_naming_lend_secret(&out);
+}

@@ -1007,24 +1007,38 @@ fn a_secret_lent_on_purpose_is_visible_and_the_bundle_says_the_read_boundary_is_
     let s = Sandbox::new();
     std::fs::create_dir_all(s.home.path().join(".aws")).unwrap();
     std::fs::write(s.home.path().join(".aws/credentials"), "LENT").unwrap();
+    // Lent at another target, a plain --mount is refused: a secret is lent only by name.
     let lend = format!("{}:/creds:read", s.home.path().join(".aws").display());
     let out = s
         .cmd()
-        .args([
-            "run",
-            "-q",
-            "--mount",
-            &lend,
-            "--",
-            "cat",
-            "/creds/credentials",
-        ])
+        .args(["run", "-q", "--mount", &lend, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let creds = s.home.path().join(".aws/credentials").display().to_string();
+    let out = s
+        .cmd()
+        .args(["run", "-q", "--lend-secret", "~/.aws", "--", "cat", &creds])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "LENT");
     let b = last_bundle(&s);
     assert_eq!(control_status(&b, "secrets_hidden"), vec!["partial"]);
+    let row = b["executor_observations"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["mechanism"] == "secrets_hidden")
+        .unwrap()
+        .clone();
+    assert!(
+        row["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("--lend-secret"),
+        "{row}"
+    );
     assert_eq!(b["safety"]["filesystem_read_non_bypassable"], false);
     assert_eq!(b["safety"]["filesystem_non_bypassable"], false);
 }
