@@ -96,8 +96,17 @@ pub(crate) fn seal_interrupted(
         Durability::Durable,
         false,
         record_seal,
-        |seal| interrupted_bundle(bundle, seal, now),
+        |seal| {
+            let mut b = interrupted_bundle(bundle, seal, now);
+            // What a cooperating agent said before the supervisor died, from the journal
+            // its control socket kept.
+            if let Some(kept) = crate::lifecycle::ctl::recovered(job) {
+                b.agentctl = kept;
+            }
+            b
+        },
     )?;
+    crate::lifecycle::ctl::forget_journal(job);
     records::mark_staged(job, &bundle, Durability::Durable).map_err(job_failure)
 }
 

@@ -72,6 +72,101 @@ struct State {
     counters: AgentCtlCounters,
     /// Set when the run ended: nothing more is recorded.
     closed: bool,
+    /// The job's journal of accepted clients and requests ([`JOURNAL`]), appended as they
+    /// come, so that a supervisor killed mid-run leaves them for the recovered seal.
+    journal: Option<std::fs::File>,
+    /// Why the journal stopped being written, when it did.
+    journal_error: Option<String>,
+}
+
+/// The journal's file in the job's directory: one JSON line per accepted client
+/// (`{"client": …}`) or request (`{"request": …}`), bounded by [`CLIENTS_MAX`] and
+/// [`REQUESTS_MAX`] lines of at most [`MESSAGE_MAX`] bytes each.
+const JOURNAL: &str = "agentctl.jsonl";
+
+/// One line of the journal.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum JournalLine {
+    Client(AgentCtlClient),
+    Request(AgentCtlRequest),
+}
+
+impl State {
+    /// Append `line` to the journal; a failure stops it and is kept for the run's warnings.
+    fn journal(&mut self, line: &JournalLine) {
+        let Some(f) = self.journal.as_mut() else {
+            return;
+        };
+        let written = serde_json::to_vec(line)
+            .map_err(io::Error::other)
+            .and_then(|mut bytes| {
+                bytes.push(b'\n');
+                f.write_all(&bytes)
+            });
+        if let Err(e) = written {
+            self.journal = None;
+            self.journal_error = Some(format!(
+                "the agentctl journal could not be written ({e}): if cofferdam had died \
+                 mid-run, the agent's later notes would have been lost with it"
+            ));
+        }
+    }
+}
+
+/// The `agentctl` of a job whose supervisor died mid-run, from its journal: the clients and
+/// requests accepted before it died (a torn last line is left out), no counters (they were
+/// not kept), and a directive for each checkpoint asked for, which was never taken. `None`
+/// when the run kept no journal.
+pub(crate) fn recovered(job: &Job) -> Option<AgentCtlSnapshot> {
+    use std::io::Read;
+    let bound = (CLIENTS_MAX + REQUESTS_MAX) * (MESSAGE_MAX + 512);
+    let mut text = Vec::new();
+    std::fs::File::open(job.dir().join(JOURNAL))
+        .ok()?
+        .take(bound as u64)
+        .read_to_end(&mut text)
+        .ok()?;
+    Some(from_journal(&text))
+}
+
+/// [`recovered`]'s reading of the journal's bytes.
+fn from_journal(text: &[u8]) -> AgentCtlSnapshot {
+    let mut snapshot = AgentCtlSnapshot {
+        protocol: Some(PROTOCOL.to_owned()),
+        clients: Vec::new(),
+        requests: Vec::new(),
+        directives: Vec::new(),
+        counters: None,
+    };
+    for line in text.split(|b| *b == b'\n') {
+        match serde_json::from_slice::<JournalLine>(line) {
+            Ok(JournalLine::Client(c)) if snapshot.clients.len() < CLIENTS_MAX => {
+                snapshot.clients.push(c)
+            }
+            Ok(JournalLine::Request(r))
+                if snapshot.requests.len() < REQUESTS_MAX
+                    && snapshot.clients.iter().any(|c| c.name == r.client) =>
+            {
+                if r.request == RequestKind::Checkpoint.word() {
+                    snapshot.directives.push(AgentCtlDirective {
+                        client: r.client.clone(),
+                        directive: "checkpoint not made: cofferdam died before the run ended"
+                            .into(),
+                        at_unix_ms: None,
+                    });
+                }
+                snapshot.requests.push(r)
+            }
+            _ => {}
+        }
+    }
+    snapshot
+}
+
+/// Remove `job`'s journal: its requests are in the bundle now.
+pub(crate) fn forget_journal(job: &Job) {
+    let _ = std::fs::remove_file(job.dir().join(JOURNAL));
 }
 
 struct Shared {
@@ -101,21 +196,41 @@ pub(crate) struct CtlServer {
 pub(crate) struct Ended {
     snapshot: AgentCtlSnapshot,
     checkpoints: Vec<Deferred>,
+    /// Why the journal stopped being written, for the run's warnings.
+    pub(crate) journal_error: Option<String>,
 }
 
 impl CtlServer {
     /// Make the private directory, bind the socket and start serving it. `status` is what
     /// a `status` request is answered with.
-    pub(crate) fn start(status: serde_json::Value) -> Result<Self, CtlError> {
+    pub(crate) fn start(
+        status: serde_json::Value,
+        journal: Option<&Path>,
+    ) -> Result<Self, CtlError> {
         let dir = private_dir()?;
-        let made = Self::serve(&dir, status);
+        let made = Self::serve(&dir, status, journal);
         if made.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         made
     }
 
-    fn serve(dir: &Path, status: serde_json::Value) -> Result<Self, CtlError> {
+    fn serve(
+        dir: &Path,
+        status: serde_json::Value,
+        journal: Option<&Path>,
+    ) -> Result<Self, CtlError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let journal = journal
+            .map(|p| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(0o600)
+                    .open(p)
+            })
+            .transpose()
+            .map_err(ctl_err("open its journal in the job"))?;
         let socket = dir.join("ctl.sock");
         let listener = UnixListener::bind(&socket).map_err(ctl_err("bind the socket"))?;
         let exe = std::env::current_exe().map_err(ctl_err("find the cofferdam binary"))?;
@@ -127,7 +242,10 @@ impl CtlServer {
         std::os::unix::fs::symlink(&exe, bin_dir.join("cofferdam"))
             .map_err(ctl_err("link the cofferdam binary"))?;
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                journal,
+                ..State::default()
+            }),
             stop: AtomicBool::new(false),
             live: AtomicUsize::new(0),
             status,
@@ -169,6 +287,7 @@ impl CtlServer {
                 counters: Some(st.counters.clone()),
             },
             checkpoints: std::mem::take(&mut st.checkpoints),
+            journal_error: st.journal_error.take(),
         }
     }
 
@@ -197,6 +316,7 @@ impl Ended {
         let Ended {
             mut snapshot,
             checkpoints,
+            ..
         } = self;
         for d in checkpoints {
             let directive = match cofferdam_stage::checkpoint::create(
@@ -248,7 +368,7 @@ pub(super) fn offer(
         "evidence": false,
         "scope": scope,
     });
-    match CtlServer::start(status) {
+    match CtlServer::start(status, Some(&job.dir().join(JOURNAL))) {
         Ok(server) => {
             agentctl::lend(plan, server.host());
             (Some(server), None)
@@ -504,10 +624,12 @@ fn handle_line(line: &[u8], who: &mut Client, shared: &Shared) -> Reply {
                 format!("refused: this run already heard {CLIENTS_MAX} clients"),
             );
         }
-        st.clients.push(AgentCtlClient {
+        let client = AgentCtlClient {
             name: name.clone(),
             version: who.version.clone(),
-        });
+        };
+        st.journal(&JournalLine::Client(client.clone()));
+        st.clients.push(client);
     }
     let reply = match req.request {
         RequestKind::Note => Reply::accepted(
@@ -556,12 +678,14 @@ fn handle_line(line: &[u8], who: &mut Client, shared: &Shared) -> Reply {
 
 fn record(st: &mut State, client: &str, req: &Request) {
     st.counters.requests_accepted += 1;
-    st.requests.push(AgentCtlRequest {
+    let r = AgentCtlRequest {
         client: client.to_owned(),
         request: req.request.word().to_owned(),
         argument: req.argument.clone(),
         at_unix_ms: Some(now_ms()),
-    });
+    };
+    st.journal(&JournalLine::Request(r.clone()));
+    st.requests.push(r);
 }
 
 #[cfg(test)]
@@ -576,6 +700,48 @@ mod tests {
         let mut out = String::new();
         std::io::BufReader::new(s).read_line(&mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn a_journal_gives_back_what_was_accepted_and_leaves_out_a_torn_or_orphan_line() {
+        let client = |n: &str| {
+            JournalLine::Client(AgentCtlClient {
+                name: n.into(),
+                version: None,
+            })
+        };
+        let req = |c: &str, kind: &str, arg: &str| {
+            JournalLine::Request(AgentCtlRequest {
+                client: c.into(),
+                request: kind.into(),
+                argument: Some(arg.into()),
+                at_unix_ms: Some(1),
+            })
+        };
+        let mut text = Vec::new();
+        for l in [
+            client("a"),
+            req("a", "note", "one"),
+            req("ghost", "note", "not listed"),
+            req("a", "checkpoint", "cp"),
+        ] {
+            text.extend(serde_json::to_vec(&l).unwrap());
+            text.push(b'\n');
+        }
+        let torn = serde_json::to_vec(&req("a", "note", "torn")).unwrap();
+        text.extend(&torn[..torn.len() / 2]);
+        let s = from_journal(&text);
+        assert_eq!(s.protocol.as_deref(), Some(PROTOCOL));
+        assert_eq!(s.clients.len(), 1);
+        let args: Vec<_> = s
+            .requests
+            .iter()
+            .map(|r| r.argument.clone().unwrap())
+            .collect();
+        assert_eq!(args, ["one", "cp"]);
+        assert!(s.counters.is_none());
+        assert_eq!(s.directives.len(), 1);
+        assert!(s.directives[0].directive.contains("not made"));
     }
 
     #[test]
@@ -620,7 +786,7 @@ mod tests {
 
     #[test]
     fn a_server_counts_what_it_accepts_and_refuses_and_cleans_up() {
-        let server = CtlServer::start(serde_json::json!({"tier": "x"})).unwrap();
+        let server = CtlServer::start(serde_json::json!({"tier": "x"}), None).unwrap();
         let sock = server.host().socket.clone();
         let dir = sock.parent().unwrap().to_path_buf();
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;

@@ -6,7 +6,7 @@
 //! do), and may not import `cmd`.
 
 pub mod copy;
-mod ctl;
+pub(crate) mod ctl;
 mod decide;
 mod launch;
 pub mod limits;
@@ -170,6 +170,10 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     let finished = now_ms();
     let (mut run, ending) = supervise::collect(ran, &limits, &job, started, finished, &mut trace);
     let agentctl = ctl.map(ctl::CtlServer::stop);
+    if let Some(w) = agentctl.as_ref().and_then(|a| a.journal_error.clone()) {
+        eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
+        run.warnings.push(w);
+    }
     run.warnings.extend(ctl_warning);
     run.warnings.extend(seeded);
     // Every process of the run is gone: what it created that would grant the next run more
@@ -207,6 +211,8 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
         trace,
         agentctl,
     )?;
+    // The bundle holds what the agentctl journal kept for a supervisor that might die.
+    ctl::forget_journal(&job);
     // `staged` is the last change under the lock, which goes right after: a job listed as
     // staged can be applied at once (`apply` waits a moment for a lock held on a job that
     // is not active; the load test applies jobs the moment they are listed staged).

@@ -420,6 +420,52 @@ fn a_killed_supervisor_takes_the_sandbox_with_it_and_the_job_shows_interrupted()
     );
 }
 
+/// Issue 21: an agent's notes outlive a supervisor killed mid-run. The control socket keeps
+/// a journal in the job; the recovered seal puts what it kept in the bundle's `agentctl`
+/// (no counters: they were not kept; a checkpoint asked for is reported not made) and the
+/// review shows the note.
+#[test]
+fn notes_an_agent_left_survive_a_killed_supervisor() {
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    run_then_kill_the_supervisor(
+        &s,
+        "cofferdam ctl note 'half done: tests next' && cofferdam ctl checkpoint before \
+         && echo noted > kept && sleep 3518",
+        "3518",
+    );
+    let out = s
+        .cmd()
+        .args(["status", "--review", "--json", "last"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r = json_of(&out);
+    assert_eq!(r["agent_notes"][0]["text"], "half done: tests next", "{r}");
+    let b = json_of(&s.cmd().args(["status", "--json", "last"]).output().unwrap());
+    let a = &b["agentctl"];
+    assert_eq!(a["requests"].as_array().map(Vec::len), Some(2), "{a}");
+    assert_eq!(a["requests"][1]["request"], "checkpoint", "{a}");
+    assert!(
+        a.get("counters").is_none(),
+        "unknown counters are absent: {a}"
+    );
+    assert!(
+        a["directives"][0]["directive"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not made"),
+        "{a}"
+    );
+    let dir = std::fs::read_dir(s.store.path().join("jobs"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| e.path().join("agentctl.jsonl").exists());
+    assert!(!dir, "the journal is gone once the bundle holds it");
+}
+
 #[test]
 fn apply_seals_an_interrupted_job_itself() {
     if !sealed_host() {
