@@ -72,8 +72,11 @@ struct State {
     counters: AgentCtlCounters,
     /// Set when the run ended: nothing more is recorded.
     closed: bool,
-    /// The job's journal of accepted clients and requests ([`JOURNAL`]), appended as they
-    /// come, so that a supervisor killed mid-run leaves them for the recovered seal.
+    /// Where the job's journal of accepted clients and requests goes ([`JOURNAL`]),
+    /// appended as they come, so that a supervisor killed mid-run leaves them for the
+    /// recovered seal; `None` once a write failed, or for a server without a job.
+    journal_path: Option<PathBuf>,
+    /// The journal, opened at its first line: a run no agent talks to makes no file.
     journal: Option<std::fs::File>,
     /// Why the journal stopped being written, when it did.
     journal_error: Option<String>,
@@ -95,21 +98,36 @@ enum JournalLine {
 impl State {
     /// Append `line` to the journal; a failure stops it and is kept for the run's warnings.
     fn journal(&mut self, line: &JournalLine) {
-        let Some(f) = self.journal.as_mut() else {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let Some(path) = self.journal_path.as_deref() else {
             return;
         };
-        let written = serde_json::to_vec(line)
-            .map_err(io::Error::other)
-            .and_then(|mut bytes| {
-                bytes.push(b'\n');
-                f.write_all(&bytes)
-            });
-        if let Err(e) = written {
-            self.journal = None;
-            self.journal_error = Some(format!(
-                "the agentctl journal could not be written ({e}): if cofferdam had died \
-                 mid-run, the agent's later notes would have been lost with it"
-            ));
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(path)
+        };
+        let file = match self.journal.take() {
+            Some(f) => Ok(f),
+            None => open(),
+        };
+        let written = file.and_then(|mut f| {
+            let mut bytes = serde_json::to_vec(line).map_err(io::Error::other)?;
+            bytes.push(b'\n');
+            f.write_all(&bytes)?;
+            Ok(f)
+        });
+        match written {
+            Ok(f) => self.journal = Some(f),
+            Err(e) => {
+                self.journal_path = None;
+                self.journal_error = Some(format!(
+                    "the agentctl journal could not be written ({e}): if cofferdam had \
+                     died mid-run, the agent's later notes would have been lost with it"
+                ));
+            }
         }
     }
 }
@@ -220,17 +238,6 @@ impl CtlServer {
         status: serde_json::Value,
         journal: Option<&Path>,
     ) -> Result<Self, CtlError> {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let journal = journal
-            .map(|p| {
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .mode(0o600)
-                    .open(p)
-            })
-            .transpose()
-            .map_err(ctl_err("open its journal in the job"))?;
         let socket = dir.join("ctl.sock");
         let listener = UnixListener::bind(&socket).map_err(ctl_err("bind the socket"))?;
         let exe = std::env::current_exe().map_err(ctl_err("find the cofferdam binary"))?;
@@ -243,7 +250,7 @@ impl CtlServer {
             .map_err(ctl_err("link the cofferdam binary"))?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                journal,
+                journal_path: journal.map(Path::to_path_buf),
                 ..State::default()
             }),
             stop: AtomicBool::new(false),
