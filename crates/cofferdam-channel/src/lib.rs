@@ -246,8 +246,9 @@ pub fn decode<M: DeserializeOwned>(
 }
 
 /// Send `msg` with `fds` (attached to the frame's first bytes) on `fd`: a unix socket, or a
-/// pipe when `fds` is empty. Interrupted writes are retried; a peer that is gone is `PIPE`
-/// (no `SIGPIPE` on a socket).
+/// pipe when `fds` is empty (a pipe costs a failed `send` per write: a caller that knows its
+/// descriptor is a pipe uses [`send_pipe`]). Interrupted writes are retried; a peer that is
+/// gone is `PIPE` (no `SIGPIPE` on a socket).
 pub fn send<M: Serialize>(
     fd: BorrowedFd<'_>,
     channel: &'static str,
@@ -256,6 +257,42 @@ pub fn send<M: Serialize>(
 ) -> Result<(), ChannelError> {
     let frame = encode(channel, msg, fds.len())?;
     send_frame(fd, channel, &frame, fds)
+}
+
+/// Send `msg` on `fd`, a pipe: plain `write`s, no descriptors (a pipe cannot carry them).
+/// A reader that is gone is `PIPE`, and raises `SIGPIPE` as any pipe write does.
+pub fn send_pipe<M: Serialize>(
+    fd: BorrowedFd<'_>,
+    channel: &'static str,
+    msg: &M,
+) -> Result<(), ChannelError> {
+    let frame = encode(channel, msg, 0)?;
+    write_all(fd, channel, &frame, |fd, rest| rustix::io::write(fd, rest))
+}
+
+/// Write `frame` whole with `write_some`, retrying interrupted and short writes.
+fn write_all(
+    fd: BorrowedFd<'_>,
+    channel: &'static str,
+    frame: &[u8],
+    mut write_some: impl FnMut(BorrowedFd<'_>, &[u8]) -> Result<usize, Errno>,
+) -> Result<(), ChannelError> {
+    let mut rest = frame;
+    while !rest.is_empty() {
+        match write_some(fd, rest) {
+            Ok(0) => {
+                return Err(ChannelError::new(
+                    channel,
+                    Step::Send,
+                    Cause::Io(Errno::PIPE),
+                ));
+            }
+            Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(ChannelError::new(channel, Step::Send, Cause::Io(e))),
+        }
+    }
+    Ok(())
 }
 
 /// Write one encoded frame (see [`send`]).
@@ -308,6 +345,7 @@ fn read_exact(
     fds: &mut Vec<OwnedFd>,
     want: usize,
     done_before: usize,
+    pipe: bool,
 ) -> Result<bool, ChannelError> {
     let err = |cause| ChannelError::new(channel, Step::Receive, cause);
     let mut got = 0;
@@ -315,22 +353,26 @@ fn read_exact(
         let rest = buf.get_mut(got..).unwrap_or_default();
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
-        let n = match rustix::net::recvmsg(
-            fd,
-            &mut [IoSliceMut::new(rest)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        ) {
-            Ok(msg) => {
-                for m in control.drain() {
-                    if let RecvAncillaryMessage::ScmRights(got) = m {
-                        fds.extend(got);
+        let n = if pipe {
+            rustix::io::read(fd, rest)
+        } else {
+            match rustix::net::recvmsg(
+                fd,
+                &mut [IoSliceMut::new(rest)],
+                &mut control,
+                RecvFlags::CMSG_CLOEXEC,
+            ) {
+                Ok(msg) => {
+                    for m in control.drain() {
+                        if let RecvAncillaryMessage::ScmRights(got) = m {
+                            fds.extend(got);
+                        }
                     }
+                    Ok(msg.bytes)
                 }
-                Ok(msg.bytes)
+                Err(Errno::NOTSOCK) => rustix::io::read(fd, rest),
+                Err(e) => Err(e),
             }
-            Err(Errno::NOTSOCK) => rustix::io::read(fd, rest),
-            Err(e) => Err(e),
         };
         match n {
             Ok(0) if got == 0 && done_before == 0 => return Ok(false),
@@ -356,14 +398,39 @@ pub fn recv<M: DeserializeOwned>(
     fd: BorrowedFd<'_>,
     channel: &'static str,
 ) -> Result<Option<(M, Vec<OwnedFd>)>, ChannelError> {
+    recv_on(fd, channel, false)
+}
+
+/// Receive one message from `fd`, a pipe, with plain `read`s (see [`recv`]; a pipe carries
+/// no descriptors, so a frame that declares some is an error).
+pub fn recv_pipe<M: DeserializeOwned>(
+    fd: BorrowedFd<'_>,
+    channel: &'static str,
+) -> Result<Option<M>, ChannelError> {
+    Ok(recv_on(fd, channel, true)?.map(|(msg, _)| msg))
+}
+
+fn recv_on<M: DeserializeOwned>(
+    fd: BorrowedFd<'_>,
+    channel: &'static str,
+    pipe: bool,
+) -> Result<Option<(M, Vec<OwnedFd>)>, ChannelError> {
     let mut fds = Vec::new();
     let mut h = [0u8; HEADER];
-    if !read_exact(fd, channel, &mut h, &mut fds, HEADER, 0)? {
+    if !read_exact(fd, channel, &mut h, &mut fds, HEADER, 0, pipe)? {
         return Ok(None);
     }
     let (len, declared) = header(channel, Step::Receive, &h)?;
     let mut payload = vec![0u8; len];
-    read_exact(fd, channel, &mut payload, &mut fds, HEADER + len, HEADER)?;
+    read_exact(
+        fd,
+        channel,
+        &mut payload,
+        &mut fds,
+        HEADER + len,
+        HEADER,
+        pipe,
+    )?;
     if fds.len() != declared {
         return Err(ChannelError::new(
             channel,

@@ -73,6 +73,39 @@ fn a_pipe_carries_frames_but_not_descriptors() {
 }
 
 #[test]
+fn the_pipe_functions_write_and_read_frames_and_refuse_declared_descriptors() {
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    send_pipe(w.as_fd(), "plan", &Msg::Hello { n: 1 }).unwrap();
+    send_pipe(w.as_fd(), "plan", &Msg::Bye).unwrap();
+    // A frame that says it carries a descriptor, written by hand: a pipe cannot have it.
+    rustix::io::write(&w, &encode("plan", &Msg::Bye, 1).unwrap()).unwrap();
+    drop(w);
+    assert_eq!(
+        recv_pipe::<Msg>(r.as_fd(), "plan").unwrap(),
+        Some(Msg::Hello { n: 1 })
+    );
+    assert_eq!(recv_pipe::<Msg>(r.as_fd(), "plan").unwrap(), Some(Msg::Bye));
+    let e = recv_pipe::<Msg>(r.as_fd(), "plan").unwrap_err();
+    assert_eq!(
+        (e.step, e.cause),
+        (
+            Step::Receive,
+            Cause::Descriptors {
+                declared: 1,
+                got: 0
+            }
+        )
+    );
+    assert_eq!(recv_pipe::<Msg>(r.as_fd(), "plan").unwrap(), None);
+    // A reader that is gone is an error, not a hang (SIGPIPE is ignored in tests' threads
+    // by the Rust runtime).
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    drop(r);
+    let e = send_pipe(w.as_fd(), "status", &Msg::Bye).unwrap_err();
+    assert_eq!((e.step, e.cause), (Step::Send, Cause::Io(Errno::PIPE)));
+}
+
+#[test]
 fn the_receiver_reads_one_frame_and_no_more() {
     let (a, b) = pair();
     send(a.as_fd(), "t", &Msg::Bye, &[]).unwrap();

@@ -41,12 +41,12 @@ pub fn send_plan(
     fd: BorrowedFd<'_>,
     plan: &SandboxPlan,
 ) -> Result<(), cofferdam_channel::ChannelError> {
-    cofferdam_channel::send(fd, CHANNEL, &PlanMessage::Plan { plan }, &[])
+    cofferdam_channel::send_pipe(fd, CHANNEL, &PlanMessage::Plan { plan })
 }
 
 /// The supervisor's end: send the go.
 pub fn send_go(fd: BorrowedFd<'_>) -> Result<(), cofferdam_channel::ChannelError> {
-    cofferdam_channel::send(fd, CHANNEL, &PlanMessage::<()>::Go, &[])
+    cofferdam_channel::send_pipe(fd, CHANNEL, &PlanMessage::<()>::Go)
 }
 
 /// The init's end, read in two steps: the plan, then the go.
@@ -65,9 +65,7 @@ impl PlanChannel {
     }
 
     fn recv(&self) -> Result<Option<PlanMessage<Box<SandboxPlan>>>, String> {
-        cofferdam_channel::recv(self.fd.as_fd(), CHANNEL)
-            .map(|m| m.map(|(m, _)| m))
-            .map_err(|e| e.to_string())
+        cofferdam_channel::recv_pipe(self.fd.as_fd(), CHANNEL).map_err(|e| e.to_string())
     }
 
     /// The plan, which must come first.

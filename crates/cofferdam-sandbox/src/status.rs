@@ -64,7 +64,7 @@ pub const CHANNEL: &str = "status";
 pub fn send(fd: BorrowedFd<'_>, msg: &StatusMessage) {
     // The supervisor is gone (or the message cannot be framed, which no status message
     // is): nothing useful can be done with the report.
-    let _ = cofferdam_channel::send(fd, CHANNEL, msg, &[]);
+    let _ = cofferdam_channel::send_pipe(fd, CHANNEL, msg);
 }
 
 /// The first whole message at the start of `stream` and the bytes it took; `None` while no

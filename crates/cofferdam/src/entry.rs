@@ -27,16 +27,17 @@
 compile_error!("cofferdam's entry (no_main) relies on glibc: build for a *-linux-gnu target");
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
-use std::os::fd::BorrowedFd;
+use std::os::fd::AsFd;
 
 /// The exit code of a process whose `main` panicked (std's, kept).
 pub const PANICKED: i32 = 101;
 
 /// Open `/dev/null` on any of descriptors 0-2 that is closed, and ignore SIGPIPE.
 pub fn prepare() {
-    // SAFETY: 0, 1 and 2 are only polled, never closed or owned here; a closed one reads as
-    // POLLNVAL.
-    let std_fds = [0, 1, 2].map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
+    // std's handles name 0, 1 and 2 whether or not they are open; they are only polled here,
+    // and a closed one reads as POLLNVAL.
+    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let std_fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
     let mut fds = std_fds.map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::empty()));
     let closed = match poll(&mut fds, Some(&Timespec::default())) {
         Ok(_) => fds
