@@ -295,45 +295,40 @@ fn write_all(
     Ok(())
 }
 
-/// Write one encoded frame (see [`send`]).
+/// Write one encoded frame (see [`send`]): the descriptors go by `sendmsg` with the first
+/// bytes, the rest by `send`, both without `SIGPIPE`.
 pub fn send_frame(
     fd: BorrowedFd<'_>,
     channel: &'static str,
     frame: &[u8],
     fds: &[BorrowedFd<'_>],
 ) -> Result<(), ChannelError> {
-    let err = |cause| ChannelError::new(channel, Step::Send, cause);
     let mut rest = frame;
-    let mut first = true;
-    while !rest.is_empty() {
-        let wrote = if first && !fds.is_empty() {
-            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
-            let mut control = SendAncillaryBuffer::new(&mut space);
-            if !control.push(SendAncillaryMessage::ScmRights(fds)) {
-                return Err(err(Cause::TooManyFds { n: fds.len() }));
-            }
+    if !fds.is_empty() && !rest.is_empty() {
+        let err = |cause| ChannelError::new(channel, Step::Send, cause);
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !control.push(SendAncillaryMessage::ScmRights(fds)) {
+            return Err(err(Cause::TooManyFds { n: fds.len() }));
+        }
+        let wrote = loop {
             match rustix::net::sendmsg(fd, &[IoSlice::new(rest)], &mut control, SendFlags::NOSIGNAL)
             {
+                Err(Errno::INTR) => {}
                 Err(Errno::NOTSOCK) => return Err(err(Cause::NotASocket)),
-                other => other,
-            }
-        } else {
-            match rustix::net::send(fd, rest, SendFlags::NOSIGNAL) {
-                Err(Errno::NOTSOCK) => rustix::io::write(fd, rest),
-                other => other,
+                Err(e) => return Err(err(Cause::Io(e))),
+                Ok(0) => return Err(err(Cause::Io(Errno::PIPE))),
+                Ok(n) => break n,
             }
         };
-        match wrote {
-            Ok(0) => return Err(err(Cause::Io(Errno::PIPE))),
-            Ok(n) => {
-                rest = rest.get(n..).unwrap_or_default();
-                first = false;
-            }
-            Err(Errno::INTR) => {}
-            Err(e) => return Err(err(Cause::Io(e))),
-        }
+        rest = rest.get(wrote..).unwrap_or_default();
     }
-    Ok(())
+    write_all(fd, channel, rest, |fd, rest| {
+        match rustix::net::send(fd, rest, SendFlags::NOSIGNAL) {
+            Err(Errno::NOTSOCK) => rustix::io::write(fd, rest),
+            other => other,
+        }
+    })
 }
 
 /// Read into `buf` until it is full, collecting descriptors; `Ok(false)` when the stream
@@ -351,11 +346,11 @@ fn read_exact(
     let mut got = 0;
     while got < buf.len() {
         let rest = buf.get_mut(got..).unwrap_or_default();
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
-        let mut control = RecvAncillaryBuffer::new(&mut space);
         let n = if pipe {
             rustix::io::read(fd, rest)
         } else {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
             match rustix::net::recvmsg(
                 fd,
                 &mut [IoSliceMut::new(rest)],

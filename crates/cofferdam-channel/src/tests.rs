@@ -97,8 +97,8 @@ fn the_pipe_functions_write_and_read_frames_and_refuse_declared_descriptors() {
         )
     );
     assert_eq!(recv_pipe::<Msg>(r.as_fd(), "plan").unwrap(), None);
-    // A reader that is gone is an error, not a hang (SIGPIPE is ignored in tests' threads
-    // by the Rust runtime).
+    // A reader that is gone is an error, not a hang (the Rust runtime ignores SIGPIPE in the
+    // test process).
     let (r, w) = rustix::pipe::pipe().unwrap();
     drop(r);
     let e = send_pipe(w.as_fd(), "status", &Msg::Bye).unwrap_err();
