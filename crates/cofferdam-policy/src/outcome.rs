@@ -177,10 +177,7 @@ fn with_lent_secrets(
             "secret paths lent by --lend-secret are visible: {}",
             lent.join(", ")
         );
-        c.reason = Some(match c.reason.take() {
-            Some(r) => format!("{r}; {why}"),
-            None => why,
-        });
+        c.add_reason(why);
         c.details
             .insert("lent_by_flag".into(), serde_json::json!(lent));
     }

@@ -1293,10 +1293,7 @@ fn unknown(o: &mut ControlObservation, why: String) {
         return;
     }
     o.status = ControlStatus::Unknown;
-    o.reason = Some(match o.reason.take() {
-        Some(r) => format!("{r}; {why}"),
-        None => why,
-    });
+    o.add_reason(why);
 }
 
 /// The mounts of a `/proc/self/mountinfo` text, in order (the one parser).
@@ -1396,10 +1393,7 @@ fn read_back(mounts: &[MountLine], plan: &FsPlan, obs: &mut [ControlObservation]
                         "masks not found in mountinfo after the pivot: {}",
                         missing.join(", ")
                     );
-                    o.reason = Some(match o.reason.take() {
-                        Some(r) => format!("{r}; {why}"),
-                        None => why,
-                    });
+                    o.add_reason(why);
                 }
             }
             _ => {}

@@ -257,6 +257,14 @@ impl ControlObservation {
         }
     }
 
+    /// Add `why` to the row's reason, after the one it has (`"first; why"`).
+    pub fn add_reason(&mut self, why: String) {
+        self.reason = Some(match self.reason.take() {
+            Some(r) => format!("{r}; {why}"),
+            None => why,
+        });
+    }
+
     /// `details.control`, the name a mechanism gives one of several rows it reports for
     /// the same dimension.
     pub fn detail_control(&self) -> Option<&str> {
