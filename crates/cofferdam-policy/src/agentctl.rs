@@ -220,9 +220,10 @@ pub struct CtlHost {
     pub socket: PathBuf,
     /// The running `cofferdam` binary, as the host resolves it.
     pub exe: PathBuf,
-    /// A directory holding only a `cofferdam` symlink to `exe` (the tiers without a mount
-    /// namespace put it on `PATH`).
-    pub bin_dir: PathBuf,
+    /// A directory holding only a `cofferdam` symlink to `exe`, which the tiers without a
+    /// mount namespace put on `PATH`; `None` where none was made (the sealed tier binds
+    /// `exe` itself).
+    pub bin_dir: Option<PathBuf>,
 }
 
 /// Offer agentctl to the run of `plan`: the socket's path in [`ENV`] and the binary's
@@ -247,7 +248,7 @@ pub fn lend(plan: &mut SandboxPlan, host: &CtlHost) {
                 mode: PlanMountMode::Read,
             });
             plan.landlock.read_exec.push(bin.to_path_buf());
-            (PathBuf::from(SEALED_SOCKET), bin.to_path_buf())
+            (PathBuf::from(SEALED_SOCKET), Some(bin.to_path_buf()))
         }
         EnforcementTier::LandlockSeccomp => {
             plan.landlock.read_exec.push(host.exe.clone());
@@ -258,6 +259,7 @@ pub fn lend(plan: &mut SandboxPlan, host: &CtlHost) {
     plan.env.retain(|(k, _)| k != ENV);
     plan.env
         .push((ENV.to_owned(), socket.to_string_lossy().into_owned()));
+    let Some(bin_dir) = bin_dir else { return };
     let bin = bin_dir.to_string_lossy().into_owned();
     match plan.env.iter_mut().find(|(k, _)| k == "PATH") {
         Some((_, v)) if v.is_empty() => *v = bin,
@@ -335,7 +337,7 @@ mod tests {
         CtlHost {
             socket: "/tmp/cofferdam-ctl-x/ctl.sock".into(),
             exe: "/opt/cd/cofferdam".into(),
-            bin_dir: "/tmp/cofferdam-ctl-x/bin".into(),
+            bin_dir: Some("/tmp/cofferdam-ctl-x/bin".into()),
         }
     }
 

@@ -26,6 +26,7 @@ use cofferdam_policy::agentctl::{
 };
 use cofferdam_policy::plan::{Invoker, SandboxPlan};
 use cofferdam_policy::{ScopeInputs, agentctl, build_scope_report};
+use cofferdam_record::EnforcementTier;
 use cofferdam_record::HostFacts;
 use cofferdam_record::bundle::{
     AgentCtlClient, AgentCtlCounters, AgentCtlDirective, AgentCtlRequest, AgentCtlSnapshot,
@@ -205,9 +206,21 @@ impl Shared {
 /// The control socket, served while the run lives.
 pub(crate) struct CtlServer {
     host: CtlHost,
-    dir: PathBuf,
+    /// The private directory [`CtlServer::start`] made, removed when serving stops.
+    dir: Option<PathBuf>,
+    /// A copy of the listening socket, shut down to end the accept loop.
+    wake: UnixListener,
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+}
+
+/// Whether [`CtlServer::start`] makes the `bin/cofferdam` link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bin {
+    /// The tiers without a mount namespace put the link's directory on `PATH`.
+    Link,
+    /// The sealed tier binds the binary itself into the sandbox.
+    None,
 }
 
 /// What the socket saw, once the run has ended.
@@ -219,35 +232,65 @@ pub(crate) struct Ended {
 }
 
 impl CtlServer {
-    /// Make the private directory, bind the socket and start serving it. `status` is what
-    /// a `status` request is answered with.
+    /// Make the private directory, bind the socket and start serving it; `bin` also makes
+    /// the directory's `bin/cofferdam` link (for the tiers that put it on `PATH`). `status`
+    /// is what a `status` request is answered with.
     pub(crate) fn start(
         status: serde_json::Value,
         journal: Option<&Path>,
+        bin: Bin,
     ) -> Result<Self, CtlError> {
+        let exe = std::env::current_exe().map_err(ctl_err("find the cofferdam binary"))?;
         let dir = private_dir()?;
-        let made = Self::serve(&dir, status, journal);
+        let made = Self::in_private_dir(&dir, exe, bin, status, journal);
         if made.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         made
     }
 
-    fn serve(
+    /// The socket, and with [`Bin::Link`] a `bin/cofferdam` link to `exe`, in the new
+    /// private directory `dir`.
+    fn in_private_dir(
         dir: &Path,
+        exe: PathBuf,
+        bin: Bin,
         status: serde_json::Value,
         journal: Option<&Path>,
     ) -> Result<Self, CtlError> {
         let socket = dir.join("ctl.sock");
         let listener = UnixListener::bind(&socket).map_err(ctl_err("bind the socket"))?;
-        let exe = std::env::current_exe().map_err(ctl_err("find the cofferdam binary"))?;
-        let bin_dir = dir.join("bin");
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&bin_dir)
-            .map_err(ctl_err("make its bin directory"))?;
-        std::os::unix::fs::symlink(&exe, bin_dir.join("cofferdam"))
-            .map_err(ctl_err("link the cofferdam binary"))?;
+        let bin_dir = match bin {
+            Bin::Link => {
+                let bin_dir = dir.join("bin");
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&bin_dir)
+                    .map_err(ctl_err("make its bin directory"))?;
+                std::os::unix::fs::symlink(&exe, bin_dir.join("cofferdam"))
+                    .map_err(ctl_err("link the cofferdam binary"))?;
+                Some(bin_dir)
+            }
+            Bin::None => None,
+        };
+        let host = CtlHost {
+            socket,
+            exe,
+            bin_dir,
+        };
+        Self::serve(listener, host, dir.to_path_buf(), status, journal)
+    }
+
+    fn serve(
+        listener: UnixListener,
+        host: CtlHost,
+        dir: PathBuf,
+        status: serde_json::Value,
+        journal: Option<&Path>,
+    ) -> Result<Self, CtlError> {
+        // The accept loop is woken at the end by a shutdown of this copy, not by a
+        // connection to the socket's path.
+        let wake = listener.try_clone().map_err(ctl_err("copy the socket"))?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 journal_path: journal.map(Path::to_path_buf),
@@ -263,12 +306,9 @@ impl CtlServer {
             .spawn(move || accept_loop(&listener, &s))
             .map_err(ctl_err("start its thread"))?;
         Ok(CtlServer {
-            host: CtlHost {
-                socket,
-                exe,
-                bin_dir,
-            },
-            dir: dir.to_path_buf(),
+            host,
+            dir: Some(dir),
+            wake,
             shared,
             accept: Some(accept),
         })
@@ -301,10 +341,13 @@ impl CtlServer {
     fn shutdown(&mut self) {
         if let Some(accept) = self.accept.take() {
             self.shared.stop.store(true, Ordering::SeqCst);
-            // Wakes the accept loop, which sees `stop` and ends.
-            let _ = UnixStream::connect(&self.host.socket);
+            // A blocked accept returns EINVAL once its socket is shut down for reading;
+            // the loop sees `stop` and ends.
+            let _ = rustix::net::shutdown(&self.wake, rustix::net::Shutdown::Read);
             let _ = accept.join();
-            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+        if let Some(dir) = self.dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -375,7 +418,15 @@ pub(super) fn offer(
         "evidence": false,
         "scope": scope,
     });
-    match CtlServer::start(status, Some(&job.dir().join(JOURNAL))) {
+    // The sealed tier binds the binary itself: no link is made for it. The socket is not
+    // put in the job's directory, which would save its directory: the job store is hidden
+    // from every run, so a mount from it counts as a secret lent (`secrets_hidden`).
+    let bin = if plan.tier == EnforcementTier::MountnsPivotRootLandlockSeccomp {
+        Bin::None
+    } else {
+        Bin::Link
+    };
+    match CtlServer::start(status, Some(&job.dir().join(JOURNAL)), bin) {
         Ok(server) => {
             agentctl::lend(plan, server.host());
             (Some(server), None)
@@ -792,12 +843,35 @@ mod tests {
     }
 
     #[test]
+    fn a_server_for_the_sealed_tier_makes_no_bin_link_and_removes_its_directory() {
+        let server = CtlServer::start(serde_json::json!({"tier": "x"}), None, Bin::None).unwrap();
+        let sock = server.host().socket.clone();
+        assert_eq!(server.host().bin_dir, None);
+        let r = ask(&sock, b"{\"request\":\"status\"}\n");
+        assert!(r.contains("\"tier\":\"x\""), "{r}");
+        let dir = sock.parent().unwrap().to_path_buf();
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["ctl.sock"]);
+        let ended = server.stop();
+        assert!(!dir.exists());
+        assert_eq!(ended.snapshot.counters.unwrap().connections_accepted, 1);
+    }
+
+    #[test]
     fn a_server_counts_what_it_accepts_and_refuses_and_cleans_up() {
-        let server = CtlServer::start(serde_json::json!({"tier": "x"}), None).unwrap();
+        let server = CtlServer::start(serde_json::json!({"tier": "x"}), None, Bin::Link).unwrap();
         let sock = server.host().socket.clone();
         let dir = sock.parent().unwrap().to_path_buf();
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+        let bin = server.host().bin_dir.clone().unwrap();
+        assert_eq!(
+            std::fs::read_link(bin.join("cofferdam")).unwrap(),
+            server.host().exe
+        );
         let r = ask(
             &sock,
             b"{\"request\":\"note\",\"argument\":\"hi\",\"client\":\"t\"}\n",
