@@ -64,24 +64,61 @@ pub struct Finished {
     pub exit_code: i32,
 }
 
-/// Run `req` to its records. The order of effects is this function's: decide (refusing
-/// below the floor before touching anything), install the run's cgroup, start the init
-/// (inside it), create the job (a fork's stage seeded from its checkpoint), plan, arm the
-/// other limits, send the plan, write the trace's start, make the copy stage, write the
-/// provisional bundle, launch and supervise, judge the ending, seal and write the records,
-/// mark the job staged.
+/// Run `req` to its records. The order of effects is this function's, in three phases:
+/// [`prepare`] (decide, refusing below the floor before touching anything; the cgroup, the
+/// init, the job, the plan, the other limits, the trace's start, the copy stage, the
+/// provisional bundle), the go (the command runs, relayed and supervised until every
+/// process of the run is gone), and [`conclude`] (judge the ending, seal, write the
+/// records, mark the job staged).
 pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     let decided = decide::decide(req)?;
     // `--publish`: the host ports are bound now, before anything exists.
     let mut published = crate::publish::bind(&req.policy)?;
-
-    // The init starts now: on the sealed tier it makes its namespaces at once, then waits
-    // for its plan and the go, so its start-up overlaps the job's creation here; it touches
-    // nothing of the job before the go (`PendingInit`), and it is killed if the setup stops
-    // first. The terminal's SIGINT/SIGQUIT are ignored from here on (with a pty they go to
-    // the command; without, to the sandbox's process group), and the supervisor must live
-    // to restore the terminal and write the records.
+    // The terminal's SIGINT/SIGQUIT are ignored from here on (with a pty they go to the
+    // command; without, to the sandbox's process group): the supervisor must live to
+    // restore the terminal and write the records.
     let quiet = crate::signals::IgnoreTerminalSignals::new();
+    let (go, prepared) = prepare(req, decided, &mut published)?;
+    let ran = supervise::start(
+        req,
+        &prepared.job,
+        go.net,
+        published,
+        go.init,
+        &prepared.limits,
+    )?;
+    drop(quiet);
+    conclude(req, prepared, ran)
+}
+
+/// What the go hands to the sandbox: the init waiting for it, and the supervisor's end of
+/// the network socket (network `allow`).
+struct Go {
+    init: cofferdam_sandbox::launch::PendingInit,
+    net: Option<std::os::unix::net::UnixStream>,
+}
+
+/// What [`prepare`] made that the go and [`conclude`] use.
+struct Prepared {
+    decision: cofferdam_policy::ContainmentDecision,
+    job: cofferdam_stage::job::Job,
+    lock: cofferdam_stage::job::JobLock,
+    plan: cofferdam_policy::plan::SandboxPlan,
+    limits: limits::Limits,
+    started: u64,
+    trace: TraceSink,
+    copy_stage: Option<copy::CopyStage>,
+    ctl: Option<ctl::CtlServer>,
+    /// Warnings for the bundle from before the go (agentctl's offer, the state seeds).
+    warnings: Vec<String>,
+}
+
+/// The first phase of [`run`]: everything up to the go, in its order.
+fn prepare(
+    req: &RunRequest,
+    decided: decide::Decided,
+    published: &mut Option<crate::publish::Published>,
+) -> Result<(Go, Prepared), Failure> {
     let decide::Decided {
         store,
         facts,
@@ -98,19 +135,18 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
         .as_deref()
         .map_or_else(|| store.root().to_path_buf(), nearest_existing);
     let cgroup = limits::install_cgroup(&req.policy, &facts, job_id.as_str(), &stage_parent);
+    // The init starts now: on the sealed tier it makes its namespaces at once, then waits
+    // for its plan and the go, so its start-up overlaps the job's creation here; it touches
+    // nothing of the job before the go (`PendingInit`), and it is killed if the setup stops
+    // first.
+    let sandbox_end = published
+        .as_mut()
+        .and_then(crate::publish::Published::sandbox_end);
     let launch::Spawned {
         mut init,
         terminal,
         net,
-    } = launch::spawn(
-        req,
-        &facts,
-        copy_tier,
-        published
-            .as_mut()
-            .and_then(crate::publish::Published::sandbox_end),
-        &cgroup.v1_dirs(),
-    )?;
+    } = launch::spawn(req, &facts, copy_tier, sandbox_end, &cgroup.v1_dirs())?;
     let launch::JobRun {
         job,
         lock,
@@ -156,17 +192,50 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     }) {
         eprintln!("cofferdam: warning: {e}; if cofferdam dies mid-run the job cannot be sealed");
     }
-
     // A profile's state seeds (a host file copied once into the agent's state dir), the
     // last thing before the command starts.
     let seeded = crate::profile_apply::seed_state(&req.policy);
     for w in &seeded {
         eprintln!("cofferdam: warning: {}", crate::shown_text(w));
     }
+    let go = Go { init, net };
+    Ok((
+        go,
+        Prepared {
+            decision,
+            job,
+            lock,
+            plan,
+            limits,
+            started,
+            trace,
+            copy_stage,
+            ctl,
+            warnings: ctl_warning.into_iter().chain(seeded).collect(),
+        },
+    ))
+}
 
-    // The go: the command runs, relayed and supervised until the status stream ends.
-    let ran = supervise::start(req, &job, net, published, init, &limits)?;
-    drop(quiet);
+/// The last phase of [`run`], once every process of the run is gone: judge the ending,
+/// honour agentctl, set aside what the run created that would grant the next one more,
+/// seal and write the records, mark the job staged.
+fn conclude(
+    req: &RunRequest,
+    prepared: Prepared,
+    ran: supervise::Ran,
+) -> Result<Finished, Failure> {
+    let Prepared {
+        decision,
+        job,
+        lock,
+        plan,
+        limits,
+        started,
+        mut trace,
+        copy_stage,
+        ctl,
+        warnings,
+    } = prepared;
     let finished = now_ms();
     let (mut run, ending) = supervise::collect(ran, &limits, &job, started, finished, &mut trace);
     let agentctl = ctl.map(ctl::CtlServer::stop);
@@ -174,10 +243,9 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
         eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
         run.warnings.push(w);
     }
-    run.warnings.extend(ctl_warning);
-    run.warnings.extend(seeded);
-    // Every process of the run is gone: what it created that would grant the next run more
-    // (a profile's absent read-only file, in the agent's writable state) is set aside.
+    run.warnings.extend(warnings);
+    // What the run created that would grant the next run more (a profile's absent
+    // read-only file, in the agent's writable state) is set aside.
     for w in crate::profile_apply::set_aside_created(&req.policy, job.id()) {
         eprintln!("cofferdam: warning: {}", crate::shown_text(&w));
         run.warnings.push(w);
@@ -193,7 +261,6 @@ pub fn run(req: &RunRequest) -> Result<Finished, Failure> {
     {
         *error = why;
     }
-
     let bundle = records::write_run_records(
         &records::RunRecords {
             policy: &req.policy,
