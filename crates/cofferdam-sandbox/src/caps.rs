@@ -375,7 +375,7 @@ pub fn ranges_to_close(keep: &[RawFd]) -> Vec<(u32, u32)> {
 }
 
 /// `close_range(first, last, 0)`.
-fn close_range(first: u32, last: u32) -> Result<(), Errno> {
+pub(crate) fn close_range(first: u32, last: u32) -> Result<(), Errno> {
     // SAFETY: close_range only closes descriptors; the caller's contract (see `close_fds`) is
     // that nothing in this process still owns a descriptor in the range. No memory is passed.
     let r = unsafe {

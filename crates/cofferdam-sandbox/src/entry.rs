@@ -16,10 +16,27 @@ pub fn init_main() -> ! {
             Some(early) => init::sealed_main(early),
             None => init::SETUP_FAILED,
         },
-        None => match init::unsealed_plan() {
-            Ok(plan) => scoped::run_scoped(&plan),
-            Err(code) => code,
-        },
+        None => unsealed(),
     };
     std::process::exit(code)
+}
+
+/// The init's entry in a fork of the supervisor (`crate::fork`), which hands `early`
+/// over as a value instead of on a command line: the init's exit code.
+pub(crate) fn forked_main(early: Option<init::EarlyNamespaces>) -> i32 {
+    if crate::mutant::active(crate::mutant::INIT_EARLY_FAILURE) {
+        return init::fail_early_on_purpose();
+    }
+    match early {
+        Some(early) => init::sealed_main(early),
+        None => unsealed(),
+    }
+}
+
+/// The init of the tiers without namespaces.
+fn unsealed() -> i32 {
+    match init::unsealed_plan() {
+        Ok(plan) => scoped::run_scoped(&plan),
+        Err(code) => code,
+    }
 }

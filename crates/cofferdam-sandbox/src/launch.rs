@@ -1,10 +1,11 @@
-//! The supervisor's side of the sealed tier: start the init (this same binary, re-executed
-//! with [`crate::init::INIT_ARG`]) as early as possible ([`spawn_init`]), hand it the plan
+//! The supervisor's side of the sealed tier: start the init (a fork of this process that
+//! runs the init's entry, `crate::fork`; or, when this process has other threads, this same
+//! binary re-executed with [`crate::init::INIT_ARG`]) as early as possible ([`spawn_init`]), hand it the plan
 //! over a pipe once there is one and the go once the job is in place ([`PendingInit`]),
 //! relay the command's terminal or output while collecting the init's status messages
 //! (`crate::relay`) until the status stream ends, which is when the last process of the
-//! run is gone. The supervisor may be multi-threaded; everything that needs a single thread
-//! happens in the init.
+//! run is gone. The supervisor may be multi-threaded (the init is then exec'd, not forked);
+//! everything that needs a single thread happens in the init.
 //!
 //! The command's standard streams are never the caller's descriptors (a host file on stdout
 //! could be `fchmod`ed through `/proc/self/fd/1`; the caller's terminal on stdout could be
@@ -341,7 +342,7 @@ pub fn spawn_init(
         // inherit that.
         default_signals: &[libc::SIGINT, libc::SIGQUIT, libc::SIGPIPE],
     };
-    let (child, born_outside) = spawn_inside(&spec, born_in, &spawn_error, &mut warnings)?;
+    let (child, born_outside) = spawn_inside(&spec, early, born_in, &spawn_error, &mut warnings)?;
     // The child's ends close here.
     drop(child_ends);
     drop(plan_r);
@@ -380,11 +381,20 @@ pub fn spawn_init(
 /// before anything is started; a failed move back, a warning.
 fn spawn_inside(
     spec: &SpawnSpec<'_>,
+    early: Option<EarlyNamespaces>,
     dirs: &[PathBuf],
     spawn_error: &dyn Fn(std::io::Error) -> LaunchError,
     warnings: &mut Vec<String>,
 ) -> Result<(Spawned, Option<LaunchError>), LaunchError> {
-    let spawn = || crate::spawn::spawn(spec).map_err(spawn_error);
+    // A fork that runs the init's entry without an exec (`crate::fork`), or, when this
+    // process has other threads, the exec of `spec`.
+    let spawn = || {
+        let entry = || crate::entry::forked_main(early);
+        match crate::fork::fork_init(spec, &entry).map_err(spawn_error)? {
+            Some(child) => Ok(child),
+            None => crate::spawn::spawn(spec).map_err(spawn_error),
+        }
+    };
     if dirs.is_empty() {
         return spawn().map(|c| (c, None));
     }

@@ -12,6 +12,7 @@ pub mod cgroup;
 pub mod egress;
 pub mod entry;
 pub mod fds;
+pub mod fork;
 pub mod init;
 pub mod landlock;
 pub mod launch;

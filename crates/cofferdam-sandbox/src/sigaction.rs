@@ -34,6 +34,11 @@ impl Saved {
         self.sig
     }
 
+    /// Whether the saved disposition was to ignore the signal.
+    pub fn was_ignored(&self) -> bool {
+        self.old.sa_sigaction == libc::SIG_IGN
+    }
+
     /// Put the saved disposition back.
     pub fn restore(&self) -> Result<(), Errno> {
         // `old` is what sigaction(2) returned for this signal: a disposition that was

@@ -1,5 +1,6 @@
 //! Starting the sandbox init with `posix_spawn(3)`, and its lifetime afterwards (wait,
-//! kill).
+//! kill). The init is normally a fork that never execs (`crate::fork`); this exec is the
+//! way when the supervisor has other threads, and `Spawned` is the handle of either.
 //!
 //! glibc runs a spawned child on a stack of its own in the parent's address space
 //! (`CLONE_VM | CLONE_VFORK`) until it execs, and the parent goes on once the exec has
@@ -172,6 +173,11 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
 }
 
 impl Spawned {
+    /// The child `pid` this process started (`crate::fork`).
+    pub(crate) fn from_pid(pid: libc::pid_t) -> Self {
+        Spawned { pid, status: None }
+    }
+
     /// The child's pid.
     pub fn id(&self) -> u32 {
         self.pid.unsigned_abs()

@@ -1043,7 +1043,9 @@ fn a_secret_lent_on_purpose_is_visible_and_the_bundle_says_the_read_boundary_is_
     assert_eq!(b["safety"]["filesystem_non_bypassable"], false);
 }
 
-/// The sandbox inits whose working directory is `dir` (the init starts in the caller's).
+/// The sandbox inits whose working directory is `dir` (the init starts in the caller's):
+/// a fork of the supervisor names itself `cofferdam-init` in its command line; an exec'd
+/// one (a supervisor with other threads) has the init argument.
 fn inits_in(dir: &Path) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -1053,12 +1055,72 @@ fn inits_in(dir: &Path) -> Vec<u32> {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let is_init = cmdline
             .split(|&b| b == 0)
-            .any(|a| a == b"__cofferdam-sandbox-init");
+            .any(|a| a == b"__cofferdam-sandbox-init" || a == b"cofferdam-init");
         if is_init && std::fs::read_link(entry.path().join("cwd")).ok().as_deref() == Some(dir) {
             found.push(pid);
         }
     }
     found
+}
+
+#[test]
+fn the_init_shows_none_of_the_callers_command_line_or_environment() {
+    // The init is a fork of the supervisor (no exec): it overwrites the strings of the
+    // supervisor's arguments and environment, which its /proc files (and pid 1's, forked
+    // from it) would otherwise show to anyone who can read them.
+    if !sealed_host() {
+        return;
+    }
+    let s = Sandbox::new();
+    let work = std::fs::canonicalize(s.work.path()).unwrap();
+    let marker = "cofferdam-test-marker-5c1f";
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("cofferdam"))
+        .env_clear()
+        .env("HOME", s.home.path())
+        .env("COFFERDAM_HOME", s.store.path())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("MARKER_VALUE", marker)
+        .current_dir(s.work.path())
+        .args(["run", "-q", "--", "sh", "-c"])
+        .arg(format!("sleep 30 # {marker}"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut inits = inits_in(&work);
+    while inits.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        inits = inits_in(&work);
+    }
+    let found = inits.len();
+    let proc_file = |pid: u32, name: &str| std::fs::read(format!("/proc/{pid}/{name}"));
+    let shown: Vec<(String, Vec<u8>)> = inits
+        .iter()
+        .flat_map(|&pid| {
+            ["cmdline", "environ"]
+                .into_iter()
+                .filter_map(move |n| Some((format!("{pid}/{n}"), proc_file(pid, n).ok()?)))
+        })
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    // The init, and pid 1 (forked from it, with the same strings).
+    assert!(found >= 1, "the run's init is listed");
+    assert!(
+        shown.iter().any(|(n, _)| n.ends_with("cmdline")),
+        "its command line is readable: {shown:?}"
+    );
+    for (name, bytes) in &shown {
+        let text = String::from_utf8_lossy(bytes);
+        assert!(
+            !text.contains(marker),
+            "{name} shows the caller's: {text:?}"
+        );
+        assert!(
+            !text.contains("sleep 30"),
+            "{name} shows the command: {text:?}"
+        );
+    }
 }
 
 #[test]
