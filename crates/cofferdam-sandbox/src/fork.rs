@@ -64,16 +64,7 @@ pub fn fork_init(spec: &SpawnSpec<'_>, entry: &dyn Fn() -> i32) -> io::Result<Op
     if stat.threads != 1 {
         return Ok(None);
     }
-    if spec
-        .fds
-        .iter()
-        .any(|(source, _)| spec.fds.iter().any(|(_, target)| source == target))
-    {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "a descriptor to hand over is also a target number",
-        ));
-    }
+    spec.check_fds()?;
     // Everything the child needs is made here, before the fork.
     let keep: Vec<std::os::fd::RawFd> = spec.fds.iter().map(|&(_, t)| t).collect();
     let close = crate::caps::ranges_to_close(&keep);

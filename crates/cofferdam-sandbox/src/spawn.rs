@@ -33,6 +33,24 @@ pub struct SpawnSpec<'a> {
     pub default_signals: &'a [libc::c_int],
 }
 
+impl SpawnSpec<'_> {
+    /// Refuse a table whose `dup2`s would clobber one another: a source that is also a
+    /// target.
+    pub(crate) fn check_fds(&self) -> io::Result<()> {
+        if self
+            .fds
+            .iter()
+            .any(|(source, _)| self.fds.iter().any(|(_, target)| source == target))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a descriptor to hand over is also a target number",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A started child, reaped by [`Spawned::wait`] (dropping it neither kills nor reaps it).
 #[derive(Debug)]
 pub struct Spawned {
@@ -126,16 +144,7 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 
 /// Start `spec`: returns once the child has exec'd, or the reason it could not.
 pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
-    if spec
-        .fds
-        .iter()
-        .any(|(source, _)| spec.fds.iter().any(|(_, target)| source == target))
-    {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "a descriptor to hand over is also a target number",
-        ));
-    }
+    spec.check_fds()?;
     let mut actions = FileActions::new()?;
     for &(source, target) in spec.fds {
         actions.dup2(source, target)?;
