@@ -97,6 +97,13 @@ enum JournalLine {
 }
 
 impl State {
+    /// Change the counters, unless the run has ended (the snapshot is taken then).
+    fn count(&mut self, change: impl FnOnce(&mut AgentCtlCounters)) {
+        if !self.closed {
+            change(&mut self.counters);
+        }
+    }
+
     /// Append `line` to the journal; a failure stops it and is kept for the run's warnings.
     fn journal(&mut self, line: &JournalLine) {
         use std::os::unix::fs::OpenOptionsExt as _;
@@ -342,9 +349,11 @@ impl CtlServer {
         if let Some(accept) = self.accept.take() {
             self.shared.stop.store(true, Ordering::SeqCst);
             // A blocked accept returns EINVAL once its socket is shut down for reading;
-            // the loop sees `stop` and ends.
+            // the loop sees `stop` and ends. It is not waited for (its exit is a scheduling
+            // round trip at the end of every run): what it might still count after `stop`
+            // is dropped, since it records only while the state is not `closed`.
             let _ = rustix::net::shutdown(&self.wake, rustix::net::Shutdown::Read);
-            let _ = accept.join();
+            drop(accept);
         }
         if let Some(dir) = self.dir.take() {
             let _ = std::fs::remove_dir_all(dir);
@@ -463,7 +472,8 @@ const PARENT_MAX: usize = 107 - "/cofferdam-ctl-XXXXXX/ctl.sock".len();
 
 /// Where the socket's directory is made: the caller's runtime directory when it has one
 /// (`$XDG_RUNTIME_DIR`, else `/run/user/<uid>`; `/run` for root), the place the XDG
-/// convention gives sockets, else `/tmp`. Not `$TMPDIR`, which may be too long for a
+/// convention gives sockets, else `/dev/shm` when it is a sticky directory (a tmpfs, shared
+/// like `/tmp`: the private directory in it is what keeps others out), else `/tmp`. Not `$TMPDIR`, which may be too long for a
 /// socket path. The runtime directory is a tmpfs where it exists; `/tmp` on a disk charges
 /// the directory, the socket, `bin/` and its link to the disk's inode allocator on every
 /// run, which on ext4 soon after many deletions costs milliseconds (issue 18's startup
@@ -478,7 +488,7 @@ fn socket_parent() -> PathBuf {
     if uid == 0 {
         candidates.push(PathBuf::from("/run"));
     }
-    pick_parent(&candidates, uid, |p| {
+    pick_parent(&candidates, &[PathBuf::from("/dev/shm")], uid, |p| {
         let m = std::fs::symlink_metadata(p).ok()?;
         use std::os::unix::fs::MetadataExt;
         Some(ParentFacts {
@@ -498,19 +508,23 @@ struct ParentFacts {
 }
 
 /// The first of `candidates` that is an absolute, short enough directory (not a symlink)
-/// owned by `uid` and writable by no one else; `/tmp` when none is.
+/// owned by `uid` and writable by no one else; else the first of `shared` that is a sticky
+/// directory (not a symlink) anyone may write, as `/tmp` is; `/tmp` when none is.
 fn pick_parent(
     candidates: &[PathBuf],
+    shared: &[PathBuf],
     uid: u32,
     facts: impl Fn(&Path) -> Option<ParentFacts>,
 ) -> PathBuf {
+    let usable = |p: &&PathBuf| p.is_absolute() && p.as_os_str().len() <= PARENT_MAX;
+    let private =
+        |p: &&PathBuf| facts(p).is_some_and(|f| f.is_dir && f.uid == uid && f.mode & 0o022 == 0);
+    let sticky = |p: &&PathBuf| facts(p).is_some_and(|f| f.is_dir && f.mode & 0o1777 == 0o1777);
     candidates
         .iter()
-        .find(|p| {
-            p.is_absolute()
-                && p.as_os_str().len() <= PARENT_MAX
-                && facts(p).is_some_and(|f| f.is_dir && f.uid == uid && f.mode & 0o022 == 0)
-        })
+        .filter(usable)
+        .find(private)
+        .or_else(|| shared.iter().filter(usable).find(sticky))
         .cloned()
         .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
@@ -540,7 +554,7 @@ fn accept_loop(listener: &UnixListener, shared: &Arc<Shared>) {
             None
         };
         if let Some(why) = refusal {
-            shared.lock().counters.connections_refused += 1;
+            shared.lock().count(|c| c.connections_refused += 1);
             refuse_connection(stream, &why);
             continue;
         }
@@ -554,11 +568,11 @@ fn accept_loop(listener: &UnixListener, shared: &Arc<Shared>) {
             });
         if spawned.is_err() {
             shared.live.fetch_sub(1, Ordering::SeqCst);
-            shared.lock().counters.connections_refused += 1;
+            shared.lock().count(|c| c.connections_refused += 1);
             continue;
         }
         accepted += 1;
-        shared.lock().counters.connections_accepted += 1;
+        shared.lock().count(|c| c.connections_accepted += 1);
     }
 }
 
@@ -824,8 +838,25 @@ mod tests {
         };
         let pick = |c: &[&str]| {
             let c: Vec<PathBuf> = c.iter().map(PathBuf::from).collect();
-            pick_parent(&c, 7, facts)
+            pick_parent(&c, &[], 7, facts)
         };
+        // With no private candidate, a sticky shared directory before /tmp; one that is
+        // not sticky, or not a directory, is passed over.
+        let shared = |s: &[&str]| {
+            let s: Vec<PathBuf> = s.iter().map(PathBuf::from).collect();
+            pick_parent(&[PathBuf::from("/theirs")], &s, 7, facts)
+        };
+        assert_eq!(shared(&["/shared"]), Path::new("/shared"));
+        assert_eq!(shared(&["/xdg", "/link", "/absent"]), Path::new("/tmp"));
+        assert_eq!(
+            pick_parent(
+                &[PathBuf::from("/xdg")],
+                &[PathBuf::from("/shared")],
+                7,
+                facts
+            ),
+            Path::new("/xdg")
+        );
         assert_eq!(pick(&["/xdg", "/run/user/7"]), Path::new("/xdg"));
         // Writable by others, another's, a symlink, relative, absent: skipped.
         for bad in ["/shared", "/theirs", "/link", "xdg", "/absent"] {
