@@ -1,11 +1,11 @@
 //! The supervisor's side of the sealed tier: start the init (a fork of this process that
 //! runs the init's entry, `crate::fork`; or, when this process has other threads, this same
-//! binary re-executed with [`crate::init::INIT_ARG`]) as early as possible ([`spawn_init`]), hand it the plan
-//! over a pipe once there is one and the go once the job is in place ([`PendingInit`]),
-//! relay the command's terminal or output while collecting the init's status messages
-//! (`crate::relay`) until the status stream ends, which is when the last process of the
-//! run is gone. The supervisor may be multi-threaded (the init is then exec'd, not forked);
-//! everything that needs a single thread happens in the init.
+//! binary re-executed with [`crate::init::INIT_ARG`]) as early as possible
+//! ([`spawn_init`]), hand it the plan over a pipe once there is one and the go once the job
+//! is in place ([`PendingInit`]), relay the command's terminal or output while collecting
+//! the init's status messages (`crate::relay`) until the status stream ends, which is when
+//! the last process of the run is gone. The supervisor may be multi-threaded (the init is
+//! then exec'd, not forked); everything that needs a single thread happens in the init.
 //!
 //! The command's standard streams are never the caller's descriptors (a host file on stdout
 //! could be `fchmod`ed through `/proc/self/fd/1`; the caller's terminal on stdout could be

@@ -473,11 +473,11 @@ const PARENT_MAX: usize = 107 - "/cofferdam-ctl-XXXXXX/ctl.sock".len();
 /// Where the socket's directory is made: the caller's runtime directory when it has one
 /// (`$XDG_RUNTIME_DIR`, else `/run/user/<uid>`; `/run` for root), the place the XDG
 /// convention gives sockets, else `/dev/shm` when it is a sticky directory (a tmpfs, shared
-/// like `/tmp`: the private directory in it is what keeps others out), else `/tmp`. Not `$TMPDIR`, which may be too long for a
-/// socket path. The runtime directory is a tmpfs where it exists; `/tmp` on a disk charges
-/// the directory, the socket, `bin/` and its link to the disk's inode allocator on every
-/// run, which on ext4 soon after many deletions costs milliseconds (issue 18's startup
-/// measurement found it).
+/// like `/tmp`: the private directory in it is what keeps others out), else `/tmp`. Not
+/// `$TMPDIR`, which may be too long for a socket path. The runtime directory is a tmpfs
+/// where it exists; `/tmp` on a disk charges the directory and the socket (and `bin/` with
+/// its link) to the disk's inode allocator on every run, which on ext4 soon after many
+/// deletions costs milliseconds (issue 18's startup measurement found it).
 fn socket_parent() -> PathBuf {
     let uid = rustix::process::geteuid().as_raw();
     let mut candidates = Vec::new();
