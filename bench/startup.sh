@@ -22,6 +22,11 @@ store=$(mktemp -d -p / cofferdam-bench-XXXXXX 2>/dev/null || mktemp -d)
 trap 'rm -rf "$work" "$store"' EXIT
 bin=$(release_bin)
 echo "binary: $bin ($(linkage "$bin") build)"
+# How much of the hot-code layout list (crates/cofferdam/build.rs) this binary still has:
+# a low share means bench/symbol-order.sh is due.
+order=crates/cofferdam/symbol-order.txt
+listed=$(nm --defined-only "$bin" 2>/dev/null | awk '{print $3}' | sort -u | comm -12 - <(sort -u "$order") | wc -l)
+echo "hot-code layout: $listed of $(wc -l <"$order") listed functions in the binary"
 # Each group of runs gets a job store of its own: on ext4 without a journal (these test
 # machines) every run leaves a few freed inodes that stay "recently deleted" for minutes,
 # and every later file created near them scans past them, so a store that already holds
