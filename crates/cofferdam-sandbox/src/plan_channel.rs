@@ -20,8 +20,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 pub const CHANNEL: &str = "plan";
 
 /// One message on the plan channel; `P` is the plan (borrowed to send, owned once read).
+/// Externally tagged, like the status messages: an internally tagged one is read through a
+/// buffered copy of the whole plan first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum PlanMessage<P> {
     /// The plan, first.
     Plan {

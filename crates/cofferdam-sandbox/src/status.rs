@@ -9,9 +9,11 @@ use cofferdam_record::bundle::ControlObservation;
 use serde::{Deserialize, Serialize};
 use std::os::fd::BorrowedFd;
 
-/// One status line.
+/// One status line. Externally tagged (`{"control":{…}}`, `"ready"`): serde reads an
+/// internally tagged enum through a buffered copy of each message, which cost the
+/// supervisor about 0.1 ms of a run's 30-odd messages.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum StatusMessage {
     /// A control was installed, or tried and found unavailable or failed.
     Control {

@@ -113,8 +113,8 @@ fn own_job(ctx: &Ctx) -> Outcome {
     )
 }
 
-/// Status messages as pid 1 would send them, with the marker in every string: as JSON lines
-/// and as `cofferdam_channel` frames (the status channel's framing), written as a `printf`
+/// Status messages as pid 1 sends them (and in the encoding it used before), with the marker
+/// in every string: as JSON lines and as `cofferdam_channel` frames (the status channel's framing), written as a `printf`
 /// format (each frame's binary header in octal escapes; the JSON holds no `%` or `\\`).
 fn forged_lines() -> String {
     let lines = [
@@ -122,6 +122,11 @@ fn forged_lines() -> String {
         r#"{"type":"setup_failed","step":"FORGED-c0ffee","error":"FORGED-c0ffee"}"#,
         r#"{"type":"exec_failed","error":"FORGED-c0ffee","code":127}"#,
         r#"{"type":"exited","code":0,"signal":null}"#,
+        // The same in the channel's own encoding (externally tagged).
+        r#"{"control":{"observation":{"mechanism":"seccomp","dimension":"kernel_surface","status":"failed","reason":"FORGED-c0ffee","details":{}}}}"#,
+        r#"{"setup_failed":{"step":"FORGED-c0ffee","error":"FORGED-c0ffee"}}"#,
+        r#"{"exec_failed":{"error":"FORGED-c0ffee","code":127}}"#,
+        r#"{"exited":{"code":0,"signal":null}}"#,
     ];
     let mut out = lines.join("\\n") + "\\n";
     for l in lines {
