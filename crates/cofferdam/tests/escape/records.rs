@@ -114,8 +114,9 @@ fn own_job(ctx: &Ctx) -> Outcome {
 }
 
 /// Status messages as pid 1 sends them (and in the encoding it used before), with the marker
-/// in every string: as JSON lines and as `cofferdam_channel` frames (the status channel's framing), written as a `printf`
-/// format (each frame's binary header in octal escapes; the JSON holds no `%` or `\\`).
+/// in every string: as JSON lines and as `cofferdam_channel` frames (the status channel's
+/// framing), written as a `printf` format (each frame's binary header in octal escapes; the
+/// JSON holds no `%` or `\\`).
 fn forged_lines() -> String {
     let lines = [
         r#"{"type":"control","observation":{"mechanism":"seccomp","dimension":"kernel_surface","status":"failed","reason":"FORGED-c0ffee","details":{}}}"#,
