@@ -41,6 +41,8 @@ fn rustc_minor() -> Option<u32> {
     let text = String::from_utf8(out.stdout).ok()?;
     let version = text.split_whitespace().nth(1)?;
     let mut parts = version.split('.');
-    (parts.next()? == "1").then_some(())?;
+    if parts.next()? != "1" {
+        return None;
+    }
     parts.next()?.parse().ok()
 }
