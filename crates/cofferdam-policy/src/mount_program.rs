@@ -97,6 +97,8 @@ pub enum MountOp {
         upper: PathBuf,
         /// The overlay's work directory.
         work: PathBuf,
+        /// A fork's inherited layer, between `upper` and `lower`.
+        inherited: Option<PathBuf>,
         /// Whether it allows exec.
         exec: bool,
     },
@@ -244,6 +246,7 @@ pub fn mount_program(fs: &FsPlan) -> Result<Vec<MountOp>, MountProgramError> {
         lower: fs.workdir.clone(),
         upper: fs.upper.clone(),
         work: fs.overlay_work.clone(),
+        inherited: fs.inherited.clone(),
         exec,
     });
     ops.push(report(MountRow::Overlay));
@@ -316,6 +319,7 @@ mod tests {
             workdir: "/home/u/proj".into(),
             upper: "/s/jobs/run-1/upper".into(),
             overlay_work: "/s/jobs/run-1/work".into(),
+            inherited: None,
             read_only: vec!["/home/u/proj/.git".into()],
             home: "/home/u".into(),
             mounts: vec![
@@ -396,6 +400,7 @@ mod tests {
                     lower: "/home/u/proj".into(),
                     upper: "/s/jobs/run-1/upper".into(),
                     work: "/s/jobs/run-1/work".into(),
+                    inherited: None,
                     exec: false,
                 },
                 report(MountRow::Overlay),
@@ -572,10 +577,11 @@ mod tests {
             });
             assert!(at.len() == 1 && at[0] > binds[0], "{hidden}");
         }
-        // A fork's plan overlays the workdir with its own stage.
+        // A fork's plan overlays the workdir with its own stage over its inherited layer.
         let fork = JobPaths {
             upper: "/s/jobs/run-2/upper".into(),
             overlay_work: "/s/jobs/run-2/work".into(),
+            inherited: Some("/s/jobs/run-2/inherited".into()),
             ..job()
         };
         let forked = build_plan(&p, &facts, &inv(), &fork, vec!["true".into()]);
@@ -583,6 +589,7 @@ mod tests {
             lower: "/home/u/proj".into(),
             upper: "/s/jobs/run-2/upper".into(),
             work: "/s/jobs/run-2/work".into(),
+            inherited: Some("/s/jobs/run-2/inherited".into()),
             exec: true,
         }));
         // The tiers without a mount namespace mount nothing, and have no ComposeRoot step.

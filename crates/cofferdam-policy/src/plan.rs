@@ -222,6 +222,10 @@ pub struct FsPlan {
     pub upper: PathBuf,
     /// The overlay work directory (same filesystem as `upper`).
     pub overlay_work: PathBuf,
+    /// A fork's inherited layer (its checkpoint's staged tree, hard-linked): the lower
+    /// layer between `upper` and the workdir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherited: Option<PathBuf>,
     /// Absolute paths inside the workdir made read-only by a read-only bind.
     pub read_only: Vec<PathBuf>,
     /// The home directory: a private tmpfs inside.
@@ -330,6 +334,8 @@ pub struct JobPaths {
     pub upper: PathBuf,
     /// Overlay work.
     pub overlay_work: PathBuf,
+    /// A fork's inherited layer, when the job is one.
+    pub inherited: Option<PathBuf>,
     /// The storage root (hidden).
     pub storage_root: PathBuf,
 }
@@ -485,6 +491,7 @@ pub fn build_plan(
             workdir: policy.workdir.clone(),
             upper: job.upper.clone(),
             overlay_work: job.overlay_work.clone(),
+            inherited: job.inherited.clone(),
             read_only: policy
                 .read_only
                 .iter()
@@ -579,6 +586,7 @@ pub(crate) mod tests {
             new_root: "/s/jobs/run-1/root".into(),
             upper: "/s/jobs/run-1/upper".into(),
             overlay_work: "/s/jobs/run-1/work".into(),
+            inherited: None,
             storage_root: "/s".into(),
         }
     }

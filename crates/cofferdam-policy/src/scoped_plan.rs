@@ -151,6 +151,7 @@ mod tests {
             new_root: "/s/jobs/run-1/root".into(),
             upper: "/s/jobs/run-1/upper".into(),
             overlay_work: "/s/jobs/run-1/work".into(),
+            inherited: None,
             storage_root: "/s".into(),
         };
         let paths = CopyPaths {

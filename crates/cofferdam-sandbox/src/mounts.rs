@@ -980,11 +980,18 @@ impl<'a> Composer<'a> {
                 lower,
                 upper,
                 work,
+                inherited,
                 exec,
             } => {
                 let root = need(&self.root, "workdir overlay")?;
                 let place = mkdir_p(root, rel(lower), Purpose::Workdir)?;
-                let (volatile, mode) = overlay(lower, upper, work, place.at(), exec_attr(*exec))?;
+                let layers = Layers {
+                    lower,
+                    inherited: inherited.as_deref(),
+                    upper,
+                    work,
+                };
+                let (volatile, mode) = overlay(&layers, place.at(), exec_attr(*exec))?;
                 self.overlay = Some((lower, upper, volatile, mode));
             }
             MountOp::ReadOnly { path } => {
@@ -1146,6 +1153,10 @@ impl<'a> Composer<'a> {
                     self.overlay
                         .unwrap_or((&plan.workdir, &plan.upper, false, 0));
                 o.details.insert("lower".into(), json!(lower));
+                // A fork's layer, mounted with the others (the mount took it).
+                if let (Some(layer), Some(_)) = (&plan.inherited, &self.overlay) {
+                    o.details.insert("inherited".into(), json!(layer));
+                }
                 o.details.insert("upper".into(), json!(upper));
                 o.details
                     .insert("workdir_mode".into(), json!(format!("{mode:04o}")));
@@ -1667,16 +1678,27 @@ fn resolv_conf(root: &Root<'_>, text: &str) -> Result<(), SetupError> {
 /// the sandbox becomes a no-op. The stage was never durable across a host crash (a crash
 /// mid-run leaves the job interrupted), and its work directory, where the kernel marks a
 /// volatile overlay, is removed when the run ends and never mounted again.
+///
+/// A fork's inherited layer goes between the upper and the workdir (`lowerdir+` names the
+/// topmost lower layer first): its whiteouts and opaque directories hide the host's entries
+/// as they hid them in the parent's stage, and the kernel never writes it.
 fn overlay(
-    lower: &Path,
-    upper: &Path,
-    work: &Path,
+    layers: &Layers<'_>,
     at: (BorrowedFd<'_>, &Path),
     exec: MountAttrFlags,
 ) -> Result<(bool, u32), SetupError> {
+    let Layers {
+        lower,
+        inherited,
+        upper,
+        work,
+    } = *layers;
     let what = || format!("mount workdir overlay on {}", lower.display());
     // Its layers are named by path, resolved from the cwd (the new root) when relative.
     let lower = host_path(lower, "overlay lowerdir")?;
+    let inherited = inherited
+        .map(|p| host_path(p, "overlay inherited lowerdir"))
+        .transpose()?;
     let upper = host_path(upper, "overlay upperdir")?;
     let work = host_path(work, "overlay workdir")?;
     let root_mode = keep_root_mode(lower, upper).step(|| {
@@ -1687,6 +1709,9 @@ fn overlay(
         )
     })?;
     let fs = rustix::mount::fsopen(c"overlay", FsOpenFlags::FSOPEN_CLOEXEC).step(what)?;
+    if let Some(layer) = inherited {
+        rustix::mount::fsconfig_set_string(&fs, c"lowerdir+", layer).step(what)?;
+    }
     rustix::mount::fsconfig_set_string(&fs, c"lowerdir+", lower).step(what)?;
     rustix::mount::fsconfig_set_string(&fs, c"upperdir", upper).step(what)?;
     rustix::mount::fsconfig_set_string(&fs, c"workdir", work).step(what)?;
@@ -1702,6 +1727,19 @@ fn overlay(
     .step(what)?;
     attach(&mnt, at).step(what)?;
     Ok((volatile, root_mode))
+}
+
+/// The directories of the workdir overlay.
+#[derive(Clone, Copy)]
+struct Layers<'a> {
+    /// The host workdir, the bottom layer.
+    lower: &'a Path,
+    /// A fork's inherited layer, above it.
+    inherited: Option<&'a Path>,
+    /// The stage.
+    upper: &'a Path,
+    /// The overlay's work directory.
+    work: &'a Path,
 }
 
 /// Set the permission bits of `upper` (the job's, a directory) to those of `lower`; returns
@@ -2247,6 +2285,7 @@ garbage line
             workdir: "/w".into(),
             upper: "/u".into(),
             overlay_work: "/o".into(),
+            inherited: None,
             read_only: vec![],
             home: "/home/u x".into(),
             mounts: vec![],

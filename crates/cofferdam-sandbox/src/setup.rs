@@ -369,6 +369,7 @@ pub(crate) mod tests {
                 new_root: "/s/root".into(),
                 upper: "/s/upper".into(),
                 overlay_work: "/s/work".into(),
+                inherited: None,
                 storage_root: "/s".into(),
             },
             vec!["true".into()],

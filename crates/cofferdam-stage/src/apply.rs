@@ -58,10 +58,11 @@
 //! extended attribute on it (the command's `user.*` names, an ACL, a file capability) is
 //! removed — one that cannot be removed means a copy — and unless its setuid/setgid bits
 //! must be dropped, its inode's mode is not the recorded one or, for root, an owner kept:
-//! the applied file then shares its inode with the stage's copy until the job is dropped,
-//! and staged files the command had hard-linked together stay linked. Elsewhere (`EXDEV`, or a link refused)
-//! the content is copied into a new file, by data range so holes stay holes
-//! ([`crate::sparse::copy_file`]).
+//! the applied file then shares its inode with the stage's copy until the job is dropped.
+//! Only an inode with no other name is linked: one with more (a checkpoint's or a fork's
+//! entry, [`crate::checkpoint`], or the command's own hard links) is copied, so no host file
+//! shares an inode with a checkpoint. Elsewhere (`EXDEV`, or a link refused) the content is
+//! copied into a new file, by data range so holes stay holes ([`crate::sparse::copy_file`]).
 
 use crate::fsops;
 
@@ -1413,12 +1414,15 @@ fn create_entry(
                     expected: "file",
                 });
             }
-            // Same filesystem, nothing to change on the inode: link the staged file, once
-            // its extended attributes (the command's) are gone; one that cannot be removed
-            // means a copy, which carries none.
+            // Same filesystem, nothing to change on the inode, and the inode the stage's
+            // alone: link the staged file, once its extended attributes (the command's)
+            // are gone; one that cannot be removed means a copy, which carries none. An
+            // inode with other names may be a checkpoint's or a fork's, which must never
+            // change, as a host file in the user's hands can.
             let same_owner = owner.is_none_or(|o| o == (meta.uid(), meta.gid()));
             let same_mode = up.written_perm() == up.perm() && up.inode_perm == up.perm();
             if roots.links.get()
+                && meta.nlink() == 1
                 && same_owner
                 && same_mode
                 && fsops::strip_xattrs(src.as_fd()).map_err(|e| stage_io(fsops::io_err(e)))?

@@ -12,9 +12,10 @@
 //! the tree, and each file is read once: a reflink (`FICLONE`) where the filesystem shares
 //! extents, whose copy is then read to hash it, or else one read of the host file that is
 //! hashed as it is written (the seal's fingerprint read it before, to hash it, when it was
-//! not yet known to be modified). Clones or copies, never links: a hard link would share
-//! the host's inode, which the host may edit in place, while a clone's blocks are copied
-//! on write. It reads the host workdir beneath its root without following symlinks and
+//! not yet known to be modified). Clones or copies of the host's files, never links: a
+//! hard link would share the host's inode, which the host may edit in place, while a
+//! clone's blocks are copied on write. A fork links its parent's kept copies instead, which
+//! nothing changes ([`keep_at_seal_from`]). It reads the host workdir beneath its root without following symlinks and
 //! writes only `bases/` (mode 0700, files 0600); `drop` removes it with the stage.
 
 use std::fs::{self, File};
@@ -107,6 +108,8 @@ pub struct Kept {
     pub kept: usize,
     /// Of those, the ones kept as a reflink of the host file.
     pub cloned: usize,
+    /// Of those, the ones linked from the parent's bases (a fork's, [`keep_at_seal_from`]).
+    pub inherited: usize,
     /// Files that would have had a base but did not fit in [`BASES_TOTAL_MAX`].
     pub over_budget: usize,
 }
@@ -145,6 +148,19 @@ impl TextCheck {
 
     fn is_text(&self) -> bool {
         !self.binary && self.carry.is_empty()
+    }
+}
+
+/// Link the base `hash` (`size` bytes) kept in the bases directory `from` into `d`; whether
+/// `d` now has it. Only a regular file of that size is taken (the link is not followed).
+fn link_kept(from: &Path, d: &Path, hash: &str, size: u64) -> bool {
+    let src = from.join(hash);
+    if !fs::symlink_metadata(&src).is_ok_and(|m| m.is_file() && m.len() == size) {
+        return false;
+    }
+    match fs::hard_link(&src, d.join(hash)) {
+        Ok(()) => true,
+        Err(e) => e.kind() == io::ErrorKind::AlreadyExists,
     }
 }
 
@@ -242,7 +258,23 @@ pub fn keep_at_seal(
     changes: &[ChangeEntry],
     fps: &Fingerprints,
 ) -> io::Result<Kept> {
-    keep_within(job_dir, lower, changes, fps, BASES_TOTAL_MAX)
+    keep_within(job_dir, lower, changes, fps, BASES_TOTAL_MAX, None)
+}
+
+/// [`keep_at_seal`] for a fork: a base its parent kept (in `inherited`, the parent's
+/// `bases/`) is hard-linked rather than read from the host again. A base is never changed
+/// once kept (written under a temporary name, then renamed), and a fork keeps the parent's
+/// fingerprint of what the parent changed ([`crate::fork::merge`]), which names the same
+/// base, so the link holds the host's content as the parent's seal found it; [`load`]
+/// checks its hash all the same. One the parent lacks is kept from the host as usual.
+pub fn keep_at_seal_from(
+    job_dir: &Path,
+    lower: &Path,
+    changes: &[ChangeEntry],
+    fps: &Fingerprints,
+    inherited: Option<&Path>,
+) -> io::Result<Kept> {
+    keep_within(job_dir, lower, changes, fps, BASES_TOTAL_MAX, inherited)
 }
 
 fn keep_within(
@@ -251,6 +283,7 @@ fn keep_within(
     changes: &[ChangeEntry],
     fps: &Fingerprints,
     budget: u64,
+    inherited: Option<&Path>,
 ) -> io::Result<Kept> {
     let root = rustix::fs::open(
         lower,
@@ -277,6 +310,12 @@ fn keep_within(
                 Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
                 _ => made_dir = true,
             }
+        }
+        if inherited.is_some_and(|from| link_kept(from, &d, &hash, size)) {
+            total += size;
+            out.kept += 1;
+            out.inherited += 1;
+            continue;
         }
         // Unreadable, binary or changed since the seal: no base (its merge is refused).
         if let Ok(Some(cloned)) = keep_one(root.as_fd(), &d, path, &hash, size) {
@@ -311,6 +350,47 @@ mod tests {
     fn sealed(host: &Path, upper: &Path, staged: &[u8]) -> crate::SealResult {
         fs::write(upper.join("f"), staged).unwrap();
         crate::seal(upper, host).unwrap()
+    }
+
+    /// A fork links the base its parent kept, by the fingerprint's hash, rather than read
+    /// the host again; a parent's file of another size is not taken.
+    #[test]
+    fn a_forks_base_is_linked_from_its_parents() {
+        use std::os::unix::fs::MetadataExt;
+        let (parent, job) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let host = tempfile::tempdir().unwrap();
+        let upper = tempfile::tempdir().unwrap();
+        let text = b"host text\n";
+        fs::write(host.path().join("f"), text).unwrap();
+        let s = sealed(host.path(), upper.path(), b"staged\n");
+        let hash = blake3::hash(text).to_hex().to_string();
+        keep(parent.path(), &hash, text).unwrap();
+        let from = dir(parent.path());
+        let kept = keep_at_seal_from(
+            job.path(),
+            host.path(),
+            &s.changes,
+            &s.fingerprints,
+            Some(&from),
+        )
+        .unwrap();
+        assert_eq!((kept.kept, kept.inherited), (1, 1), "{kept:?}");
+        let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+        assert_eq!(ino(&dir(job.path()).join(&hash)), ino(&from.join(&hash)));
+        assert_eq!(load(job.path(), &hash).as_deref(), Some(&text[..]));
+        // A parent's base of the wrong size: the host's is kept instead.
+        let other = tempfile::tempdir().unwrap();
+        fs::write(from.join(&hash), b"torn").unwrap();
+        let kept = keep_at_seal_from(
+            other.path(),
+            host.path(),
+            &s.changes,
+            &s.fingerprints,
+            Some(&from),
+        )
+        .unwrap();
+        assert_eq!((kept.kept, kept.inherited), (1, 0), "{kept:?}");
+        assert_eq!(load(other.path(), &hash).as_deref(), Some(&text[..]));
     }
 
     /// The base is the host's content as the seal found it, and stays that when the host
@@ -453,7 +533,7 @@ mod tests {
             entries,
             ..Fingerprints::default()
         };
-        let kept = keep_within(job.path(), work.path(), &changes, &fps, 6).unwrap();
+        let kept = keep_within(job.path(), work.path(), &changes, &fps, 6, None).unwrap();
         assert_eq!((kept.kept, kept.over_budget), (2, 1));
         assert!(load(job.path(), &blake3::hash(b"x\n").to_hex()).is_some());
         assert!(load(job.path(), &blake3::hash(b"y\n").to_hex()).is_some());

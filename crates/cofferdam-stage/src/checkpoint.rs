@@ -18,17 +18,27 @@
 //!
 //! # Cost and independence
 //!
-//! Only the stage is walked (the host workdir never is), so creating a checkpoint costs
-//! O(changed paths) plus the staged bytes. A regular file's data is shared with `FICLONE`
-//! (a copy-on-write reflink, on btrfs, xfs, bcachefs…) and copied where the filesystem has
-//! none (ext4, tmpfs). Hard links are never used: the job's upper inodes are written in
-//! place afterwards (the seal lends owner read permission with `chmod`, a later run on the
-//! stage writes through the overlay into the same inode, and apply may move or modify a
-//! staged file), and a hard link would carry each of those writes into the checkpoint.
-//! A reflink or a copy is a separate inode, so nothing done to the job later (runs,
-//! applies, drops) can change a checkpoint; its digest is re-read by `show` to prove it.
+//! Only the stage is walked (the host workdir never is). Directories are made new; every
+//! other entry is a hard link to the stage's inode, so a checkpoint costs a directory entry
+//! per change, with no data copied and no inode allocated (inode allocation is what a copy
+//! of many small files pays on ext4). A checkpoint is still immutable, because nothing
+//! changes a stage's entries in place once its run is over:
+//! - the seal lends owner read permission during the seal of the run that made the entry,
+//!   before any checkpoint of it can exist;
+//! - no run mounts a stopped stage as its upper: a fork's overlay shows a checkpoint's
+//!   entries as a lower layer ([`restore`]), which the kernel never writes (it copies an
+//!   entry up before changing it), and takes them over only after its run ([`crate::fork`]);
+//! - apply links a staged file into the host only when its inode is the stage's alone
+//!   (link count 1), and removes xattrs only from a file it links; others are copied out;
+//! - a path that an apply did link into the host is copied, not linked, into a checkpoint
+//!   ([`host_shared`]), since the user may edit the host's file in place;
+//! - removal (drop, delete, gc) unlinks, and chmods directories only, which are never shared.
 //!
-//! One walk ([`walk`]) copies the stage and digests the copy as it writes it, through
+//! Where the filesystem refuses a link (`EXDEV`, `protected_hardlinks`) the entry is copied,
+//! a regular file's data shared with `FICLONE` where the filesystem has reflinks. `show`
+//! re-reads the digest to prove that nothing changed a checkpoint.
+//!
+//! One walk ([`walk`]) links or copies the stage and digests the result as it goes, through
 //! directory descriptors; `show` re-reads the checkpoint with the same walk, read only.
 //!
 //! # The digest
@@ -168,6 +178,9 @@ pub struct Counts {
     pub reflinked_files: u64,
     /// Files whose data was copied.
     pub copied_files: u64,
+    /// Files hard-linked to the stage's own inode (none in checkpoints made before links).
+    #[serde(default)]
+    pub linked_files: u64,
 }
 
 /// `checkpoint.json`.
@@ -371,8 +384,11 @@ fn fill(
     now_unix_ms: u64,
 ) -> Result<Manifest, CheckpointError> {
     make_dir(tmp)?;
-    // One walk copies the stage and digests the copy (see `walk`).
-    let (counts, digest) = walk::copy(upper, &tmp.join("upper"), true)?;
+    // One walk links (or copies) the stage and digests the result (see `walk`); a path an
+    // apply wrote to the host may share its inode with the host's file, so it is copied.
+    let host_shared = host_shared(job);
+    let linkable = |rel: &[u8]| !host_shared(rel);
+    let (counts, digest) = walk::link(upper, &tmp.join("upper"), true, &linkable)?;
     let fp = job.fingerprints_path();
     let fingerprints = match fs::read(&fp) {
         Ok(bytes) => Some(bytes),
@@ -407,12 +423,43 @@ fn fill(
     Ok(manifest)
 }
 
-/// Recreate the checkpoint's staged tree at `to`, which must not exist yet (a fork's
-/// stage, [`crate::fork`]): the same copy as [`create`] makes, so it costs O(staged
-/// entries) and shares data by reflink where the filesystem can. Nothing done to `to`
-/// afterwards reaches the checkpoint.
+/// Which stage paths may share their inode with a file in the host workdir: those an
+/// apply wrote (it links a staged file into place when the inode is the stage's alone,
+/// [`crate::apply`]), or all of them while an apply batch is unfinished or the ledger
+/// cannot be read. Such a path is copied into a checkpoint, as a host edit of the applied
+/// file would otherwise reach it.
+fn host_shared(job: &Job) -> impl Fn(&[u8]) -> bool {
+    let ledger = crate::ledger::Ledger::load(&job.ledger_path())
+        .ok()
+        .filter(|l| l.batch.is_none());
+    move |rel: &[u8]| {
+        let Some(l) = &ledger else { return true };
+        // The path or a directory above it (an added directory is applied whole).
+        let mut end = rel.len();
+        loop {
+            if rel.get(..end).is_some_and(|p| l.is_applied(p)) {
+                return true;
+            }
+            match rel
+                .get(..end)
+                .and_then(|p| p.iter().rposition(|&b| b == b'/'))
+            {
+                Some(slash) => end = slash,
+                None => return false,
+            }
+        }
+    }
+}
+
+/// The checkpoint's staged tree at `to`, which must not exist yet: a fork's inherited
+/// layer ([`crate::fork`]), the lower layer its overlay shows over the host workdir.
+/// Directories are new; every other entry is a hard link to the checkpoint's (a copy where
+/// the filesystem refuses links), so it costs O(staged entries) without copying data. The
+/// overlay never writes a lower layer, and the fork's stage takes the entries over only
+/// when its run has ended ([`crate::fork::flatten`]), under the rule that no stage entry is
+/// changed in place once its run is over.
 pub fn restore(c: &Checkpoint, to: &Path) -> Result<Counts, CheckpointError> {
-    walk::copy(&c.upper(), to, false).map(|(counts, _)| counts)
+    walk::link(&c.upper(), to, false, &|_| true).map(|(counts, _)| counts)
 }
 
 /// Remove a checkpoint. The caller holds the job lock.

@@ -1,25 +1,38 @@
 //! A fork's stage (issue 21): a new job that starts from a checkpoint of another job's
-//! stage. Owns the seeding of the new job's `upper/` from the checkpoint and the
-//! fingerprints the fork inherits; may not decide containment, run processes, or touch the
-//! parent job or the checkpoint (both are only read).
+//! stage. Owns the fork's inherited layer (made from the checkpoint, taken into the stage
+//! when the run ends) and the fingerprints the fork inherits; may not decide containment,
+//! run processes, or touch the parent job or the checkpoint (both are only read).
 //!
-//! The fork's `upper/` starts as a copy of the checkpoint's staged tree (reflinks where the
-//! filesystem shares extents, [`crate::checkpoint::restore`]), so the overlay over the host
-//! workdir shows the parent's staged result, and what the fork leaves there is the net
-//! result against the host, parent's changes included: review, apply and drop treat it as
-//! any stage. The conflict check must still see a host edit made after the parent looked:
-//! the checkpoint's fingerprints are kept as `inherited-fingerprints.json`, and at the seal
-//! every change the parent had already made keeps the parent's fingerprint
-//! ([`merge`]), and the run's start becomes the earlier of the two.
+//! The checkpoint's staged tree becomes the fork's `inherited/` ([`seed`]): its entries
+//! hard-linked, its directories new, so it costs O(staged entries) with no data copied.
+//! The overlay shows it as a lower layer between the fork's empty `upper/` and the host
+//! workdir, so the run sees the parent's staged result, and the kernel copies an inherited
+//! entry up into `upper/` before changing it: nothing the run does reaches the checkpoint.
+//! When the run has ended, before the seal, [`flatten`] moves every inherited entry the run
+//! did not replace into `upper/`, which then holds the net result against the host,
+//! parent's changes included, as if it had started as a copy: review, apply and drop treat
+//! it as any stage. A crash during the move leaves what is left in `inherited/`, and the
+//! next seal (the interrupted job's recovery) finishes it.
+//!
+//! The conflict check must still see a host edit made after the parent looked: the
+//! checkpoint's fingerprints are kept as `inherited-fingerprints.json`, and at the seal
+//! every change the parent had already made keeps the parent's fingerprint ([`merge`]),
+//! and the run's start becomes the earlier of the two.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, XattrFlags};
+use rustix::io::Errno;
 
 use crate::checkpoint::{Checkpoint, CheckpointError, Counts, restore};
 use crate::fingerprint::{FingerprintError, Fingerprints, read_fingerprints};
-use crate::job::Job;
+use crate::fsops;
+use crate::job::{INHERITED_LAYER, Job};
+use crate::seal::OPAQUE_XATTRS;
 
 /// The fork's copy of its checkpoint's fingerprints, in the job directory.
 pub const INHERITED: &str = "inherited-fingerprints.json";
@@ -36,23 +49,18 @@ pub enum ForkError {
         #[source]
         source: io::Error,
     },
-    /// The checkpoint could not be copied.
-    #[error("cannot copy the checkpoint into the fork's stage: {0}")]
+    /// The checkpoint could not be linked or copied.
+    #[error("cannot make the fork's layer of its checkpoint: {0}")]
     Checkpoint(#[from] CheckpointError),
     /// The inherited fingerprints could not be read or written.
     #[error("the fork's inherited fingerprints: {0}")]
     Fingerprints(#[from] FingerprintError),
 }
 
-/// Seed `job`'s (new, empty) stage with the checkpoint `c`; returns what was copied.
+/// Give `job` (new, its `upper/` empty) the checkpoint `c` as its inherited layer
+/// ([`Job::inherited`]); returns what it holds.
 pub fn seed(job: &Job, c: &Checkpoint) -> Result<Counts, ForkError> {
-    let upper = job.upper();
-    // The job store made an empty `upper/`; the copy makes its own (mode 0700).
-    fs::remove_dir(&upper).map_err(|source| ForkError::Io {
-        path: upper.clone(),
-        source,
-    })?;
-    let counts = restore(c, &upper)?;
+    let counts = restore(c, &job.inherited())?;
     // The checkpoint's bytes as they are (one entry per change the parent staged): parsed
     // once, at the seal ([`inherit`]), not here as well.
     let from = c.fingerprints_path();
@@ -66,6 +74,193 @@ pub fn seed(job: &Job, c: &Checkpoint) -> Result<Counts, ForkError> {
         Err(source) => return Err(ForkError::Io { path: from, source }),
     }
     Ok(counts)
+}
+
+/// The bases directory of `job`'s parent when `job` is a fork whose parent is in the same
+/// store (`jobs/<parent run id>/bases`), for [`crate::base::keep_at_seal_from`]; `None`
+/// otherwise, or when it is gone (the parent dropped).
+pub fn parent_bases(job: &Job) -> Option<PathBuf> {
+    let parent = job.state().ok()?.parent?;
+    // A job id names one directory of the store, never a path.
+    if parent.run_id.contains('/') || !parent.run_id.starts_with(crate::job::ID_PREFIX) {
+        return None;
+    }
+    let dir = crate::base::dir(&job.dir().parent()?.join(&parent.run_id));
+    fs::symlink_metadata(&dir)
+        .is_ok_and(|m| m.is_dir())
+        .then_some(dir)
+}
+
+/// What [`flatten`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flattened {
+    /// Inherited entries moved into the stage whole (a directory with all below it).
+    pub moved: u64,
+    /// Inherited entries the run had replaced or removed, left out.
+    pub shadowed: u64,
+    /// Whiteouts of the run's that hid only an inherited entry, removed with it.
+    pub whiteouts_dropped: u64,
+}
+
+/// Take `job`'s inherited layer into its stage, after its run and before the seal; `None`
+/// when it has none (not a fork, or already taken). `workdir` is the host workdir.
+///
+/// The result is what the overlay showed. For each inherited entry, by name, in a
+/// directory both hold (the run's `upper/` over `inherited/`):
+/// - absent from `upper/`: renamed into it (a directory whole);
+/// - a whiteout in `upper/` (the run removed it): left out, and the whiteout removed too
+///   when the host workdir has no such path (it hides nothing once the inherited entry is
+///   part of the stage; a copy-seeded stage would have had none);
+/// - a directory in both, not opaque in `upper/`: the same, one level down; and when the
+///   inherited one is opaque (it hid the host's entries) the stage's becomes opaque;
+/// - anything else in `upper/`: it replaced the inherited entry, which is left out.
+///
+/// Then `inherited/` is removed. Every step leaves a state from which running this again
+/// finishes the job (an entry is removed from `inherited/` before the whiteout that hides
+/// it, opaque marks come after the entries), so a crash is recovered by the next seal. The
+/// run's processes are gone; the entries are still reached by descriptors, never through
+/// a symlink.
+pub fn flatten(job: &Job, workdir: &Path) -> Result<Option<Flattened>, ForkError> {
+    let layer = job.inherited();
+    if fs::symlink_metadata(&layer).is_err() {
+        return Ok(None);
+    }
+    let upper = job.upper();
+    let err = |path: &Path, rel: &[u8]| {
+        let path = if rel.is_empty() {
+            path.to_path_buf()
+        } else {
+            path.join(fsops::os(rel))
+        };
+        move |e: Errno| ForkError::Io {
+            path,
+            source: e.into(),
+        }
+    };
+    let open = |p: &Path| {
+        rustix::fs::open(p, DIR_FLAGS, Mode::empty()).map_err(|e| ForkError::Io {
+            path: p.to_path_buf(),
+            source: e.into(),
+        })
+    };
+    let (l_root, u_root) = (open(&layer)?, open(&upper)?);
+    // A workdir that cannot be opened has nothing for a whiteout to hide.
+    let host = rustix::fs::open(workdir, DIR_FLAGS, Mode::empty()).ok();
+    let mut done = Flattened::default();
+    let mut opaque_later: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
+    while let Some(rel) = stack.pop() {
+        let ldir =
+            fsops::open_beneath(l_root.as_fd(), &rel, DIR_FLAGS).map_err(err(&layer, &rel))?;
+        let udir =
+            fsops::open_beneath(u_root.as_fd(), &rel, DIR_FLAGS).map_err(err(&upper, &rel))?;
+        for name in read_names(ldir.as_fd()).map_err(err(&layer, &rel))? {
+            let path = join(&rel, &name);
+            let Some(l) = fsops::stat_name(ldir.as_fd(), &name).map_err(err(&layer, &path))? else {
+                continue;
+            };
+            let Some(u) = fsops::stat_name(udir.as_fd(), &name).map_err(err(&upper, &path))? else {
+                rustix::fs::renameat_with(
+                    &ldir,
+                    fsops::os(&name),
+                    &udir,
+                    fsops::os(&name),
+                    RenameFlags::NOREPLACE,
+                )
+                .map_err(err(&upper, &path))?;
+                done.moved += 1;
+                continue;
+            };
+            if is_whiteout(&u) {
+                done.shadowed += 1;
+                if !is_whiteout(&l) && !host_has(host.as_ref(), &path) {
+                    fsops::remove_tree_at(ldir.as_fd(), &name).map_err(err(&layer, &path))?;
+                    rustix::fs::unlinkat(&udir, fsops::os(&name), AtFlags::empty())
+                        .map_err(err(&upper, &path))?;
+                    done.whiteouts_dropped += 1;
+                }
+                continue;
+            }
+            if !(fsops::is_dir(&l) && fsops::is_dir(&u)) {
+                done.shadowed += 1;
+                continue;
+            }
+            let sub =
+                |d: &OwnedFd| rustix::fs::openat(d, fsops::os(&name), DIR_FLAGS, Mode::empty());
+            let usub = sub(&udir).map_err(err(&upper, &path))?;
+            if opaque_mark(usub.as_fd()).is_some() {
+                done.shadowed += 1;
+                continue;
+            }
+            let lsub = sub(&ldir).map_err(err(&layer, &path))?;
+            if let Some(mark) = opaque_mark(lsub.as_fd()) {
+                opaque_later.push((path.clone(), mark));
+            }
+            stack.push(path);
+        }
+    }
+    for (rel, mark) in &opaque_later {
+        let fd = fsops::open_beneath(u_root.as_fd(), rel, DIR_FLAGS).map_err(err(&upper, rel))?;
+        rustix::fs::fsetxattr(&fd, fsops::os(mark), b"y", XattrFlags::empty())
+            .map_err(err(&upper, rel))?;
+    }
+    drop((l_root, u_root));
+    let parent = job.dir();
+    let dir = rustix::fs::open(parent, DIR_FLAGS, Mode::empty()).map_err(err(parent, b""))?;
+    fsops::remove_tree_at(dir.as_fd(), INHERITED_LAYER.as_bytes()).map_err(err(&layer, b""))?;
+    Ok(Some(done))
+}
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(rel.len() + 1 + name.len());
+    if !rel.is_empty() {
+        p.extend_from_slice(rel);
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
+/// An overlay whiteout: a 0:0 character device (the sealed tier's only kind).
+fn is_whiteout(st: &rustix::fs::Stat) -> bool {
+    FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice && st.st_rdev == 0
+}
+
+/// The name of the opaque mark the directory `fd` carries, if any ([`OPAQUE_XATTRS`]).
+fn opaque_mark(fd: BorrowedFd<'_>) -> Option<Vec<u8>> {
+    OPAQUE_XATTRS.iter().find_map(|name| {
+        let mut buf = [0u8; 8];
+        matches!(rustix::fs::fgetxattr(fd, *name, &mut buf[..]), Ok(1) if buf[0] == b'y')
+            .then(|| name.as_bytes().to_vec())
+    })
+}
+
+/// Whether the host workdir has `rel` (not followed; one below a symlink it has not).
+fn host_has(host: Option<&OwnedFd>, rel: &[u8]) -> bool {
+    let Some(host) = host else { return false };
+    let (dir, name) = fsops::split(rel);
+    fsops::open_beneath(host.as_fd(), dir, OFlags::PATH | OFlags::DIRECTORY)
+        .ok()
+        .and_then(|d| fsops::stat_name(d.as_fd(), name).ok().flatten())
+        .is_some()
+}
+
+/// The names in the directory `fd`, without `.` and `..`.
+fn read_names(fd: BorrowedFd<'_>) -> Result<Vec<Vec<u8>>, Errno> {
+    let mut dir = rustix::fs::Dir::read_from(fd)?;
+    let mut names = Vec::new();
+    while let Some(entry) = dir.read() {
+        let name = entry?.file_name().to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            names.push(name);
+        }
+    }
+    Ok(names)
 }
 
 /// The fingerprints the seal of `job_dir`'s stage found (`fresh`), with what the job
@@ -144,6 +339,129 @@ mod tests {
         // `a` the parent changed: its fingerprint; `b` only the fork: its own; `gone` the
         // fork put back: no change, no fingerprint.
         assert_eq!(m.entries, vec![entry("a", 1), entry("b", 2)]);
+    }
+
+    /// A job of a fresh store (in `tmp`) for the workdir `tmp/w`, with its inherited layer.
+    fn forked(tmp: &Path) -> (Job, PathBuf) {
+        let w = tmp.join("w");
+        fs::create_dir(&w).unwrap();
+        let store = crate::job::JobStore::open(&tmp.join("s")).unwrap();
+        let job = store.create(&w, None).unwrap();
+        fs::create_dir(job.inherited()).unwrap();
+        (job, w)
+    }
+
+    fn whiteout(at: &Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            at,
+            FileType::CharacterDevice,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .expect("a 0:0 device (Linux 5.8+ lets any user make one)");
+    }
+
+    fn opaque(at: &Path) {
+        rustix::fs::setxattr(at, OPAQUE_XATTRS[0], b"y", XattrFlags::empty()).unwrap();
+    }
+
+    fn is_opaque(at: &Path) -> bool {
+        crate::seal::is_opaque(at)
+    }
+
+    fn is_wh(at: &Path) -> bool {
+        rustix::fs::lstat(at).is_ok_and(|st| is_whiteout(&st))
+    }
+
+    #[test]
+    fn flatten_takes_in_what_the_run_left_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (job, w) = forked(tmp.path());
+        let (l, u) = (job.inherited(), job.upper());
+        // The host: what whiteouts may hide.
+        fs::write(w.join("gone"), "h").unwrap();
+        fs::write(w.join("removed_host"), "h").unwrap();
+        fs::create_dir(w.join("o")).unwrap();
+        fs::write(w.join("o/host"), "h").unwrap();
+        // The parent's stage, as the fork's layer.
+        fs::write(l.join("a"), "added").unwrap();
+        fs::create_dir_all(l.join("d/deep")).unwrap();
+        fs::write(l.join("d/x"), "x").unwrap();
+        fs::write(l.join("d/deep/z"), "z").unwrap();
+        whiteout(&l.join("gone"));
+        fs::create_dir(l.join("o")).unwrap();
+        opaque(&l.join("o"));
+        fs::write(l.join("o/n"), "n").unwrap();
+        fs::write(l.join("shadowed"), "parent").unwrap();
+        fs::write(l.join("removed_added"), "parent").unwrap();
+        fs::write(l.join("removed_host"), "parent").unwrap();
+        fs::create_dir(l.join("replaced")).unwrap();
+        fs::write(l.join("replaced/old"), "old").unwrap();
+        let a_ino = rustix::fs::lstat(l.join("a")).unwrap().st_ino;
+        // What the fork's run left in its upper.
+        fs::write(u.join("shadowed"), "fork").unwrap();
+        whiteout(&u.join("removed_added"));
+        whiteout(&u.join("removed_host"));
+        fs::create_dir(u.join("o")).unwrap(); // copied up, not opaque
+        fs::write(u.join("o/mine"), "m").unwrap();
+        fs::create_dir(u.join("d")).unwrap();
+        fs::write(u.join("d/y"), "y").unwrap();
+        fs::create_dir(u.join("replaced")).unwrap(); // rm -rf, mkdir: opaque
+        opaque(&u.join("replaced"));
+        fs::write(u.join("replaced/new"), "new").unwrap();
+
+        let done = flatten(&job, &w).unwrap().unwrap();
+        assert!(fs::symlink_metadata(&l).is_err(), "the layer is gone");
+        // Moved, the same inode: no copy.
+        assert_eq!(fs::read_to_string(u.join("a")).unwrap(), "added");
+        assert_eq!(rustix::fs::lstat(u.join("a")).unwrap().st_ino, a_ino);
+        assert_eq!(fs::read_to_string(u.join("d/x")).unwrap(), "x");
+        assert_eq!(fs::read_to_string(u.join("d/deep/z")).unwrap(), "z");
+        assert_eq!(fs::read_to_string(u.join("d/y")).unwrap(), "y");
+        assert!(is_wh(&u.join("gone")));
+        // The parent's opaque directory stays opaque with both sides' entries.
+        assert!(is_opaque(&u.join("o")));
+        assert_eq!(fs::read_to_string(u.join("o/n")).unwrap(), "n");
+        assert_eq!(fs::read_to_string(u.join("o/mine")).unwrap(), "m");
+        // What the fork replaced or removed.
+        assert_eq!(fs::read_to_string(u.join("shadowed")).unwrap(), "fork");
+        assert!(fs::symlink_metadata(u.join("removed_added")).is_err());
+        assert!(is_wh(&u.join("removed_host")));
+        assert!(fs::symlink_metadata(u.join("replaced/old")).is_err());
+        assert_eq!(fs::read_to_string(u.join("replaced/new")).unwrap(), "new");
+        assert_eq!(
+            done,
+            Flattened {
+                moved: 5, // a, gone, d/x, d/deep (whole), o/n
+                shadowed: 4,
+                whiteouts_dropped: 1,
+            }
+        );
+        // Taken once: a second seal finds no layer.
+        assert_eq!(flatten(&job, &w).unwrap(), None);
+    }
+
+    #[test]
+    fn flatten_never_follows_the_runs_symlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (job, w) = forked(tmp.path());
+        let (l, u) = (job.inherited(), job.upper());
+        let outside = tmp.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::create_dir(l.join("d")).unwrap();
+        fs::write(l.join("d/x"), "x").unwrap();
+        // The run replaced the inherited directory by a symlink out of the stage.
+        std::os::unix::fs::symlink(&outside, u.join("d")).unwrap();
+        let done = flatten(&job, &w).unwrap().unwrap();
+        assert_eq!(done.shadowed, 1);
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+        assert!(
+            fs::symlink_metadata(u.join("d"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //!     upper/  work/                  the overlay's upperdir and workdir (`work/` stays
 //!                                    until `drop`: the run does not wait for the unmount)
 //!     root/                          empty mount point for the sandbox's new root
+//!     inherited/                     a fork's layer of its checkpoint, during its run
+//!                                    (`crate::fork`); taken into `upper/` at the seal
 //!     run-bundle.json  trace.jsonl  fingerprints.json  apply-ledger.json
 //!     reserve  reserve.drop          space held for the records until the command ends,
 //!                                    and for `drop`'s state write (`crate::reserve`)
@@ -128,6 +130,8 @@ impl NewJobId {
     }
 }
 
+/// A fork's inherited layer in its job directory ([`Job::inherited`]).
+pub const INHERITED_LAYER: &str = "inherited";
 const JOBS_DIR: &str = "jobs";
 const JOB_FILE: &str = "job.json";
 const LOCK_FILE: &str = "lock";
@@ -405,6 +409,12 @@ impl Job {
         self.dir.join("fingerprints.json")
     }
 
+    /// `inherited/`: a fork's layer of its checkpoint while its run goes
+    /// ([`crate::fork`]); gone once the seal has taken it into the stage.
+    pub fn inherited(&self) -> PathBuf {
+        self.dir.join(INHERITED_LAYER)
+    }
+
     /// `apply-ledger.json`.
     pub fn ledger_path(&self) -> PathBuf {
         self.dir.join("apply-ledger.json")
@@ -553,7 +563,8 @@ impl Job {
         // A copy-tier run interrupted before its seal leaves its copy, HOME stage and temp
         // directory behind (`cofferdam_stage::copystage`).
         // `bases/`: the host's copies of modified files kept for merges (`crate::base`).
-        for name in ["copy", "home", "tmp", "bases"] {
+        // `inherited/`: a fork's layer, left by a run interrupted before its seal.
+        for name in ["copy", "home", "tmp", "bases", INHERITED_LAYER] {
             let dir = self.dir.join(name);
             if fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
                 make_removable(&dir)?;

@@ -47,6 +47,9 @@ pub(super) const OPEN_DEPTH: usize = 64;
 /// The digest's BLAKE3 key-derivation context.
 const DIGEST_CONTEXT: &str = "cofferdam checkpoint digest v1";
 
+/// Whether the entry at a path below the walk's root may be hard-linked.
+pub(super) type Linkable<'a> = dyn Fn(&[u8]) -> bool + 'a;
+
 /// An extended attribute: its name and value.
 pub(super) type Xattr = (Vec<u8>, Vec<u8>);
 
@@ -139,17 +142,32 @@ impl Digest {
 
 /// Copy the tree `from` to `to` (which must not exist); with `hash`, the digest of the copy
 /// too (else the returned digest holds nothing of it).
+#[cfg(test)]
 pub(super) fn copy(
     from: &Path,
     to: &Path,
     hash: bool,
 ) -> Result<(Counts, Digest), CheckpointError> {
-    Walk::new(from, Some(to), hash).run()
+    Walk::new(from, Some(to), hash, None).run()
+}
+
+/// Rebuild the tree `from` at `to` (which must not exist) with every non-directory that
+/// `linkable` accepts (by its path below the root) hard-linked rather than copied, and a
+/// copy where the filesystem refuses the link. Directories are always new. Only for trees
+/// whose non-directories nothing changes in place afterwards (see [`super`], "Cost and
+/// independence").
+pub(super) fn link(
+    from: &Path,
+    to: &Path,
+    hash: bool,
+    linkable: &Linkable<'_>,
+) -> Result<(Counts, Digest), CheckpointError> {
+    Walk::new(from, Some(to), hash, Some(linkable)).run()
 }
 
 /// The digest of the tree `from` (read only).
 pub(super) fn digest(from: &Path) -> Result<(Counts, Digest), CheckpointError> {
-    Walk::new(from, None, true).run()
+    Walk::new(from, None, true, None).run()
 }
 
 /// A directory being walked.
@@ -176,6 +194,8 @@ struct Walk<'a> {
     counts: Counts,
     /// Whether `FICLONE` is still worth trying.
     clone: bool,
+    /// Which entries may be hard-linked, by path below the root; `None`: none.
+    linkable: Option<&'a Linkable<'a>>,
     buf: Vec<u8>,
 }
 
@@ -218,7 +238,12 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::CLOEXEC);
 
 impl<'a> Walk<'a> {
-    fn new(from: &'a Path, to: Option<&'a Path>, hash: bool) -> Self {
+    fn new(
+        from: &'a Path,
+        to: Option<&'a Path>,
+        hash: bool,
+        linkable: Option<&'a Linkable<'a>>,
+    ) -> Self {
         Self {
             from,
             to,
@@ -226,7 +251,35 @@ impl<'a> Walk<'a> {
             digest: Digest::new(),
             counts: Counts::default(),
             clone: true,
+            linkable,
             buf: Vec::new(),
+        }
+    }
+
+    /// Hard-link the non-directory `name` of `src` into `dst` when the walk links it;
+    /// whether it did. A filesystem (or a `protected_hardlinks` rule) that refuses links
+    /// ends the tries; a file at its link limit is copied.
+    fn linked(
+        &mut self,
+        src: BorrowedFd<'_>,
+        dst: BorrowedFd<'_>,
+        name: &[u8],
+        rel: &[u8],
+    ) -> Result<bool, CheckpointError> {
+        let Some(linkable) = self.linkable else {
+            return Ok(false);
+        };
+        if !linkable(rel) {
+            return Ok(false);
+        }
+        match rustix::fs::linkat(src, os(name), dst, os(name), AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(Errno::XDEV | Errno::PERM | Errno::ACCESS | Errno::OPNOTSUPP | Errno::NOSYS) => {
+                self.linkable = None;
+                Ok(false)
+            }
+            Err(Errno::MLINK) => Ok(false),
+            Err(e) => Err(fail("link", self.to.unwrap_or(self.from), rel)(e)),
         }
     }
 
@@ -367,7 +420,9 @@ impl<'a> Walk<'a> {
             FileType::Symlink => {
                 let target = rustix::fs::readlinkat(src, os(name), Vec::new())
                     .map_err(fail("read", from, &rel))?;
-                if let Some(d) = dst {
+                if let Some(d) = dst
+                    && !self.linked(src, d, name, &rel)?
+                {
                     rustix::fs::symlinkat(target.as_c_str(), d, os(name))
                         .map_err(fail("create", to, &rel))?;
                 }
@@ -394,8 +449,10 @@ impl<'a> Walk<'a> {
                         }
                         // An overlay whiteout (unprivileged users may make a 0:0 device,
                         // Linux 5.8+), or a fifo. The mode is what the umask left.
-                        rustix::fs::mknodat(d, os(name), ft, Mode::from_raw_mode(mode), 0)
-                            .map_err(fail("create", to, &rel))?;
+                        if !self.linked(src, d, name, &rel)? {
+                            rustix::fs::mknodat(d, os(name), ft, Mode::from_raw_mode(mode), 0)
+                                .map_err(fail("create", to, &rel))?;
+                        }
                         let made = rustix::fs::statat(d, os(name), AtFlags::SYMLINK_NOFOLLOW)
                             .map_err(fail("inspect", to, &rel))?;
                         (made.st_mode & 0o7777, path_xattrs(&below(to, &rel))?)
@@ -440,6 +497,14 @@ impl<'a> Walk<'a> {
                 n.as_slice() == crate::copystage::WHITEOUT_XATTR.as_bytes() && v.len() <= 8
             });
         let (size, content, mode) = match dst {
+            Some(d) if self.linked(src, d, name, rel)? => {
+                // The same inode: its mode, xattrs and content are the source's.
+                if !whiteout {
+                    self.counts.linked_files += 1;
+                }
+                let content = self.content_of(&sfd).map_err(io_fail("read", from, rel))?;
+                (len, content, mode)
+            }
             Some(d) => {
                 let write = OFlags::RDWR
                     | OFlags::CREATE

@@ -140,8 +140,8 @@ fn show(address: &str, json: bool) -> Result<u8, Failure> {
             m.counts.whiteouts
         );
         println!(
-            "  data        {} reflinked, {} copied",
-            m.counts.reflinked_files, m.counts.copied_files
+            "  data        {} linked to the stage's, {} reflinked, {} copied",
+            m.counts.linked_files, m.counts.reflinked_files, m.counts.copied_files
         );
         println!("  digest      {}", m.digest);
         println!(

@@ -106,7 +106,7 @@ pub(super) fn create_job(
     Ok(JobRun { job, lock, trace })
 }
 
-/// A fork's stage: the checkpoint's staged tree, before the init is sent its plan.
+/// A fork's inherited layer: the checkpoint's staged tree, before the init is sent its plan.
 pub(super) fn seed_fork(
     job: &Job,
     c: &cofferdam_stage::checkpoint::Checkpoint,
@@ -142,6 +142,7 @@ pub(super) fn plan(
         new_root: job.new_root(),
         upper: job.upper(),
         overlay_work: job.overlay_work(),
+        inherited: req.fork.is_some().then(|| job.inherited()),
         storage_root: req.env.storage_root.clone(),
     };
     if !copy_tier {

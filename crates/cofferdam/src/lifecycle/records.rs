@@ -89,7 +89,7 @@ pub(crate) struct Seal {
 }
 
 /// Seal `job`'s stage against `workdir` and write the records of its end, in this order:
-/// the fingerprints (stamped with the run's start, `started`), the seal's trace event
+/// a fork's inherited layer taken into the stage, the fingerprints (stamped with the run's start, `started`), the seal's trace event
 /// (through `trace`, which returns the warning of a lost write), the bundle `bundle_of`
 /// builds from the seal, and the removal of the provisional bundle. Each file is written
 /// with `durability`. Returns the bundle written.
@@ -104,6 +104,9 @@ pub(crate) fn seal_and_write(
 ) -> Result<RunBundle, Failure> {
     // A progress line on a terminal when asked (`crate::progress`), gone once sealed.
     let mut line = crate::progress::Line::new(progress);
+    // A fork's inherited layer becomes part of its stage first (also when an interrupted
+    // fork is recovered): the seal classifies what the overlay showed.
+    cofferdam_stage::fork::flatten(job, workdir).map_err(Failure::setup)?;
     let sealed = cofferdam_stage::seal::seal_with(&job.upper(), workdir, &mut line)
         .map_err(Failure::setup)?;
     drop(line);
@@ -121,7 +124,14 @@ pub(crate) fn seal_and_write(
     // The host side of each modified text file, for `apply --merge` and hunk ids; without
     // it those merges are refused, naming the missing base.
     let mut warnings = sealed.warnings;
-    match cofferdam_stage::base::keep_at_seal(job.dir(), workdir, &sealed.changes, &fingerprints) {
+    let parent_bases = cofferdam_stage::fork::parent_bases(job);
+    match cofferdam_stage::base::keep_at_seal_from(
+        job.dir(),
+        workdir,
+        &sealed.changes,
+        &fingerprints,
+        parent_bases.as_deref(),
+    ) {
         Err(e) => warnings.push(format!(
             "the host's copies of the modified files were not kept ({e}): `apply --merge` \
              will refuse them"

@@ -590,3 +590,171 @@ fn the_review_shows_lineage_and_observations_and_unknown_for_null_counters() {
         Value::Null
     );
 }
+
+/// `checkpoint show --json ID`: whether the checkpoint still has its digest.
+fn intact(s: &Sandbox, ckpt: &str) -> bool {
+    let out = s
+        .cmd()
+        .args(["--json", "checkpoint", "show", ckpt])
+        .output()
+        .unwrap();
+    json_of(&out)["intact"] == true
+}
+
+fn inode(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).unwrap().ino()
+}
+
+/// A checkpoint's entries are hard links to the stage's (no data copied), and nothing done
+/// later changes them: a fork that rewrites, chmods and removes inherited files (they reach
+/// it through a read-only overlay layer), the parent's apply (a staged file with other names
+/// is copied out, never linked), and the user editing the applied files in place.
+#[test]
+fn a_checkpoint_shares_the_stages_inodes_and_nothing_later_changes_it() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let w = s.work.path();
+    s.write("a.txt", "host\n");
+    s.write("k.txt", "kept by the host\n");
+    let parent = run_in(
+        &s,
+        w,
+        "echo parent >> a.txt; echo n > n.txt; rm k.txt; mkdir d; echo x > d/x; \
+         ln -s n.txt l",
+    );
+    let made = ok_json(&s, &["checkpoint", "create", &parent, "--name", "base"]);
+    let ckpt = made["id"].as_str().unwrap().to_owned();
+    let counts = &ok_json(&s, &["checkpoint", "show", &ckpt])["counts"];
+    assert_eq!(counts["linked_files"], 3, "{counts}");
+    assert_eq!(counts["copied_files"], 0, "{counts}");
+    let job_dir = s.store.path().join("jobs").join(&parent);
+    let ck_upper = job_dir.join("checkpoints").join(&ckpt).join("upper");
+    assert_eq!(
+        inode(&ck_upper.join("a.txt")),
+        inode(&job_dir.join("upper/a.txt"))
+    );
+
+    let (_, f) = fork(
+        &s,
+        "fork",
+        &parent,
+        &["--checkpoint", "base"],
+        "test \"$(cat l)\" = n && echo fork >> a.txt && chmod 600 n.txt && \
+         echo more >> n.txt && rm d/x && echo y > d/y",
+    );
+    let f = f["job"].as_str().unwrap().to_owned();
+    assert!(intact(&s, &ckpt), "the fork changed its checkpoint");
+    assert_eq!(read(&ck_upper, "a.txt").as_deref(), Some("host\nparent\n"));
+    let b = bundle(&s, &f);
+    // `d/x` the parent added and the fork removed: no change, and no whiteout left over
+    // that would hide nothing.
+    assert_eq!(
+        changed_paths(&b),
+        ["a.txt", "d", "d/y", "k.txt", "l", "n.txt"],
+        "{b}"
+    );
+    assert_eq!(b["run"]["warnings"], serde_json::json!([]), "{b}");
+    let overlay = b["executor_observations"]["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["mechanism"] == "overlay")
+        .unwrap();
+    assert!(
+        overlay["details"]["inherited"]
+            .as_str()
+            .unwrap()
+            .ends_with("/inherited"),
+        "{overlay}"
+    );
+    assert!(
+        !s.store
+            .path()
+            .join("jobs")
+            .join(&f)
+            .join("inherited")
+            .exists(),
+        "the layer was taken into the stage"
+    );
+
+    // The parent's apply copies what its checkpoint shares; the user's edits of the
+    // applied files then reach neither the checkpoint nor the fork's stage.
+    let out = apply(&s, &parent);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_ne!(inode(&w.join("n.txt")), inode(&ck_upper.join("n.txt")));
+    s.write("n.txt", "edited by the user\n");
+    let mut a = std::fs::OpenOptions::new()
+        .append(true)
+        .open(w.join("a.txt"))
+        .unwrap();
+    std::io::Write::write_all(&mut a, b"appended in place\n").unwrap();
+    drop(a);
+    assert!(
+        intact(&s, &ckpt),
+        "an edit of an applied file changed the checkpoint"
+    );
+    let fork_upper = s.store.path().join("jobs").join(&f).join("upper");
+    assert_eq!(read(&fork_upper, "n.txt").as_deref(), Some("n\nmore\n"));
+    assert_eq!(read(&fork_upper, "d/x"), None);
+}
+
+/// A fork whose supervisor is killed mid-run leaves its inherited layer; the on-demand seal
+/// of the interrupted job takes it into the stage, and the fork applies whole.
+#[test]
+fn an_interrupted_fork_is_sealed_with_what_it_inherited() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let w = s.work.path();
+    s.write("a.txt", "host\n");
+    let parent = run_in(&s, w, "echo parent > a.txt; mkdir d; echo x > d/x");
+    let mut child = crate::limits::start(
+        &s,
+        &[
+            "fork",
+            &parent,
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            "echo f > f.txt; sleep 3519",
+        ],
+        "3519",
+    );
+    crate::limits::kill(&child, libc::SIGKILL);
+    child.wait().unwrap();
+    crate::limits::assert_gone("3519", 2);
+    let jobs = ok_json(&s, &["jobs"]);
+    let f = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .find(|id| *id != parent)
+        .unwrap();
+    assert!(
+        s.store
+            .path()
+            .join("jobs")
+            .join(&f)
+            .join("inherited")
+            .is_dir()
+    );
+    let out = apply(&s, &f);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(read(w, "a.txt").as_deref(), Some("parent\n"));
+    assert_eq!(read(w, "d/x").as_deref(), Some("x\n"));
+    assert_eq!(read(w, "f.txt").as_deref(), Some("f\n"));
+    assert!(
+        !s.store
+            .path()
+            .join("jobs")
+            .join(&f)
+            .join("inherited")
+            .exists()
+    );
+}
