@@ -112,6 +112,13 @@ pub const ATTACKS: &[Attack] = &[
         probe: host_tmp_and_home,
     },
     Attack {
+        id: "fw.inherited-layer",
+        boundary: FsWrite,
+        description: "as a fork, change the inherited entries in place (append, truncate, chmod, xattr, times, link, rename, remove) and write the overlay's lower layers by the paths mountinfo names",
+        on: SEALED_MUST,
+        probe: inherited_layer,
+    },
+    Attack {
         id: "fw.overlay-xattr",
         boundary: FsWrite,
         description: "forge overlayfs xattrs (redirect/opaque/metacopy/whiteout) to steer the scan",
@@ -659,4 +666,110 @@ fn walkdir(dir: &std::path::Path) -> Vec<String> {
         }
     }
     out
+}
+
+/// The fork's inherited entries are hard links to its checkpoint's, which are hard links to
+/// the parent's stage: the attack may change only its own copies (the kernel copies an
+/// entry up before a change), never the shared inodes, and the layers' host paths are not
+/// reachable inside. Every run is a fork (on the plain sealed row the probe makes the
+/// parent itself), and the harness re-reads the checkpoint's digest after it.
+fn inherited_layer(ctx: &Ctx) -> Outcome {
+    let own_parent = (!ctx.forks()).then(|| ctx.make_fork_parent());
+    let extra: Vec<&str> = own_parent
+        .as_deref()
+        .map(|p| vec!["--on", p])
+        .unwrap_or_default();
+    let r = ctx.run(&extra, &["/usr/bin/python3", "-c", r#"
+import os
+done = []
+def attempt(name, f):
+    try:
+        f()
+        done.append(name)
+    except OSError:
+        pass
+attempt("append", lambda: open(".fork-parent", "a").write("pwned\n"))
+attempt("truncate", lambda: os.truncate(".fork-dir/x", 0))
+attempt("chmod", lambda: os.chmod(".fork-parent", 0o777))
+attempt("xattr", lambda: os.setxattr(".fork-parent", "user.pwn", b"1"))
+attempt("utime", lambda: os.utime(".fork-dir/x", (1, 1)))
+attempt("link", lambda: os.link(".fork-parent", ".fork-link"))
+def rename_and_back():
+    os.rename(".fork-dir/x", ".fork-dir/moved")
+    os.rename(".fork-dir/moved", ".fork-dir/x")
+attempt("rename", rename_and_back)
+# The overlay's layers by their host paths, as mountinfo shows them.
+layers = []
+for line in open("/proc/self/mountinfo"):
+    if " - overlay " in line:
+        for opt in line.split(" - overlay ")[1].split()[-1].split(","):
+            if opt.startswith(("lowerdir=", "upperdir=", "lowerdir+=")):
+                layers += opt.split("=", 1)[1].split(":")
+for layer in [l for l in layers if os.path.realpath(l) != os.getcwd()]:
+    attempt("layer:" + layer, lambda: open(os.path.join(layer, ".fork-parent"), "a").write("pwned\n"))
+    attempt("layer-new:" + layer, lambda: open(os.path.join(layer, "pwn"), "w").write("pwned\n"))
+print("done=" + ",".join(done))
+print("layers=" + ",".join(layers))
+"#]);
+    ctx.assert_boundary(&r);
+    let Some(parent) = r.bundle["lineage"]["parent_run_id"].as_str() else {
+        return Outcome::Escaped(format!("the run was no fork: {}", r.err));
+    };
+    let ckpt = r.bundle["lineage"]["checkpoint_id"].as_str().unwrap_or("-");
+    let parent_dir = ctx.store().join("jobs").join(parent);
+    let shared = [
+        parent_dir.join("upper"),
+        parent_dir.join("checkpoints").join(ckpt).join("upper"),
+    ];
+    let mut changed = Vec::new();
+    for dir in &shared {
+        let f = dir.join(".fork-parent");
+        let mode = std::fs::symlink_metadata(&f).map(|m| m.permissions().mode() & 0o7777);
+        if std::fs::read_to_string(&f).ok().as_deref() != Some("parent\n") {
+            changed.push(format!("{} content", f.display()));
+        }
+        if mode.as_ref().is_ok_and(|m| *m == 0o777) || mode.is_err() {
+            changed.push(format!("{} mode {mode:?}", f.display()));
+        }
+        if xattrs(&f).contains("user.pwn") {
+            changed.push(format!("{} xattr", f.display()));
+        }
+        let x = dir.join(".fork-dir/x");
+        let x_ok = std::fs::symlink_metadata(&x).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.len() == 0 && m.mtime() != 1
+        });
+        if !x_ok {
+            changed.push(format!("{} moved or touched", x.display()));
+        }
+        for stray in ["pwn", ".fork-link", ".fork-dir/moved"] {
+            if exists(&dir.join(stray)) {
+                changed.push(format!("{} made", dir.join(stray).display()));
+            }
+        }
+    }
+    let wrote_layer = r
+        .out
+        .lines()
+        .find_map(|l| l.strip_prefix("done="))
+        .unwrap_or_default()
+        .split(',')
+        .filter(|d| d.starts_with("layer"))
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    // What it did, it did to its own copies, in its own stage.
+    let own = std::fs::read_to_string(r.bundle_path.with_file_name("upper").join(".fork-parent"))
+        .unwrap_or_default();
+    check(
+        changed.is_empty()
+            && wrote_layer.iter().all(|d| !d.contains("/jobs/"))
+            && own == "parent\npwned\n",
+        format!(
+            "the parent's stage and checkpoint unchanged, the fork's own copy {own:?}; {}",
+            r.out.trim()
+        ),
+        format!(
+            "shared entries changed: {changed:?}; layer writes {wrote_layer:?}; the fork's copy {own:?}"
+        ),
+    )
 }

@@ -177,6 +177,7 @@ pub const TIERS: &[TierSpec] = &[
             "fw.hardlink-in-workdir",
             "fw.hardlink-system-file",
             "fw.host-dev-shm",
+            "fw.inherited-layer",
             "fw.host-tmp-and-home",
             "fw.job-store",
             "fw.kernel-knobs",
@@ -820,12 +821,33 @@ impl Ctx {
                 );
             }
         }
+        if parent.is_some() {
+            self.assert_checkpoint_intact(&run);
+        }
         run
+    }
+
+    /// A fork's checkpoint shares its entries' inodes with the parent's stage and shows
+    /// them to the fork as an overlay layer: whatever the attack did, re-reading it must
+    /// give the digest it was made with (`checkpoint show` exits 1 otherwise).
+    fn assert_checkpoint_intact(&self, run: &Run) {
+        let Some(ckpt) = run.bundle["lineage"]["checkpoint_id"].as_str() else {
+            return; // refused before the fork existed
+        };
+        let out = self
+            .cmd()
+            .args(["--json", "checkpoint", "show", ckpt])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && json_of(&out)["intact"] == true,
+            "the fork's checkpoint {ckpt} changed: {out:?}"
+        );
     }
 
     /// A fork row's parent, one for every run of the attack: a job staged by
     /// [`FORK_PARENT`] in the workdir; its id.
-    fn make_fork_parent(&self) -> String {
+    pub fn make_fork_parent(&self) -> String {
         std::fs::write(self.work().join(".fork-gone"), "host\n").unwrap();
         let out = self
             .detached_cmd()
@@ -907,6 +929,11 @@ impl Ctx {
     /// Which tier this context runs on.
     pub fn tier(&self) -> Tier {
         self.tier.tier
+    }
+
+    /// Whether every run of this row is a fork ([`TierSpec::fork`]).
+    pub fn forks(&self) -> bool {
+        self.tier.fork
     }
 
     /// The common claims every run on this tier must make, whatever the attack.
