@@ -530,6 +530,54 @@ mod tests {
         }
     }
 
+    fn ino(p: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        fs::symlink_metadata(p).unwrap().ino()
+    }
+
+    /// A checkpoint links the stage's entries, but copies a path an apply wrote to the
+    /// host (it may share the host file's inode); a fork's layer links the checkpoint's.
+    #[test]
+    fn a_checkpoint_links_the_stage_but_copies_what_apply_linked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = tmp.path().join("w");
+        fs::create_dir(&w).unwrap();
+        let store = crate::job::JobStore::open(&tmp.path().join("s")).unwrap();
+        let job = store.create(&w, None).unwrap();
+        let up = job.upper();
+        fs::write(up.join("a"), "a").unwrap();
+        fs::write(up.join("e"), "").unwrap();
+        std::os::unix::fs::symlink("a", up.join("l")).unwrap();
+        fs::create_dir(up.join("d")).unwrap();
+        fs::write(up.join("d/x"), "x").unwrap();
+        let mut ledger = crate::ledger::Ledger::default();
+        ledger.applied.insert(crate::ledger::RelPath(b"d".to_vec()));
+        ledger.store(&job.ledger_path()).unwrap();
+
+        let c = create(&job, "run-x", None, 1).unwrap();
+        assert_eq!(
+            (
+                c.manifest.counts.linked_files,
+                c.manifest.counts.copied_files
+            ),
+            (2, 1)
+        );
+        assert_eq!(ino(&c.upper().join("a")), ino(&up.join("a")));
+        assert_eq!(ino(&c.upper().join("l")), ino(&up.join("l")));
+        assert_ne!(ino(&c.upper().join("d/x")), ino(&up.join("d/x")));
+        assert_eq!(fs::read_to_string(c.upper().join("d/x")).unwrap(), "x");
+        let (digest, _) = super::digest(&c.dir).unwrap();
+        assert_eq!(digest, c.manifest.digest);
+
+        let layer = tmp.path().join("layer");
+        let counts = restore(&c, &layer).unwrap();
+        assert_eq!((counts.linked_files, counts.copied_files), (3, 0));
+        assert_eq!((counts.files, counts.symlinks), (3, 1));
+        for p in ["a", "e", "l", "d/x"] {
+            assert_eq!(ino(&layer.join(p)), ino(&c.upper().join(p)), "{p}");
+        }
+    }
+
     #[test]
     fn names_are_checked() {
         assert!(check_name("before-tests").is_ok());

@@ -486,6 +486,18 @@ impl<'a> Walk<'a> {
         len: u64,
     ) -> Result<(), CheckpointError> {
         let (from, to) = (self.from, self.to.unwrap_or(self.from));
+        // Linked without a digest: nothing to read (a link shares the inode's xattrs), unless
+        // it is empty and may be an xattr whiteout, which is counted apart.
+        if let Some(d) = dst
+            && !self.hash
+            && len > 0
+            && self.linked(src, d, name, rel)?
+        {
+            self.counts.linked_files += 1;
+            self.counts.files += 1;
+            self.counts.bytes += len;
+            return Ok(());
+        }
         let read = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
         let sfd = File::from(
             rustix::fs::openat(src, os(name), read, Mode::empty())
