@@ -153,14 +153,24 @@ impl TextCheck {
 
 /// Link the base `hash` (`size` bytes) kept in the bases directory `from` into `d`; whether
 /// `d` now has it. Only a regular file of that size is taken (the link is not followed).
-fn link_kept(from: &Path, d: &Path, hash: &str, size: u64) -> bool {
-    let src = from.join(hash);
-    if !fs::symlink_metadata(&src).is_ok_and(|m| m.is_file() && m.len() == size) {
+fn link_kept(from: BorrowedFd<'_>, d: &Path, hash: &str, size: u64) -> bool {
+    let regular =
+        rustix::fs::statat(from, hash, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+                && u64::try_from(st.st_size).is_ok_and(|n| n == size)
+        });
+    if !regular {
         return false;
     }
-    match fs::hard_link(&src, d.join(hash)) {
-        Ok(()) => true,
-        Err(e) => e.kind() == io::ErrorKind::AlreadyExists,
+    match rustix::fs::linkat(
+        from,
+        hash,
+        rustix::fs::CWD,
+        d.join(hash),
+        rustix::fs::AtFlags::empty(),
+    ) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => true,
+        Err(_) => false,
     }
 }
 
@@ -291,6 +301,15 @@ fn keep_within(
         Mode::empty(),
     )?;
     let d = dir(job_dir);
+    // The parent's bases, by descriptor: one lookup of its path, not one per base.
+    let inherited_fd = inherited.and_then(|p| {
+        rustix::fs::open(
+            p,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+    });
     let mut made_dir = false;
     let mut total = 0u64;
     let mut out = Kept::default();
@@ -311,7 +330,9 @@ fn keep_within(
                 _ => made_dir = true,
             }
         }
-        if inherited.is_some_and(|from| link_kept(from, &d, &hash, size)) {
+        if let Some(from) = &inherited_fd
+            && link_kept(from.as_fd(), &d, &hash, size)
+        {
             total += size;
             out.kept += 1;
             out.inherited += 1;
