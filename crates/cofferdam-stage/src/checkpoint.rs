@@ -454,12 +454,13 @@ fn host_shared(job: &Job) -> impl Fn(&[u8]) -> bool {
 /// The checkpoint's staged tree at `to`, which must not exist yet: a fork's inherited
 /// layer ([`crate::fork`]), the lower layer its overlay shows over the host workdir.
 /// Directories are new; every other entry is a hard link to the checkpoint's (a copy where
-/// the filesystem refuses links), so it costs O(staged entries) without copying data. The
+/// the filesystem refuses links; an xattr whiteout becomes a 0:0 device, which the kernel
+/// honours in a lower layer), so it costs O(staged entries) without copying data. The
 /// overlay never writes a lower layer, and the fork's stage takes the entries over only
 /// when its run has ended ([`crate::fork::flatten`]), under the rule that no stage entry is
 /// changed in place once its run is over.
 pub fn restore(c: &Checkpoint, to: &Path) -> Result<Counts, CheckpointError> {
-    walk::link(&c.upper(), to, false, &|_| true).map(|(counts, _)| counts)
+    walk::layer(&c.upper(), to)
 }
 
 /// Remove a checkpoint. The caller holds the job lock.
@@ -533,6 +534,45 @@ mod tests {
     fn ino(p: &Path) -> u64 {
         use std::os::unix::fs::MetadataExt;
         fs::symlink_metadata(p).unwrap().ino()
+    }
+
+    /// A fork's layer turns a copy-tier stage's xattr whiteout into a 0:0 device, the form
+    /// the kernel honours in a lower layer; the checkpoint keeps it as it was.
+    #[test]
+    fn a_layer_has_kernel_whiteouts() {
+        use std::os::unix::fs::FileTypeExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let w = tmp.path().join("w");
+        fs::create_dir(&w).unwrap();
+        let store = crate::job::JobStore::open(&tmp.path().join("s")).unwrap();
+        let job = store.create(&w, None).unwrap();
+        let gone = job.upper().join("gone");
+        fs::write(&gone, "").unwrap();
+        rustix::fs::setxattr(
+            &gone,
+            crate::copystage::WHITEOUT_XATTR,
+            b"y",
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        let c = create(&job, "run-x", None, 1).unwrap();
+        assert_eq!(c.manifest.counts.whiteouts, 1);
+        assert!(
+            fs::symlink_metadata(c.upper().join("gone"))
+                .unwrap()
+                .is_file()
+        );
+        let layer = tmp.path().join("layer");
+        let counts = restore(&c, &layer).unwrap();
+        assert_eq!((counts.whiteouts, counts.files), (1, 0));
+        let st = rustix::fs::lstat(layer.join("gone")).unwrap();
+        assert!(
+            fs::symlink_metadata(layer.join("gone"))
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+        assert_eq!(st.st_rdev, 0);
     }
 
     /// A checkpoint links the stage's entries, but copies a path an apply wrote to the

@@ -146,20 +146,30 @@ pub fn flatten(job: &Job, workdir: &Path) -> Result<Option<Flattened>, ForkError
     let (l_root, u_root) = (open(&layer)?, open(&upper)?);
     // A workdir that cannot be opened has nothing for a whiteout to hide.
     let host = rustix::fs::open(workdir, DIR_FLAGS, Mode::empty()).ok();
+    // The directories a move goes out of and into, and a directory moved to another, must
+    // let their owner change them; the parent's or the run's mode may not (`chmod 555`).
+    // The stage's own get their modes back at the end (journaled, for a resumed flatten).
+    let mut lent = Lent::load(job.dir().join(LENT_JOURNAL))?;
     let mut done = Flattened::default();
     let mut opaque_later: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
     while let Some(rel) = stack.pop() {
-        let ldir =
-            fsops::open_beneath(l_root.as_fd(), &rel, DIR_FLAGS).map_err(err(&layer, &rel))?;
-        let udir =
-            fsops::open_beneath(u_root.as_fd(), &rel, DIR_FLAGS).map_err(err(&upper, &rel))?;
+        let ldir = lend_dir(l_root.as_fd(), &rel, None).map_err(err(&layer, &rel))?;
+        let udir = lend_dir(u_root.as_fd(), &rel, Some(&mut lent)).map_err(err(&upper, &rel))?;
         for name in read_names(ldir.as_fd()).map_err(err(&layer, &rel))? {
             let path = join(&rel, &name);
             let Some(l) = fsops::stat_name(ldir.as_fd(), &name).map_err(err(&layer, &path))? else {
                 continue;
             };
             let Some(u) = fsops::stat_name(udir.as_fd(), &name).map_err(err(&upper, &path))? else {
+                if fsops::is_dir(&l) && l.st_mode & 0o700 != 0o700 {
+                    // Its `..` changes: it must be writable, and it lands in the stage.
+                    lent.record(&path, l.st_mode & 0o7777)?;
+                    let h = rustix::fs::openat(&ldir, fsops::os(&name), HANDLE, Mode::empty())
+                        .map_err(err(&layer, &path))?;
+                    fsops::chmod_fd(h.as_fd(), (l.st_mode & 0o7777) | 0o700)
+                        .map_err(err(&layer, &path))?;
+                }
                 rustix::fs::renameat_with(
                     &ldir,
                     fsops::os(&name),
@@ -185,14 +195,14 @@ pub fn flatten(job: &Job, workdir: &Path) -> Result<Option<Flattened>, ForkError
                 done.shadowed += 1;
                 continue;
             }
-            let sub =
-                |d: &OwnedFd| rustix::fs::openat(d, fsops::os(&name), DIR_FLAGS, Mode::empty());
-            let usub = sub(&udir).map_err(err(&upper, &path))?;
+            // Lent first: a mark is read only with owner read.
+            let usub =
+                lend_dir(u_root.as_fd(), &path, Some(&mut lent)).map_err(err(&upper, &path))?;
             if opaque_mark(usub.as_fd()).is_some() {
                 done.shadowed += 1;
                 continue;
             }
-            let lsub = sub(&ldir).map_err(err(&layer, &path))?;
+            let lsub = lend_dir(l_root.as_fd(), &path, None).map_err(err(&layer, &path))?;
             if let Some(mark) = opaque_mark(lsub.as_fd()) {
                 opaque_later.push((path.clone(), mark));
             }
@@ -200,15 +210,147 @@ pub fn flatten(job: &Job, workdir: &Path) -> Result<Option<Flattened>, ForkError
         }
     }
     for (rel, mark) in &opaque_later {
+        // Lent when its frame was visited: the owner may set the mark.
         let fd = fsops::open_beneath(u_root.as_fd(), rel, DIR_FLAGS).map_err(err(&upper, rel))?;
         rustix::fs::fsetxattr(&fd, fsops::os(mark), b"y", XattrFlags::empty())
             .map_err(err(&upper, rel))?;
     }
+    lent.give_back(u_root.as_fd()).map_err(err(&upper, b""))?;
     drop((l_root, u_root));
     let parent = job.dir();
     let dir = rustix::fs::open(parent, DIR_FLAGS, Mode::empty()).map_err(err(parent, b""))?;
     fsops::remove_tree_at(dir.as_fd(), INHERITED_LAYER.as_bytes()).map_err(err(&layer, b""))?;
+    lent.forget()?;
     Ok(Some(done))
+}
+
+/// The journal of the stage directories [`flatten`] lent owner rwx, with their modes.
+const LENT_JOURNAL: &str = "inherited-lent.json";
+
+/// An `O_PATH` handle: needs no permission on the object itself.
+const HANDLE: OFlags = OFlags::PATH
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// Open the directory `rel` beneath `root` for reading, after giving it owner rwx when it
+/// lacks any of them (recorded in `journal` first, when given). Its ancestors were lent
+/// before it (the walk goes down from the root).
+fn lend_dir(
+    root: BorrowedFd<'_>,
+    rel: &[u8],
+    journal: Option<&mut Lent>,
+) -> Result<OwnedFd, Errno> {
+    let h = fsops::open_beneath(root, rel, OFlags::PATH | OFlags::DIRECTORY)?;
+    let mode = rustix::fs::fstat(&h)?.st_mode & 0o7777;
+    if mode & 0o700 != 0o700 {
+        if let Some(j) = journal {
+            j.record(rel, mode).map_err(|e| match e {
+                ForkError::Io { source, .. } => Errno::from_io_error(&source).unwrap_or(Errno::IO),
+                _ => Errno::IO,
+            })?;
+        }
+        fsops::chmod_fd(h.as_fd(), mode | 0o700)?;
+    }
+    fsops::open_beneath(root, rel, DIR_FLAGS)
+}
+
+/// The stage directories lent owner rwx during a flatten, by path, with the modes they had
+/// (the first recorded wins: a resumed flatten finds them lent already).
+struct Lent {
+    path: PathBuf,
+    modes: std::collections::BTreeMap<Vec<u8>, u32>,
+}
+
+impl Lent {
+    fn load(path: PathBuf) -> Result<Lent, ForkError> {
+        let io = |source| ForkError::Io {
+            path: path.clone(),
+            source,
+        };
+        let modes = match fs::read(&path) {
+            Ok(bytes) => {
+                let list: Vec<(String, u32)> = serde_json::from_slice(&bytes)
+                    .map_err(|e| io(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+                list.into_iter()
+                    .map(|(hex, mode)| {
+                        unhex(&hex)
+                            .map(|rel| (rel, mode))
+                            .ok_or_else(|| io(io::ErrorKind::InvalidData.into()))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Default::default(),
+            Err(e) => return Err(io(e)),
+        };
+        Ok(Lent { path, modes })
+    }
+
+    /// Note `rel`'s `mode` before it is lent, on disk first.
+    fn record(&mut self, rel: &[u8], mode: u32) -> Result<(), ForkError> {
+        if self.modes.contains_key(rel) {
+            return Ok(());
+        }
+        self.modes.insert(rel.to_vec(), mode);
+        let list: Vec<(String, u32)> = self.modes.iter().map(|(r, m)| (hex(r), *m)).collect();
+        let bytes = serde_json::to_vec(&list)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+            .map_err(|source| ForkError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        crate::job::write_atomic_with(&self.path, &bytes, 0o600, crate::job::Durability::Volatile)
+            .map_err(|source| ForkError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// Give every lent directory its mode back, deepest first (an ancestor is still
+    /// searchable while its descendants are done).
+    fn give_back(&self, upper: BorrowedFd<'_>) -> Result<(), Errno> {
+        let mut all: Vec<_> = self.modes.iter().collect();
+        all.sort_by_key(|(rel, _)| std::cmp::Reverse(rel.len()));
+        for (rel, mode) in all {
+            match fsops::open_beneath(upper, rel, OFlags::PATH | OFlags::DIRECTORY) {
+                Ok(h) => fsops::chmod_fd(h.as_fd(), *mode)?,
+                // Gone or replaced: nothing of it to give back.
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn forget(&self) -> Result<(), ForkError> {
+        match fs::remove_file(&self.path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(ForkError::Io {
+                path: self.path.clone(),
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect()
+}
+
+/// The name of the opaque mark the directory `fd` carries, if any ([`OPAQUE_XATTRS`]).
+fn opaque_mark(fd: BorrowedFd<'_>) -> Option<Vec<u8>> {
+    OPAQUE_XATTRS.iter().find_map(|name| {
+        let mut buf = [0u8; 8];
+        matches!(rustix::fs::fgetxattr(fd, *name, &mut buf[..]), Ok(1) if buf[0] == b'y')
+            .then(|| name.as_bytes().to_vec())
+    })
 }
 
 const DIR_FLAGS: OFlags = OFlags::RDONLY
@@ -229,15 +371,6 @@ fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
 /// An overlay whiteout: a 0:0 character device (the sealed tier's only kind).
 fn is_whiteout(st: &rustix::fs::Stat) -> bool {
     FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice && st.st_rdev == 0
-}
-
-/// The name of the opaque mark the directory `fd` carries, if any ([`OPAQUE_XATTRS`]).
-fn opaque_mark(fd: BorrowedFd<'_>) -> Option<Vec<u8>> {
-    OPAQUE_XATTRS.iter().find_map(|name| {
-        let mut buf = [0u8; 8];
-        matches!(rustix::fs::fgetxattr(fd, *name, &mut buf[..]), Ok(1) if buf[0] == b'y')
-            .then(|| name.as_bytes().to_vec())
-    })
 }
 
 /// Whether the host workdir has `rel` (not followed; one below a symlink it has not).
@@ -440,6 +573,71 @@ mod tests {
         );
         // Taken once: a second seal finds no layer.
         assert_eq!(flatten(&job, &w).unwrap(), None);
+    }
+
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    fn chmod(p: &Path, m: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    /// Directories their owner may not write (the parent's `chmod 555`, the run's) are lent
+    /// for the moves and get their modes back; as a user, a move would fail without it.
+    #[test]
+    fn flatten_moves_through_read_only_directories_and_keeps_their_modes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (job, w) = forked(tmp.path());
+        let (l, u) = (job.inherited(), job.upper());
+        fs::create_dir_all(l.join("ro/e")).unwrap();
+        fs::write(l.join("ro/e/x"), "x").unwrap();
+        fs::create_dir(l.join("both")).unwrap();
+        fs::write(l.join("both/a"), "a").unwrap();
+        fs::create_dir(u.join("both")).unwrap();
+        fs::write(u.join("both/b"), "b").unwrap();
+        for d in ["ro/e", "ro", "both"] {
+            chmod(&l.join(d), 0o555);
+        }
+        chmod(&u.join("both"), 0o500);
+        chmod(&u, 0o555);
+        let done = flatten(&job, &w).unwrap().unwrap();
+        assert_eq!(done.moved, 2, "{done:?}");
+        assert_eq!(fs::read_to_string(u.join("ro/e/x")).unwrap(), "x");
+        assert_eq!(fs::read_to_string(u.join("both/a")).unwrap(), "a");
+        assert_eq!(fs::read_to_string(u.join("both/b")).unwrap(), "b");
+        assert_eq!(
+            [
+                mode(&u),
+                mode(&u.join("ro")),
+                mode(&u.join("ro/e")),
+                mode(&u.join("both"))
+            ],
+            [0o555, 0o555, 0o555, 0o500]
+        );
+        assert!(!job.dir().join(LENT_JOURNAL).exists());
+        assert!(!l.exists());
+        chmod(&u, 0o755);
+    }
+
+    /// A flatten cut short after lending a directory is resumed by the next seal, which
+    /// gives it the mode the journal recorded, not the lent one.
+    #[test]
+    fn a_resumed_flatten_gives_back_the_recorded_modes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (job, w) = forked(tmp.path());
+        let (l, u) = (job.inherited(), job.upper());
+        fs::create_dir(l.join("d")).unwrap();
+        fs::write(l.join("d/x"), "x").unwrap();
+        fs::create_dir(u.join("d")).unwrap(); // lent already: 0700, was 0555
+        let mut lent = Lent::load(job.dir().join(LENT_JOURNAL)).unwrap();
+        lent.record(b"d", 0o555).unwrap();
+        flatten(&job, &w).unwrap().unwrap();
+        assert_eq!(fs::read_to_string(u.join("d/x")).unwrap(), "x");
+        assert_eq!(mode(&u.join("d")), 0o555);
+        chmod(&u.join("d"), 0o755);
     }
 
     #[test]

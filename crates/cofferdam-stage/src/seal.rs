@@ -5,7 +5,8 @@
 //! follows the number of entries the run touched, not the size of the workdir. It also
 //! owns the display form of change paths ([`display_path`]). It may not change either
 //! tree, but for one thing: a staged directory or file the command made unreadable to its
-//! owner (`chmod 0`) is lent owner read (and search) permission, so that the seal, review,
+//! owner (`chmod 0`) is lent owner read (and search) permission (not a file with other
+//! names, which may be a checkpoint's and is never changed), so that the seal, review,
 //! diff, apply and drop can read the stage as the job's own user; the change records the
 //! command's mode, and apply writes that. It reads the upper, `stat`s / reads links /
 //! reads files of the lower beneath the lower's root without following symlinks ([`HostRoot`]), and returns values.
@@ -291,7 +292,11 @@ impl Scan<'_> {
             (Upper::Dir { .. }, Some(mode)) => Upper::Dir { mode: *mode },
             (up, _) => up,
         };
-        lend_file(path, &up).map_err(upper_err)?;
+        // An inode with other names may be a checkpoint's (a fork's inherited entry): it
+        // is never changed; a file its owner cannot read is then listed as unreadable.
+        if std::os::unix::fs::MetadataExt::nlink(&meta) <= 1 {
+            lend_file(path, &up).map_err(upper_err)?;
+        }
 
         if matches!(up, Upper::Whiteout) && ctx.all_added {
             return Ok(None); // hides nothing: the host's entries here are already hidden

@@ -165,6 +165,17 @@ pub(super) fn link(
     Walk::new(from, Some(to), hash, Some(linkable)).run()
 }
 
+/// [`link`] of every entry, for an overlay lower layer: a copy-tier stage's xattr
+/// whiteouts (empty files, [`crate::copystage::WHITEOUT_XATTR`]) become the 0:0 devices the
+/// kernel honours in a lower layer (it takes the xattr form only in directories marked for
+/// it), so the layer hides what the stage deleted.
+pub(super) fn layer(from: &Path, to: &Path) -> Result<Counts, CheckpointError> {
+    let all = |_: &[u8]| true;
+    let mut walk = Walk::new(from, Some(to), false, Some(&all));
+    walk.kernel_whiteouts = true;
+    walk.run().map(|(counts, _)| counts)
+}
+
 /// The digest of the tree `from` (read only).
 pub(super) fn digest(from: &Path) -> Result<(Counts, Digest), CheckpointError> {
     Walk::new(from, None, true, None).run()
@@ -196,6 +207,8 @@ struct Walk<'a> {
     clone: bool,
     /// Which entries may be hard-linked, by path below the root; `None`: none.
     linkable: Option<&'a Linkable<'a>>,
+    /// Make xattr whiteouts 0:0 devices ([`layer`]).
+    kernel_whiteouts: bool,
     buf: Vec<u8>,
 }
 
@@ -252,6 +265,7 @@ impl<'a> Walk<'a> {
             counts: Counts::default(),
             clone: true,
             linkable,
+            kernel_whiteouts: false,
             buf: Vec::new(),
         }
     }
@@ -508,6 +522,18 @@ impl<'a> Walk<'a> {
             && xattrs.iter().any(|(n, v)| {
                 n.as_slice() == crate::copystage::WHITEOUT_XATTR.as_bytes() && v.len() <= 8
             });
+        if let (Some(d), true, true) = (dst, whiteout, self.kernel_whiteouts) {
+            rustix::fs::mknodat(
+                d,
+                os(name),
+                FileType::CharacterDevice,
+                Mode::from_raw_mode(0o600),
+                0,
+            )
+            .map_err(fail("create", to, rel))?;
+            self.counts.whiteouts += 1;
+            return Ok(());
+        }
         let (size, content, mode) = match dst {
             Some(d) if self.linked(src, d, name, rel)? => {
                 // The same inode: its mode, xattrs and content are the source's.
