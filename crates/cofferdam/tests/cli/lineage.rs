@@ -758,3 +758,47 @@ fn an_interrupted_fork_is_sealed_with_what_it_inherited() {
             .exists()
     );
 }
+
+fn mode_of(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// Read-only directories, the parent's and the fork's own, do not stop the fork's stage
+/// from taking in what it inherits (as a user, moving entries needs write on them), and
+/// keep their modes through the fork's apply.
+#[test]
+fn a_fork_over_read_only_directories_seals_and_applies_with_their_modes() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let w = s.work.path();
+    let parent = run_in(
+        &s,
+        w,
+        "mkdir -p d/e r; echo x > d/e/x; echo a > r/a; echo b > r/b; chmod 555 d/e d",
+    );
+    let (_, f) = fork(&s, "fork", &parent, &[], "echo forked > f && chmod 555 r");
+    let f = f["job"].as_str().unwrap().to_owned();
+    assert_eq!(
+        changed_paths(&bundle(&s, &f)),
+        ["d", "d/e", "d/e/x", "f", "r", "r/a", "r/b"]
+    );
+    let out = apply(&s, &f);
+    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(read(w, "d/e/x").as_deref(), Some("x\n"));
+    assert_eq!(read(w, "r/b").as_deref(), Some("b\n"));
+    assert_eq!(
+        [
+            mode_of(&w.join("d")),
+            mode_of(&w.join("d/e")),
+            mode_of(&w.join("r"))
+        ],
+        [0o555, 0o555, 0o555]
+    );
+    for d in ["d/e", "d", "r"] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(w.join(d), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
