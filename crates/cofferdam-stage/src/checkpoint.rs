@@ -12,7 +12,8 @@
 //!     ckpt-<uuid v7>/                    one checkpoint, made as `.new-ckpt-…` and renamed
 //!         checkpoint.json                the manifest (0600), written last
 //!         upper/                         the staged tree: files, whiteouts, opaque dirs,
-//!                                        modes, symlinks, the overlay's xattrs
+//!                                        modes, symlinks, the overlay's xattrs; not what
+//!                                        `drop --path` discarded
 //!         fingerprints.json              the host fingerprints the conflict check needs
 //! ```
 //!
@@ -385,10 +386,13 @@ fn fill(
 ) -> Result<Manifest, CheckpointError> {
     make_dir(tmp)?;
     // One walk links (or copies) the stage and digests the result (see `walk`); a path an
-    // apply wrote to the host may share its inode with the host's file, so it is copied.
-    let host_shared = host_shared(job);
+    // apply wrote to the host may share its inode with the host's file, so it is copied,
+    // and a path `drop --path` discarded is no longer part of the stage's result.
+    let ledger = crate::ledger::Ledger::load(&job.ledger_path()).ok();
+    let host_shared = host_shared(ledger.as_ref().filter(|l| l.batch.is_none()));
     let linkable = |rel: &[u8]| !host_shared(rel);
-    let (counts, digest) = walk::link(upper, &tmp.join("upper"), true, &linkable)?;
+    let keep = |rel: &[u8]| !ledger.as_ref().is_some_and(|l| l.is_dropped(rel));
+    let (counts, digest) = walk::link(upper, &tmp.join("upper"), true, &linkable, &keep)?;
     let fp = job.fingerprints_path();
     let fingerprints = match fs::read(&fp) {
         Ok(bytes) => Some(bytes),
@@ -426,14 +430,11 @@ fn fill(
 /// Which stage paths may share their inode with a file in the host workdir: those an
 /// apply wrote (it links a staged file into place when the inode is the stage's alone,
 /// [`crate::apply`]), or all of them while an apply batch is unfinished or the ledger
-/// cannot be read. Such a path is copied into a checkpoint, as a host edit of the applied
+/// cannot be read (`ledger` is then `None`). Such a path is copied into a checkpoint, as a host edit of the applied
 /// file would otherwise reach it.
-fn host_shared(job: &Job) -> impl Fn(&[u8]) -> bool {
-    let ledger = crate::ledger::Ledger::load(&job.ledger_path())
-        .ok()
-        .filter(|l| l.batch.is_none());
+fn host_shared(ledger: Option<&crate::ledger::Ledger>) -> impl Fn(&[u8]) -> bool + '_ {
     move |rel: &[u8]| {
-        let Some(l) = &ledger else { return true };
+        let Some(l) = ledger else { return true };
         // The path or a directory above it (an added directory is applied whole).
         let mut end = rel.len();
         loop {
@@ -573,6 +574,37 @@ mod tests {
                 .is_char_device()
         );
         assert_eq!(st.st_rdev, 0);
+    }
+
+    /// What `drop --path` discarded (the ledger's `dropped`) is no part of a checkpoint.
+    #[test]
+    fn a_checkpoint_leaves_out_what_was_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = tmp.path().join("w");
+        fs::create_dir(&w).unwrap();
+        let store = crate::job::JobStore::open(&tmp.path().join("s")).unwrap();
+        let job = store.create(&w, None).unwrap();
+        let up = job.upper();
+        fs::write(up.join("kept"), "k").unwrap();
+        fs::write(up.join("gone"), "g").unwrap();
+        fs::create_dir(up.join("d")).unwrap();
+        fs::write(up.join("d/x"), "x").unwrap();
+        let mut ledger = crate::ledger::Ledger::default();
+        for p in ["gone", "d", "d/x"] {
+            ledger
+                .dropped
+                .insert(crate::ledger::RelPath(p.as_bytes().to_vec()));
+        }
+        ledger.store(&job.ledger_path()).unwrap();
+        let c = create(&job, "run-x", None, 1).unwrap();
+        let names: Vec<_> = fs::read_dir(c.upper())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["kept"]);
+        assert_eq!(c.manifest.counts.entries, 1);
+        let (digest, _) = super::digest(&c.dir).unwrap();
+        assert_eq!(digest, c.manifest.digest);
     }
 
     /// A checkpoint links the stage's entries, but copies a path an apply wrote to the

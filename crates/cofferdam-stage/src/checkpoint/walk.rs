@@ -151,8 +151,9 @@ pub(super) fn copy(
     Walk::new(from, Some(to), hash, None).run()
 }
 
-/// Rebuild the tree `from` at `to` (which must not exist) with every non-directory that
-/// `linkable` accepts (by its path below the root) hard-linked rather than copied, and a
+/// Rebuild the tree `from` at `to` (which must not exist), leaving out every entry (a
+/// directory with all below it) that `keep` refuses, with every non-directory that
+/// `linkable` accepts (both by path below the root) hard-linked rather than copied, and a
 /// copy where the filesystem refuses the link. Directories are always new. Only for trees
 /// whose non-directories nothing changes in place afterwards (see [`super`], "Cost and
 /// independence").
@@ -161,8 +162,11 @@ pub(super) fn link(
     to: &Path,
     hash: bool,
     linkable: &Linkable<'_>,
+    keep: &Linkable<'_>,
 ) -> Result<(Counts, Digest), CheckpointError> {
-    Walk::new(from, Some(to), hash, Some(linkable)).run()
+    let mut walk = Walk::new(from, Some(to), hash, Some(linkable));
+    walk.keep = Some(keep);
+    walk.run()
 }
 
 /// [`link`] of every entry, for an overlay lower layer: a copy-tier stage's xattr
@@ -209,6 +213,8 @@ struct Walk<'a> {
     linkable: Option<&'a Linkable<'a>>,
     /// Make xattr whiteouts 0:0 devices ([`layer`]).
     kernel_whiteouts: bool,
+    /// Which entries are walked at all, by path below the root; `None`: all.
+    keep: Option<&'a Linkable<'a>>,
     buf: Vec<u8>,
 }
 
@@ -266,6 +272,7 @@ impl<'a> Walk<'a> {
             clone: true,
             linkable,
             kernel_whiteouts: false,
+            keep: None,
             buf: Vec::new(),
         }
     }
@@ -382,6 +389,9 @@ impl<'a> Walk<'a> {
         rel: Vec<u8>,
     ) -> Result<Option<Frame>, CheckpointError> {
         let (from, to) = (self.from, self.to.unwrap_or(self.from));
+        if self.keep.is_some_and(|keep| !keep(&rel)) {
+            return Ok(None);
+        }
         let st = rustix::fs::statat(src, os(name), AtFlags::SYMLINK_NOFOLLOW)
             .map_err(fail("inspect", from, &rel))?;
         let mode = st.st_mode & 0o7777;

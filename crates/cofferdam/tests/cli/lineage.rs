@@ -802,3 +802,31 @@ fn a_fork_over_read_only_directories_seals_and_applies_with_their_modes() {
         std::fs::set_permissions(w.join(d), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 }
+
+/// A path discarded with `drop --path` stays discarded in a fork: the fork's checkpoint
+/// leaves it out, so the fork sees the host's and does not stage it again.
+#[test]
+fn a_fork_does_not_bring_back_what_drop_path_discarded() {
+    if !sealed() {
+        return;
+    }
+    let s = Sandbox::new();
+    let w = s.work.path();
+    s.write("h.txt", "host\n");
+    let parent = run_in(&s, w, "echo a > a.txt; echo b > b.txt; echo staged > h.txt");
+    let out = s
+        .cmd()
+        .args(["drop", &parent, "--path", "b.txt", "--path", "h.txt"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", err(&out));
+    let (_, f) = fork(
+        &s,
+        "fork",
+        &parent,
+        &[],
+        "test -f a.txt && test ! -e b.txt && test \"$(cat h.txt)\" = host",
+    );
+    let f = f["job"].as_str().unwrap().to_owned();
+    assert_eq!(changed_paths(&bundle(&s, &f)), ["a.txt"]);
+}
