@@ -14,9 +14,10 @@
 //! hashed as it is written (the seal's fingerprint read it before, to hash it, when it was
 //! not yet known to be modified). Clones or copies of the host's files, never links: a
 //! hard link would share the host's inode, which the host may edit in place, while a
-//! clone's blocks are copied on write. A fork links its parent's kept copies instead, which
-//! nothing changes ([`keep_at_seal_from`]). It reads the host workdir beneath its root without following symlinks and
-//! writes only `bases/` (mode 0700, files 0600); `drop` removes it with the stage.
+//! clone's blocks are copied on write. A fork links its parent's kept copies instead,
+//! which nothing changes ([`keep_at_seal`]). It reads the host workdir beneath its root
+//! without following symlinks and writes only `bases/` (mode 0700, files 0600); `drop`
+//! removes it with the stage.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -108,7 +109,7 @@ pub struct Kept {
     pub kept: usize,
     /// Of those, the ones kept as a reflink of the host file.
     pub cloned: usize,
-    /// Of those, the ones linked from the parent's bases (a fork's, [`keep_at_seal_from`]).
+    /// Of those, the ones linked from the parent's bases (a fork's, [`keep_at_seal`]).
     pub inherited: usize,
     /// Files that would have had a base but did not fit in [`BASES_TOTAL_MAX`].
     pub over_budget: usize,
@@ -262,22 +263,14 @@ fn keep_one(
 /// changed since its fingerprint, or unreadable is skipped: its merge is refused later,
 /// naming that no base was kept. A file that no longer fits in the budget is skipped too
 /// and counted, and smaller ones after it are still kept.
+///
+/// For a fork, `inherited` is its parent's `bases/`: a base kept there is hard-linked
+/// rather than read from the host again. A base is never changed once kept (written under
+/// a temporary name, then renamed), and a fork keeps the parent's fingerprint of what the
+/// parent changed ([`crate::fork::merge`]), which names the same base, so the link holds
+/// the host's content as the parent's seal found it; [`load`] checks its hash all the
+/// same. One the parent lacks is kept from the host as usual.
 pub fn keep_at_seal(
-    job_dir: &Path,
-    lower: &Path,
-    changes: &[ChangeEntry],
-    fps: &Fingerprints,
-) -> io::Result<Kept> {
-    keep_within(job_dir, lower, changes, fps, BASES_TOTAL_MAX, None)
-}
-
-/// [`keep_at_seal`] for a fork: a base its parent kept (in `inherited`, the parent's
-/// `bases/`) is hard-linked rather than read from the host again. A base is never changed
-/// once kept (written under a temporary name, then renamed), and a fork keeps the parent's
-/// fingerprint of what the parent changed ([`crate::fork::merge`]), which names the same
-/// base, so the link holds the host's content as the parent's seal found it; [`load`]
-/// checks its hash all the same. One the parent lacks is kept from the host as usual.
-pub fn keep_at_seal_from(
     job_dir: &Path,
     lower: &Path,
     changes: &[ChangeEntry],
@@ -387,7 +380,7 @@ mod tests {
         let hash = blake3::hash(text).to_hex().to_string();
         keep(parent.path(), &hash, text).unwrap();
         let from = dir(parent.path());
-        let kept = keep_at_seal_from(
+        let kept = keep_at_seal(
             job.path(),
             host.path(),
             &s.changes,
@@ -402,7 +395,7 @@ mod tests {
         // A parent's base of the wrong size: the host's is kept instead.
         let other = tempfile::tempdir().unwrap();
         fs::write(from.join(&hash), b"torn").unwrap();
-        let kept = keep_at_seal_from(
+        let kept = keep_at_seal(
             other.path(),
             host.path(),
             &s.changes,
@@ -429,7 +422,8 @@ mod tests {
         fs::write(&f, &start).unwrap();
         let s = sealed(host.path(), upper.path(), b"the run's version\n");
         assert_eq!(s.changes.len(), 1);
-        let kept = keep_at_seal(job.path(), host.path(), &s.changes, &s.fingerprints).unwrap();
+        let kept =
+            keep_at_seal(job.path(), host.path(), &s.changes, &s.fingerprints, None).unwrap();
         assert_eq!((kept.kept, kept.over_budget), (1, 0), "{kept:?}");
         let hash = blake3::hash(&start).to_hex().to_string();
         assert_eq!(load(job.path(), &hash).as_deref(), Some(&start[..]));
@@ -465,11 +459,12 @@ mod tests {
         fs::write(&f, b"one\n").unwrap();
         let s = sealed(host.path(), upper.path(), b"two\n");
         fs::write(&f, b"ONE\n").unwrap(); // same size, other bytes
-        let kept = keep_at_seal(job.path(), host.path(), &s.changes, &s.fingerprints).unwrap();
+        let kept =
+            keep_at_seal(job.path(), host.path(), &s.changes, &s.fingerprints, None).unwrap();
         assert_eq!(kept.kept, 0);
         fs::write(&f, b"one\nand more\n").unwrap(); // grown
         assert_eq!(
-            keep_at_seal(job.path(), host.path(), &s.changes, &s.fingerprints)
+            keep_at_seal(job.path(), host.path(), &s.changes, &s.fingerprints, None)
                 .unwrap()
                 .kept,
             0
@@ -479,7 +474,7 @@ mod tests {
         fs::write(bin.path().join("f"), b"a\0b\xff\n").unwrap();
         let s = sealed(bin.path(), up2.path(), b"text\n");
         assert_eq!(
-            keep_at_seal(job.path(), bin.path(), &s.changes, &s.fingerprints)
+            keep_at_seal(job.path(), bin.path(), &s.changes, &s.fingerprints, None)
                 .unwrap()
                 .kept,
             0

@@ -537,16 +537,21 @@ mod tests {
         fs::symlink_metadata(p).unwrap().ino()
     }
 
+    /// A job of a fresh store in `tmp`, for the workdir `tmp/w`.
+    fn new_job(tmp: &Path) -> Job {
+        let w = tmp.join("w");
+        fs::create_dir(&w).unwrap();
+        let store = crate::job::JobStore::open(&tmp.join("s")).unwrap();
+        store.create(&w, None).unwrap()
+    }
+
     /// A fork's layer turns a copy-tier stage's xattr whiteout into a 0:0 device, the form
     /// the kernel honours in a lower layer; the checkpoint keeps it as it was.
     #[test]
     fn a_layer_has_kernel_whiteouts() {
         use std::os::unix::fs::FileTypeExt;
         let tmp = tempfile::tempdir().unwrap();
-        let w = tmp.path().join("w");
-        fs::create_dir(&w).unwrap();
-        let store = crate::job::JobStore::open(&tmp.path().join("s")).unwrap();
-        let job = store.create(&w, None).unwrap();
+        let job = new_job(tmp.path());
         let gone = job.upper().join("gone");
         fs::write(&gone, "").unwrap();
         rustix::fs::setxattr(
@@ -580,10 +585,7 @@ mod tests {
     #[test]
     fn a_checkpoint_leaves_out_what_was_dropped() {
         let tmp = tempfile::tempdir().unwrap();
-        let w = tmp.path().join("w");
-        fs::create_dir(&w).unwrap();
-        let store = crate::job::JobStore::open(&tmp.path().join("s")).unwrap();
-        let job = store.create(&w, None).unwrap();
+        let job = new_job(tmp.path());
         let up = job.upper();
         fs::write(up.join("kept"), "k").unwrap();
         fs::write(up.join("gone"), "g").unwrap();
@@ -612,10 +614,7 @@ mod tests {
     #[test]
     fn a_checkpoint_links_the_stage_but_copies_what_apply_linked() {
         let tmp = tempfile::tempdir().unwrap();
-        let w = tmp.path().join("w");
-        fs::create_dir(&w).unwrap();
-        let store = crate::job::JobStore::open(&tmp.path().join("s")).unwrap();
-        let job = store.create(&w, None).unwrap();
+        let job = new_job(tmp.path());
         let up = job.upper();
         fs::write(up.join("a"), "a").unwrap();
         fs::write(up.join("e"), "").unwrap();

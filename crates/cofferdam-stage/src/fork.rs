@@ -31,7 +31,9 @@ use rustix::io::Errno;
 use crate::checkpoint::{Checkpoint, CheckpointError, Counts, restore};
 use crate::fingerprint::{FingerprintError, Fingerprints, read_fingerprints};
 use crate::fsops;
+use crate::fsops::{DIR_READ as DIR_FLAGS, read_names};
 use crate::job::{INHERITED_LAYER, Job};
+use crate::ledger::RelPath;
 use crate::seal::OPAQUE_XATTRS;
 
 /// The fork's copy of its checkpoint's fingerprints, in the job directory.
@@ -77,9 +79,12 @@ pub fn seed(job: &Job, c: &Checkpoint) -> Result<Counts, ForkError> {
 }
 
 /// The bases directory of `job`'s parent when `job` is a fork whose parent is in the same
-/// store (`jobs/<parent run id>/bases`), for [`crate::base::keep_at_seal_from`]; `None`
+/// store (`jobs/<parent run id>/bases`), for [`crate::base::keep_at_seal`]; `None`
 /// otherwise, or when it is gone (the parent dropped).
 pub fn parent_bases(job: &Job) -> Option<PathBuf> {
+    // A fork has its checkpoint's fingerprints: one stat, not a read of `job.json`, at the
+    // end of every run.
+    fs::symlink_metadata(job.dir().join(INHERITED)).ok()?;
     let parent = job.state().ok()?.parent?;
     // A job id names one directory of the store, never a path.
     if parent.run_id.contains('/') || !parent.run_id.starts_with(crate::job::ID_PREFIX) {
@@ -164,7 +169,8 @@ pub fn flatten(job: &Job, workdir: &Path) -> Result<Option<Flattened>, ForkError
             let Some(u) = fsops::stat_name(udir.as_fd(), &name).map_err(err(&upper, &path))? else {
                 if fsops::is_dir(&l) && l.st_mode & 0o700 != 0o700 {
                     // Its `..` changes: it must be writable, and it lands in the stage.
-                    lent.record(&path, l.st_mode & 0o7777)?;
+                    lent.record(&path, l.st_mode & 0o7777)
+                        .map_err(err(&layer, &path))?;
                     let h = rustix::fs::openat(&ldir, fsops::os(&name), HANDLE, Mode::empty())
                         .map_err(err(&layer, &path))?;
                     fsops::chmod_fd(h.as_fd(), (l.st_mode & 0o7777) | 0o700)
@@ -245,10 +251,7 @@ fn lend_dir(
     let mode = rustix::fs::fstat(&h)?.st_mode & 0o7777;
     if mode & 0o700 != 0o700 {
         if let Some(j) = journal {
-            j.record(rel, mode).map_err(|e| match e {
-                ForkError::Io { source, .. } => Errno::from_io_error(&source).unwrap_or(Errno::IO),
-                _ => Errno::IO,
-            })?;
+            j.record(rel, mode)?;
         }
         fsops::chmod_fd(h.as_fd(), mode | 0o700)?;
     }
@@ -269,41 +272,32 @@ impl Lent {
             source,
         };
         let modes = match fs::read(&path) {
-            Ok(bytes) => {
-                let list: Vec<(String, u32)> = serde_json::from_slice(&bytes)
-                    .map_err(|e| io(io::Error::new(io::ErrorKind::InvalidData, e)))?;
-                list.into_iter()
-                    .map(|(hex, mode)| {
-                        unhex(&hex)
-                            .map(|rel| (rel, mode))
-                            .ok_or_else(|| io(io::ErrorKind::InvalidData.into()))
-                    })
-                    .collect::<Result<_, _>>()?
-            }
+            Ok(bytes) => serde_json::from_slice::<Vec<(RelPath, u32)>>(&bytes)
+                .map_err(|e| io(io::Error::new(io::ErrorKind::InvalidData, e)))?
+                .into_iter()
+                .map(|(rel, mode)| (rel.0, mode))
+                .collect(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Default::default(),
             Err(e) => return Err(io(e)),
         };
         Ok(Lent { path, modes })
     }
 
-    /// Note `rel`'s `mode` before it is lent, on disk first.
-    fn record(&mut self, rel: &[u8], mode: u32) -> Result<(), ForkError> {
+    /// Note `rel`'s `mode` before it is lent, on disk first (the journal's path names it
+    /// in no error: the caller's names the directory being lent).
+    fn record(&mut self, rel: &[u8], mode: u32) -> Result<(), Errno> {
         if self.modes.contains_key(rel) {
             return Ok(());
         }
         self.modes.insert(rel.to_vec(), mode);
-        let list: Vec<(String, u32)> = self.modes.iter().map(|(r, m)| (hex(r), *m)).collect();
-        let bytes = serde_json::to_vec(&list)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-            .map_err(|source| ForkError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
+        let list: Vec<(RelPath, u32)> = self
+            .modes
+            .iter()
+            .map(|(r, m)| (RelPath(r.clone()), *m))
+            .collect();
+        let bytes = serde_json::to_vec(&list).map_err(|_| Errno::INVAL)?;
         crate::job::write_atomic_with(&self.path, &bytes, 0o600, crate::job::Durability::Volatile)
-            .map_err(|source| ForkError::Io {
-                path: self.path.clone(),
-                source,
-            })
+            .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))
     }
 
     /// Give every lent directory its mode back, deepest first (an ancestor is still
@@ -333,17 +327,6 @@ impl Lent {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-        .collect()
-}
-
 /// The name of the opaque mark the directory `fd` carries, if any ([`OPAQUE_XATTRS`]).
 fn opaque_mark(fd: BorrowedFd<'_>) -> Option<Vec<u8>> {
     OPAQUE_XATTRS.iter().find_map(|name| {
@@ -352,11 +335,6 @@ fn opaque_mark(fd: BorrowedFd<'_>) -> Option<Vec<u8>> {
             .then(|| name.as_bytes().to_vec())
     })
 }
-
-const DIR_FLAGS: OFlags = OFlags::RDONLY
-    .union(OFlags::DIRECTORY)
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::CLOEXEC);
 
 fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
     let mut p = Vec::with_capacity(rel.len() + 1 + name.len());
@@ -381,19 +359,6 @@ fn host_has(host: Option<&OwnedFd>, rel: &[u8]) -> bool {
         .ok()
         .and_then(|d| fsops::stat_name(d.as_fd(), name).ok().flatten())
         .is_some()
-}
-
-/// The names in the directory `fd`, without `.` and `..`.
-fn read_names(fd: BorrowedFd<'_>) -> Result<Vec<Vec<u8>>, Errno> {
-    let mut dir = rustix::fs::Dir::read_from(fd)?;
-    let mut names = Vec::new();
-    while let Some(entry) = dir.read() {
-        let name = entry?.file_name().to_bytes().to_vec();
-        if name != b"." && name != b".." {
-            names.push(name);
-        }
-    }
-    Ok(names)
 }
 
 /// The fingerprints the seal of `job_dir`'s stage found (`fresh`), with what the job

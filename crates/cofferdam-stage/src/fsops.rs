@@ -82,6 +82,26 @@ pub(crate) fn open_by_components(
     Err(Errno::INVAL)
 }
 
+/// A directory opened to be read, never through a symlink.
+pub(crate) const DIR_READ: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// The names in the directory `fd`, sorted by bytes, without `.` and `..`.
+pub(crate) fn read_names(fd: BorrowedFd<'_>) -> Result<Vec<Vec<u8>>, Errno> {
+    let mut dir = rustix::fs::Dir::read_from(fd)?;
+    let mut names = Vec::new();
+    while let Some(entry) = dir.read() {
+        let name = entry?.file_name().to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            names.push(name);
+        }
+    }
+    names.sort_unstable();
+    Ok(names)
+}
+
 /// Open the directory `rel` beneath `root` as an `O_PATH` handle for `*at` calls.
 pub(crate) fn open_dir(root: BorrowedFd<'_>, rel: &[u8]) -> Result<OwnedFd, Errno> {
     open_beneath(root, rel, OFlags::PATH | OFlags::DIRECTORY)

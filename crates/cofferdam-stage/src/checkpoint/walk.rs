@@ -35,10 +35,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, SeekFrom, XattrFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, SeekFrom, XattrFlags};
 use rustix::io::Errno;
 
 use super::{CheckpointError, Counts, DIR_MODE, FILE_MODE};
+use crate::fsops::{DIR_READ as DIR_FLAGS, read_names};
 
 /// Files without holes up to this size are copied through one buffer and hashed from it.
 pub(super) const SMALL: u64 = 1 << 20;
@@ -47,8 +48,8 @@ pub(super) const OPEN_DEPTH: usize = 64;
 /// The digest's BLAKE3 key-derivation context.
 const DIGEST_CONTEXT: &str = "cofferdam checkpoint digest v1";
 
-/// Whether the entry at a path below the walk's root may be hard-linked.
-pub(super) type Linkable<'a> = dyn Fn(&[u8]) -> bool + 'a;
+/// A test of a path below the walk's root (whether its entry may be linked, or walked).
+pub(super) type PathTest<'a> = dyn Fn(&[u8]) -> bool + 'a;
 
 /// An extended attribute: its name and value.
 pub(super) type Xattr = (Vec<u8>, Vec<u8>);
@@ -161,8 +162,8 @@ pub(super) fn link(
     from: &Path,
     to: &Path,
     hash: bool,
-    linkable: &Linkable<'_>,
-    keep: &Linkable<'_>,
+    linkable: &PathTest<'_>,
+    keep: &PathTest<'_>,
 ) -> Result<(Counts, Digest), CheckpointError> {
     let mut walk = Walk::new(from, Some(to), hash, Some(linkable));
     walk.keep = Some(keep);
@@ -210,11 +211,11 @@ struct Walk<'a> {
     /// Whether `FICLONE` is still worth trying.
     clone: bool,
     /// Which entries may be hard-linked, by path below the root; `None`: none.
-    linkable: Option<&'a Linkable<'a>>,
+    linkable: Option<&'a PathTest<'a>>,
     /// Make xattr whiteouts 0:0 devices ([`layer`]).
     kernel_whiteouts: bool,
     /// Which entries are walked at all, by path below the root; `None`: all.
-    keep: Option<&'a Linkable<'a>>,
+    keep: Option<&'a PathTest<'a>>,
     buf: Vec<u8>,
 }
 
@@ -251,17 +252,12 @@ fn os(bytes: &[u8]) -> &OsStr {
     OsStr::from_bytes(bytes)
 }
 
-const DIR_FLAGS: OFlags = OFlags::RDONLY
-    .union(OFlags::DIRECTORY)
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::CLOEXEC);
-
 impl<'a> Walk<'a> {
     fn new(
         from: &'a Path,
         to: Option<&'a Path>,
         hash: bool,
-        linkable: Option<&'a Linkable<'a>>,
+        linkable: Option<&'a PathTest<'a>>,
     ) -> Self {
         Self {
             from,
@@ -667,20 +663,6 @@ impl<'a> Walk<'a> {
 /// answered `false`, so the general copy decides.
 fn dense(file: &File, len: u64) -> bool {
     len == 0 || rustix::fs::seek(file, SeekFrom::Hole(0)).is_ok_and(|hole| hole >= len)
-}
-
-/// The names in the directory `fd`, sorted by bytes, without `.` and `..`.
-fn read_names(fd: BorrowedFd<'_>) -> Result<Vec<Vec<u8>>, Errno> {
-    let mut dir = Dir::read_from(fd)?;
-    let mut names = Vec::new();
-    while let Some(entry) = dir.read() {
-        let name = entry?.file_name().to_bytes().to_vec();
-        if name != b"." && name != b".." {
-            names.push(name);
-        }
-    }
-    names.sort_unstable();
-    Ok(names)
 }
 
 /// The overlay xattrs of the open `fd`, names sorted, with their values; none where the

@@ -89,10 +89,10 @@ pub(crate) struct Seal {
 }
 
 /// Seal `job`'s stage against `workdir` and write the records of its end, in this order:
-/// a fork's inherited layer taken into the stage, the fingerprints (stamped with the run's start, `started`), the seal's trace event
-/// (through `trace`, which returns the warning of a lost write), the bundle `bundle_of`
-/// builds from the seal, and the removal of the provisional bundle. Each file is written
-/// with `durability`. Returns the bundle written.
+/// a fork's inherited layer taken into the stage, the fingerprints (stamped with the run's
+/// start, `started`), the seal's trace event (through `trace`, which returns the warning of
+/// a lost write), the bundle `bundle_of` builds from the seal, and the removal of the
+/// provisional bundle. Each file is written with `durability`. Returns the bundle written.
 pub(crate) fn seal_and_write(
     job: &Job,
     workdir: &Path,
@@ -125,7 +125,7 @@ pub(crate) fn seal_and_write(
     // it those merges are refused, naming the missing base.
     let mut warnings = sealed.warnings;
     let parent_bases = cofferdam_stage::fork::parent_bases(job);
-    match cofferdam_stage::base::keep_at_seal_from(
+    match cofferdam_stage::base::keep_at_seal(
         job.dir(),
         workdir,
         &sealed.changes,
