@@ -25,7 +25,8 @@ mod safety;
 pub use context::{
     AccessDenial, AccessObservation, AgentCtlClient, AgentCtlCounters, AgentCtlDirective,
     AgentCtlRequest, AgentCtlSnapshot, BundleArtifact, DENIALS_MAX, EnvironmentProjection,
-    Operation, OperationKind, OperationObservation, RULES_MAX, RuleCounter, RunLineage,
+    Operation, OperationKind, OperationObservation, PATH_ACCESS_WORDS, PATHS_MAX, PathAccess,
+    RULES_MAX, RuleCounter, RunLineage,
 };
 pub use control::{ControlDimension, ControlMechanism};
 pub use executor::{

@@ -175,6 +175,7 @@ impl Tally {
             denials_omitted: (self.denials_omitted > 0).then_some(self.denials_omitted),
             rules,
             rules_omitted: (rules_omitted > 0).then_some(rules_omitted),
+            ..Default::default()
         }
     }
 

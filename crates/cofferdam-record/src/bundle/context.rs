@@ -161,6 +161,11 @@ pub const DENIALS_MAX: usize = 64;
 /// At most this many `rules` are listed per dimension; the decisions of the rest are
 /// counted in `rules_omitted`.
 pub const RULES_MAX: usize = 64;
+/// At most this many `paths` are listed (the filesystem dimension); the rest are counted
+/// in `paths_omitted`.
+pub const PATHS_MAX: usize = 64;
+/// The words of [`PathAccess::access`], in the order they are listed.
+pub const PATH_ACCESS_WORDS: [&str; 3] = ["read", "write", "execute"];
 
 /// Access decisions in one dimension. Counters are `null` when not observable (Landlock,
 /// for one, does not report denials to cofferdam).
@@ -185,6 +190,26 @@ pub struct AccessObservation {
     /// beyond [`RULES_MAX`]); absent when none were left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules_omitted: Option<u64>,
+    /// The filesystem dimension: the paths accessed and how, as far as they were listed:
+    /// at most [`PATHS_MAX`], in the order they were first seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathAccess>,
+    /// Paths accessed but not listed in `paths` (beyond [`PATHS_MAX`]); absent when none
+    /// were left out, or when the number is not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths_omitted: Option<u64>,
+}
+
+/// One path the run accessed (the filesystem dimension), and the kinds of access seen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PathAccess {
+    /// The path, relative to the workdir (`.` for the workdir itself), in display form
+    /// (escaped where it is not plain UTF-8).
+    pub target: String,
+    /// The kinds seen, each once, in the order of [`PATH_ACCESS_WORDS`]: `read` (opened
+    /// without write access, or read), `write` (written, or opened for writing and
+    /// closed), `execute` (opened to be executed).
+    pub access: Vec<String>,
 }
 
 /// The decisions one rule made. For the network, `rule` is the allowlist entry as written

@@ -414,6 +414,71 @@ fn check_observations(bundle: &RunBundle) -> Result<(), BundleError> {
                 ));
             }
         }
+        check_paths(name, d)?;
+    }
+    Ok(())
+}
+
+/// `paths` (the filesystem dimension's only): within [`PATHS_MAX`], each target once, each
+/// access a known word, once, in order; `allowed` counts at least the accesses listed.
+fn check_paths(name: &str, d: &crate::bundle::AccessObservation) -> Result<(), BundleError> {
+    use crate::bundle::{PATH_ACCESS_WORDS, PATHS_MAX};
+    if d.paths.is_empty() && d.paths_omitted.is_none() {
+        return Ok(());
+    }
+    let path = |field: &str| format!("run_observation.{name}.{field}");
+    if name != "filesystem" {
+        return Err(inconsistent(
+            path("paths"),
+            "only the filesystem dimension lists paths".to_owned(),
+        ));
+    }
+    if d.paths.len() > PATHS_MAX {
+        return Err(inconsistent(
+            path("paths"),
+            format!(
+                "lists {} paths, more than the {PATHS_MAX} a bundle holds",
+                d.paths.len()
+            ),
+        ));
+    }
+    let mut listed = 0u64;
+    for (i, p) in d.paths.iter().enumerate() {
+        let at = |field: &str| format!("run_observation.{name}.paths[{i}].{field}");
+        if d.paths[..i].iter().any(|o| o.target == p.target) {
+            return Err(inconsistent(
+                at("target"),
+                format!("`{}` is listed twice", p.target),
+            ));
+        }
+        let ranks: Option<Vec<usize>> = p
+            .access
+            .iter()
+            .map(|a| PATH_ACCESS_WORDS.iter().position(|w| w == a))
+            .collect();
+        match ranks {
+            Some(r) if !r.is_empty() && r.windows(2).all(|w| w[0] < w[1]) => {}
+            _ => {
+                return Err(inconsistent(
+                    at("access"),
+                    format!(
+                        "must list some of {PATH_ACCESS_WORDS:?}, each once and in that order, \
+                         not {:?}",
+                        p.access
+                    ),
+                ));
+            }
+        }
+        listed += p.access.len() as u64;
+    }
+    if listed > 0 && d.allowed.is_some_and(|n| n < listed) {
+        return Err(inconsistent(
+            path("allowed"),
+            format!(
+                "is {} but the paths list {listed} access(es)",
+                d.allowed.unwrap_or(0)
+            ),
+        ));
     }
     Ok(())
 }

@@ -25,8 +25,9 @@ pub enum Rule {
 }
 
 /// Every bundle that must be accepted.
-pub const GOOD: [&str; 6] = [
+pub const GOOD: [&str; 7] = [
     "unknown_fields.json",
+    "good_observed_files.json",
     "good_sealed.json",
     "good_scoped.json",
     "good_advisory.json",
@@ -35,7 +36,7 @@ pub const GOOD: [&str; 6] = [
 ];
 
 /// Every forgery, the JSON path its error names, and a word the message must contain.
-pub const FORGED: [(&str, &str, &str, Rule); 36] = [
+pub const FORGED: [(&str, &str, &str, Rule); 38] = [
     // Scoped: the non-enforced rows deleted, summary and safety set to true.
     (
         "forged_scoped_rows_deleted.json",
@@ -89,6 +90,19 @@ pub const FORGED: [(&str, &str, &str, Rule); 36] = [
         "forged_observation_undercount.json",
         "run_observation.network.denied",
         "2 denial(s) are listed",
+        Rule::ReaderOnly,
+    ),
+    // The file watch's paths: kinds out of order, fewer accesses counted than listed.
+    (
+        "forged_observation_paths_access.json",
+        "run_observation.filesystem.paths[0].access",
+        "each once and in that order",
+        Rule::ReaderOnly,
+    ),
+    (
+        "forged_observation_paths_undercount.json",
+        "run_observation.filesystem.allowed",
+        "the paths list 2",
         Rule::ReaderOnly,
     ),
     // agentctl (issue 21): a request the protocol does not have, by a client the snapshot
