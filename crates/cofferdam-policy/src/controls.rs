@@ -110,6 +110,10 @@ pub enum SetupStep {
     Hostname,
     /// Configure the network namespace (sealed).
     Network,
+    /// Ask the supervisor to watch the workdir's overlay for file accesses, and wait until
+    /// it has (sealed, [`crate::plan::SandboxPlan::watch_files`]): before the command, so
+    /// nothing it opens goes unseen.
+    AwaitFileWatch,
     /// Apply the rlimits.
     Rlimits,
     /// Build the seccomp filter, before any restriction (building allocates).

@@ -59,6 +59,30 @@ pub struct SandboxPlan {
     /// ([`control_requirements`] of the tier): a row that does not hold its requirement
     /// refuses the run. No default: a plan without it would refuse nothing.
     pub requirements: Vec<ControlRequirement>,
+    /// Whether the supervisor watches the workdir's overlay for the run's file accesses
+    /// (`run_observation.filesystem`): pid 1 asks for the watch once the overlay is mounted
+    /// and waits until it is placed ([`SetupStep::AwaitFileWatch`]). Set by
+    /// [`build_plan`] where [`files_observable`] says the host allows it.
+    #[serde(default)]
+    pub watch_files: bool,
+}
+
+/// Whether the run's file accesses can be observed on `tier` with these host facts, and if
+/// not, why. The only mechanism is a fanotify mark on the sealed tier's workdir overlay
+/// mount: the copy tiers have no mount of their own to mark, and a mount mark needs
+/// `CAP_SYS_ADMIN` in the initial user namespace (an unprivileged fanotify group may only
+/// mark single inodes, which would mean walking the tree). Pure.
+pub fn files_observable(tier: EnforcementTier, facts: &HostFacts) -> Result<(), &'static str> {
+    if tier != EnforcementTier::MountnsPivotRootLandlockSeccomp {
+        return Err("only the sealed tier has a workdir mount to watch");
+    }
+    if !facts.is_root {
+        return Err(
+            "watching a mount with fanotify needs root (CAP_SYS_ADMIN in the \
+                    initial user namespace)",
+        );
+    }
+    Ok(())
 }
 
 impl SandboxPlan {
@@ -79,6 +103,7 @@ impl SandboxPlan {
                 Some(S::ComposeRoot),
                 Some(S::Hostname),
                 Some(S::Network),
+                self.watch_files.then_some(S::AwaitFileWatch),
                 Some(S::Rlimits),
                 Some(S::BuildSeccomp),
                 Some(S::CloseFds),
@@ -539,6 +564,7 @@ pub fn build_plan(
         terminal: None,
         network: network_plan(policy),
         requirements: control_requirements(decision.tier, policy.network.mode != NetworkMode::Host),
+        watch_files: files_observable(decision.tier, facts).is_ok(),
     }
 }
 
@@ -708,6 +734,47 @@ pub(crate) mod tests {
         );
         assert_eq!(host.network.mode, PlanNetworkMode::Host);
         assert!(host.network.tcp_ports.is_empty() && host.fs.resolv_conf.is_none());
+    }
+
+    #[test]
+    fn files_are_watched_only_on_the_sealed_tier_as_root_and_before_the_hardening() {
+        use crate::controls::SetupStep as S;
+        let mut root = HostFacts::capable_example();
+        root.is_root = true;
+        let mut user = root.clone();
+        user.is_root = false;
+        let sealed = EnforcementTier::MountnsPivotRootLandlockSeccomp;
+        assert!(files_observable(sealed, &root).is_ok());
+        assert!(
+            files_observable(sealed, &user)
+                .unwrap_err()
+                .contains("root")
+        );
+        assert!(files_observable(EnforcementTier::LandlockSeccomp, &root).is_err());
+        assert!(files_observable(EnforcementTier::None, &root).is_err());
+        let build = |facts: &HostFacts| {
+            build_plan(
+                &policy(RunFlags::default()),
+                facts,
+                &inv(),
+                &job(),
+                vec!["true".into()],
+            )
+        };
+        assert!(!build(&user).watch_files);
+        assert!(!build(&user).setup_program().contains(&S::AwaitFileWatch));
+        let plan = build(&root);
+        assert!(plan.watch_files);
+        let steps = plan.setup_program();
+        let at = |s: S| steps.iter().position(|x| *x == s).unwrap();
+        // After the workdir is mounted, before any descriptor is closed or right dropped.
+        assert!(at(S::ComposeRoot) < at(S::AwaitFileWatch));
+        assert!(at(S::AwaitFileWatch) < at(S::CloseFds));
+        assert!(at(S::AwaitFileWatch) < at(S::DropCapabilities));
+        // The copy tiers have no mount to watch.
+        let mut scoped = plan.clone();
+        scoped.tier = EnforcementTier::LandlockSeccomp;
+        assert!(!scoped.setup_program().contains(&S::AwaitFileWatch));
     }
 
     #[test]

@@ -77,6 +77,7 @@ pub fn build_copy_plan(
     let mut plan = build_plan(policy, facts, inv, &paths.job, argv);
     plan.tier = decision.tier;
     plan.requirements = control_requirements(plan.tier, plan.network_confined());
+    plan.watch_files = crate::plan::files_observable(plan.tier, facts).is_ok();
     for (name, value) in plan.env.iter_mut() {
         match name.as_str() {
             "HOME" => *value = paths.home.to_string_lossy().into_owned(),

@@ -202,7 +202,7 @@ pub(crate) fn unsealed_plan() -> Result<SandboxPlan, i32> {
         Ok(plan)
             if plan.tier != cofferdam_record::EnforcementTier::MountnsPivotRootLandlockSeccomp =>
         {
-            await_go(channel).map(|()| plan)
+            await_go(&mut channel).map(|()| plan)
         }
         Ok(_) => Err(plan_failed(
             "a sealed plan reached an init started without namespaces".into(),
@@ -252,7 +252,7 @@ pub(crate) fn sealed_main(early: EarlyNamespaces) -> i32 {
         ));
     }
     if let Some((step, error)) = first_refusal(&plan, &rows, unshare_step) {
-        if let Err(code) = await_go(channel) {
+        if let Err(code) = await_go(&mut channel) {
             return code;
         }
         return refuse(step, error);
@@ -265,9 +265,9 @@ fn unshare_step(o: &ControlObservation) -> String {
     format!("unshare ({})", o.mechanism)
 }
 
-/// Wait for the supervisor's go (closing the plan pipe); a missing go is not reported (the
-/// supervisor that gave up is not listening), anything else is.
-fn await_go(channel: PlanChannel) -> Result<(), i32> {
+/// Wait for the supervisor's go (the caller closes the plan pipe); a missing go is not
+/// reported (the supervisor that gave up is not listening), anything else is.
+fn await_go(channel: &mut PlanChannel) -> Result<(), i32> {
     match channel.go() {
         Ok(()) => Ok(()),
         Err(e) if e == NO_GO => Err(SETUP_FAILED),
@@ -279,13 +279,15 @@ pub(crate) fn die_with_parent() {
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
 }
 
-fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
+fn run_init(plan: &SandboxPlan, mut channel: PlanChannel) -> i32 {
     // The go also says this process is in the run's cgroups: pid 1 and everything it
     // starts are inside from their first instruction, and the cgroup namespace is rooted
     // at the run's cgroup.
-    if let Err(code) = await_go(channel) {
+    if let Err(code) = await_go(&mut channel) {
         return code;
     }
+    // Pid 1 waits on it for the file watch; otherwise it is closed now.
+    let channel = plan.watch_files.then_some(channel);
     match userns::enter_cgroup_namespace() {
         Ok(o) => {
             if let Err(code) = check(plan, vec![o], |_| "unshare(CLONE_NEWCGROUP)".into()) {
@@ -308,9 +310,10 @@ fn run_init(plan: &SandboxPlan, channel: PlanChannel) -> i32 {
         });
     }
     if pid == 0 {
-        let code = pid1(plan);
+        let code = pid1(plan, channel);
         std::process::exit(code);
     }
+    drop(channel);
     FORWARD_TO.store(pid, Ordering::SeqCst);
     set_handlers(FORWARDED, forward);
     if plan.terminal.is_some() {
@@ -400,9 +403,9 @@ fn wait_for(pid: i32) -> i32 {
 
 /// Pid 1: the plan's setup program in the one setup loop (`crate::setup`: the composed
 /// root, then the hardening steps, Landlock and seccomp last), then the command.
-fn pid1(plan: &SandboxPlan) -> i32 {
+fn pid1(plan: &SandboxPlan, channel: Option<PlanChannel>) -> i32 {
     die_with_parent();
-    match setup::run(plan) {
+    match setup::run(plan, channel) {
         Ok(slave) => run_command_on(plan, slave),
         Err(code) => code,
     }

@@ -117,6 +117,9 @@ pub struct SealedOutcome {
     pub warnings: Vec<String>,
     /// Why the supervisor stopped the run (timeout, cancellation, stage cap), if it did.
     pub stop: Option<Cause>,
+    /// What the file watch saw, for a plan that watches files: `Err` names why no watch
+    /// was placed; `None` when pid 1 never asked (no such plan, or it failed first).
+    pub files: Option<Result<crate::fanotify::tally::Tally, String>>,
 }
 
 /// The sandbox init after the command ended. Reap it with [`InitProcess::wait`]: the status
@@ -204,6 +207,8 @@ pub struct PendingInit {
     joining: Option<Joining>,
     /// Why the init is not in the v1 cgroups it was to be born in, if it is not.
     born_outside: Option<LaunchError>,
+    /// The workdir inside the sandbox, when the plan watches files.
+    watch_workdir: Option<PathBuf>,
 }
 
 /// The init's placement in the run's cgroups ([`PendingInit::join_cgroups`]).
@@ -353,6 +358,7 @@ pub fn spawn_init(
     Ok(PendingInit {
         child: Some(child),
         plan_w: Some(plan_w),
+        watch_workdir: None,
         status_r: Some(status_r),
         socket,
         out_pipes,
@@ -476,6 +482,7 @@ impl PendingInit {
         debug_assert_eq!(plan.terminal.is_some(), self.terminal);
         self.copy_tier =
             plan.tier != cofferdam_record::EnforcementTier::MountnsPivotRootLandlockSeccomp;
+        self.watch_workdir = plan.watch_files.then(|| plan.fs.workdir.clone());
         if let Some(w) = self.plan_w.as_ref() {
             // The plan may exceed a pipe's buffer: this waits for the init to read it. A
             // peer that is gone died early (its status says why); any other failure is
@@ -590,7 +597,8 @@ impl PendingInit {
             // cannot fail.
             let _ = crate::watch::become_subreaper();
         }
-        if let Some(w) = self.plan_w.take() {
+        let plan_w = self.plan_w.take();
+        if let Some(w) = &plan_w {
             // A write error means the init died early; its status says why.
             let _ = crate::plan_channel::send_go(w.as_fd());
         }
@@ -598,6 +606,17 @@ impl PendingInit {
             return Err(LaunchError::Wait(std::io::Error::other("the init is gone")));
         };
         on_start(child.id());
+        // Pid 1 shares the init's mount namespace, whose root its pivot made the init's
+        // too: the workdir's mount is reached through the init's root.
+        let file_watch = match (plan_w, self.watch_workdir.take()) {
+            (Some(reply), Some(workdir)) => Some(crate::relay::FileWatchRequest {
+                mount: PathBuf::from(format!("/proc/{}/root", child.id()))
+                    .join(workdir.strip_prefix("/").unwrap_or(&workdir)),
+                workdir,
+                reply,
+            }),
+            _ => None,
+        };
 
         let relay = Relay {
             status: self
@@ -612,6 +631,7 @@ impl PendingInit {
             signals: self.signals.take(),
             watch: Watch::new(watch),
             subreaper: self.copy_tier,
+            file_watch,
         };
         let relayed = match relay.run(&mut child) {
             Ok(r) => r,
@@ -630,6 +650,10 @@ impl PendingInit {
             terminal: relayed.terminal,
             warnings,
             stop: relayed.stop,
+            // Every process of the run is gone: what is queued is all there will be.
+            files: relayed
+                .file_watch
+                .map(|w| w.map(crate::fanotify::FileWatch::finish)),
         })
     }
 }
@@ -668,6 +692,7 @@ impl PendingInit {
             terminal: false,
             warnings,
             stop: None,
+            files: None,
         })
     }
 }

@@ -11,6 +11,7 @@ pub mod caps;
 pub mod cgroup;
 pub mod egress;
 pub mod entry;
+pub mod fanotify;
 pub mod fds;
 pub mod fork;
 pub mod init;

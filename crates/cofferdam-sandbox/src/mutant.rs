@@ -83,9 +83,13 @@ pub const STATVFS_UNREAD: &str = "statvfs_unread";
 /// reason, not the placement's, must reach the user and the bundle).
 pub const INIT_EARLY_FAILURE: &str = "init_early_failure";
 
+/// Not a control: the supervisor's fanotify mark on the workdir is skipped, so its read-back
+/// must find no mark and the bundle must hold no filesystem observation (`crate::fanotify`).
+pub const FILE_WATCH_UNMARKED: &str = "file_watch_unmarked";
+
 /// Test switches that are not mutants of a control (no row to take away), handed on to the
 /// init like the mutants.
-pub const SWITCHES: &[&str] = &[INIT_EARLY_FAILURE];
+pub const SWITCHES: &[&str] = &[INIT_EARLY_FAILURE, FILE_WATCH_UNMARKED];
 
 /// Every mutant.
 pub const MUTANTS: &[Mutant] = &[

@@ -1,5 +1,6 @@
-//! The plan channel (fd [`fds::PLAN`], supervisor → init): two messages, the plan and then
-//! the go, each one `cofferdam_channel` frame.
+//! The plan channel (fd [`fds::PLAN`], supervisor → init): the plan, then the go, each one
+//! `cofferdam_channel` frame, and when the plan watches files a third, once the
+//! supervisor's watch is on the workdir's mount (pid 1 waits for it before the command).
 //!
 //! The supervisor starts the init before its job exists, so the init's start and its
 //! namespaces overlap the supervisor's own setup: it sends the plan as soon as it has one,
@@ -30,8 +31,11 @@ pub enum PlanMessage<P> {
         /// The plan.
         plan: P,
     },
-    /// The go, second and last: the job is in place, the init is in the run's cgroups.
+    /// The go, second: the job is in place, the init is in the run's cgroups.
     Go,
+    /// Third, only when the plan watches files: the supervisor has placed its watch on the
+    /// workdir (or given up on it, which its records say), and pid 1 may go on.
+    FileWatched,
 }
 
 /// What ended the wait for the supervisor's go without one.
@@ -51,7 +55,13 @@ pub fn send_go(fd: BorrowedFd<'_>) -> Result<(), cofferdam_channel::ChannelError
     cofferdam_channel::send_pipe(fd, CHANNEL, &PlanMessage::<()>::Go)
 }
 
-/// The init's end, read in two steps: the plan, then the go.
+/// The supervisor's end: the watch is placed (or given up on); pid 1 may go on.
+pub fn send_file_watched(fd: BorrowedFd<'_>) -> Result<(), cofferdam_channel::ChannelError> {
+    cofferdam_channel::send_pipe(fd, CHANNEL, &PlanMessage::<()>::FileWatched)
+}
+
+/// The init's end, read in steps: the plan, the go, and for a plan that watches files, the
+/// word that the watch is placed.
 pub(crate) struct PlanChannel {
     fd: OwnedFd,
 }
@@ -75,18 +85,38 @@ impl PlanChannel {
         match self.recv()? {
             Some(PlanMessage::Plan { plan }) => Ok(*plan),
             Some(PlanMessage::Go) => Err("the plan channel: the go came before the plan".into()),
+            Some(PlanMessage::FileWatched) => {
+                Err("the plan channel: the file watch's word came before the plan".into())
+            }
             None => Err("the plan channel: the pipe ended before the plan".into()),
         }
     }
 
     /// Wait for the go; `Err` when the pipe ends (or says anything else) first. The channel
-    /// is closed on return.
-    pub(crate) fn go(self) -> Result<(), String> {
+    /// stays open (for [`PlanChannel::file_watched`]) until it is dropped.
+    pub(crate) fn go(&mut self) -> Result<(), String> {
         match self.recv()? {
             Some(PlanMessage::Go) => Ok(()),
             Some(PlanMessage::Plan { .. }) => {
                 Err("the plan channel: a second plan came instead of the go".into())
             }
+            Some(PlanMessage::FileWatched) => {
+                Err("the plan channel: the file watch's word came before the go".into())
+            }
+            None => Err(NO_GO.into()),
+        }
+    }
+
+    /// Wait for the supervisor's word that the file watch is placed; the channel is closed
+    /// on return.
+    pub(crate) fn file_watched(self) -> Result<(), String> {
+        match self.recv()? {
+            Some(PlanMessage::FileWatched) => Ok(()),
+            Some(_) => Err(
+                "the plan channel: another message came instead of the file \
+                            watch's"
+                    .into(),
+            ),
             None => Err(NO_GO.into()),
         }
     }
@@ -148,6 +178,32 @@ mod tests {
         let mut c = channel(&[&a[..3], &a[3..], b, &go_frame()]);
         assert!(c.plan().is_ok());
         assert_eq!(c.go(), Ok(()));
+    }
+
+    #[test]
+    fn the_file_watchs_word_comes_third_and_only_then() {
+        let watched = frame(&PlanMessage::FileWatched);
+        let mut c = channel(&[&plan_frame(), &go_frame(), &watched]);
+        assert!(c.plan().is_ok());
+        assert_eq!(c.go(), Ok(()));
+        assert_eq!(c.file_watched(), Ok(()));
+        // The supervisor gone before it: pid 1 leaves as without a go.
+        let mut c = channel(&[&plan_frame(), &go_frame()]);
+        assert!(c.plan().is_ok() && c.go().is_ok());
+        assert_eq!(c.file_watched(), Err(NO_GO.to_owned()));
+        // Out of order.
+        let mut c = channel(&[&plan_frame(), &watched]);
+        assert!(c.plan().is_ok());
+        assert!(c.go().unwrap_err().contains("before the go"));
+        let mut c = channel(&[&plan_frame(), &go_frame(), &go_frame()]);
+        assert!(c.plan().is_ok() && c.go().is_ok());
+        assert!(
+            c.file_watched()
+                .unwrap_err()
+                .contains("instead of the file watch's")
+        );
+        let mut c = channel(&[&watched]);
+        assert!(c.plan().unwrap_err().contains("before the plan"));
     }
 
     #[test]

@@ -328,6 +328,19 @@ pub(crate) struct Relay {
     /// A tier without a pid namespace: this process is the command's child subreaper, and
     /// orphans of the run reach it only once the init is reaped.
     pub(crate) subreaper: bool,
+    /// The file watch pid 1 will ask for, when the plan watches files.
+    pub(crate) file_watch: Option<FileWatchRequest>,
+}
+
+/// Where to place the file watch once pid 1 asks (`StatusMessage::AwaitFileWatch`), and the
+/// plan channel to tell it on.
+pub(crate) struct FileWatchRequest {
+    /// The workdir's mount, as the supervisor reaches it.
+    pub(crate) mount: std::path::PathBuf,
+    /// The workdir's path inside the sandbox.
+    pub(crate) workdir: std::path::PathBuf,
+    /// The plan channel's write end.
+    pub(crate) reply: OwnedFd,
 }
 
 /// What the loop collected.
@@ -339,6 +352,8 @@ pub(crate) struct Relayed {
     pub(crate) warnings: Vec<String>,
     /// Why the supervisor stopped the run, if it did.
     pub(crate) stop: Option<Cause>,
+    /// The file watch placed when pid 1 asked (`Err`: why none was).
+    pub(crate) file_watch: Option<Result<crate::fanotify::FileWatch, String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -548,6 +563,8 @@ struct Loop {
     watch: Watch,
     warnings: Vec<String>,
     buf: Vec<u8>,
+    file_watch_request: Option<FileWatchRequest>,
+    file_watch: Option<Result<crate::fanotify::FileWatch, String>>,
 }
 
 impl Relay {
@@ -565,6 +582,7 @@ impl Relay {
             signals,
             watch,
             subreaper,
+            file_watch,
         } = self;
         let mut l = Loop {
             status: Some(status),
@@ -589,6 +607,8 @@ impl Relay {
             watch,
             warnings: Vec::new(),
             buf: vec![0u8; 64 * 1024],
+            file_watch_request: file_watch,
+            file_watch: None,
         };
         let result = l.run(child, signals.as_ref());
         // Terminal first (RawMode's Drop), then the handlers (SignalPipe's Drop).
@@ -630,6 +650,7 @@ impl Relay {
             terminal: l.had_master,
             warnings: l.warnings,
             stop,
+            file_watch: l.file_watch,
         })
     }
 }
@@ -769,7 +790,7 @@ impl Loop {
                 match read_some(fd.as_fd(), &mut self.buf) {
                     Some(n) => {
                         self.stream.extend_from_slice(&self.buf[..n]);
-                        if self.terminal_mode {
+                        if self.terminal_mode || self.file_watch_request.is_some() {
                             self.scan_status();
                         }
                     }
@@ -826,10 +847,25 @@ impl Loop {
             .and_then(crate::status::next)
         {
             self.scanned += used;
+            if let Ok(StatusMessage::AwaitFileWatch) = msg {
+                self.place_file_watch();
+            }
             if let Ok(StatusMessage::Stopped { .. }) = msg {
                 self.stop_with_command();
             }
         }
+    }
+
+    /// Pid 1 waits before the command: place the file watch (once), then let it go on
+    /// whether or not the watch could be placed (the records say which).
+    fn place_file_watch(&mut self) {
+        let Some(req) = self.file_watch_request.take() else {
+            return;
+        };
+        let placed = crate::fanotify::place(&req.mount, &req.workdir).map_err(|e| e.to_string());
+        // A write error means pid 1 is gone; its status says why.
+        let _ = crate::plan_channel::send_file_watched(req.reply.as_fd());
+        self.file_watch = Some(placed);
     }
 
     /// The command stopped on its terminal: give the caller's terminal back and stop this

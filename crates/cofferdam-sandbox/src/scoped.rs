@@ -39,7 +39,7 @@ pub fn run_scoped(plan: &SandboxPlan) -> i32 {
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     // The tier's program (`SandboxPlan::setup_program`) in the one setup loop; the
     // command's terminal when the scoped tier allocated it (before Landlock).
-    let slave = match setup::run(plan) {
+    let slave = match setup::run(plan, None) {
         Ok(slave) => slave,
         Err(code) => return code,
     };

@@ -9,6 +9,7 @@
 //! single-threaded init (the sealed tier's pid 1, or the init of a tier without namespaces).
 
 use crate::fds;
+use crate::plan_channel::PlanChannel;
 use crate::setup_error::{SETUP_FAILED, SetupError, StepContext};
 use crate::status::StatusMessage;
 use crate::{caps, egress, landlock, memfd, metafilter, mounts, pty, rlimit, seccomp, sockfilter};
@@ -96,17 +97,24 @@ struct Setup<'a> {
     ruleset: LandlockPlan,
     /// The ABI Landlock's write row read (0 before it, or without Landlock).
     landlock_abi: u32,
+    /// The plan channel, for [`SetupStep::AwaitFileWatch`]; closed by it.
+    channel: Option<PlanChannel>,
 }
 
 /// Run the plan's setup program, then send the ready marker. Returns the command's terminal
 /// when a step allocated it; `Err` is the init's exit code (the refusal is reported).
-pub(crate) fn run(plan: &SandboxPlan) -> Result<Option<OwnedFd>, i32> {
+/// `channel` is the plan channel when the plan watches files.
+pub(crate) fn run(
+    plan: &SandboxPlan,
+    channel: Option<PlanChannel>,
+) -> Result<Option<OwnedFd>, i32> {
     let mut s = Setup {
         plan,
         filter: None,
         slave: None,
         ruleset: plan.landlock.clone(),
         landlock_abi: 0,
+        channel,
     };
     for step in plan.setup_program() {
         let rows = s.apply(step).map_err(|e| fail(&e))?;
@@ -138,6 +146,21 @@ impl Setup<'_> {
                 Vec::new()
             }
             SetupStep::Network => vec![egress::configure(&plan.network)?],
+            SetupStep::AwaitFileWatch => {
+                // The workdir is mounted and nothing of the command runs yet: the
+                // supervisor marks the mount, then says so (`crate::fanotify`). Its
+                // observation is evidence of accesses only, never a control row.
+                let channel = self.channel.take().ok_or_else(|| SetupError {
+                    step: "wait for the file watch: no plan channel".into(),
+                    errno: Errno::BADF,
+                })?;
+                fds::send_status(&StatusMessage::AwaitFileWatch);
+                channel.file_watched().map_err(|e| SetupError {
+                    step: format!("wait for the file watch: {e}"),
+                    errno: Errno::PIPE,
+                })?;
+                Vec::new()
+            }
             SetupStep::Rlimits => rlimit::apply(&plan.rlimits),
             SetupStep::BuildSeccomp => {
                 // Built before any restriction: building allocates and may fail on its own.

@@ -27,6 +27,9 @@ pub enum StatusMessage {
         /// The error, with errno name.
         error: String,
     },
+    /// Pid 1 has mounted the workdir and waits, on the plan channel, for the supervisor to
+    /// watch it (`SandboxPlan::watch_files`); sent once, before the command.
+    AwaitFileWatch,
     /// Every control is installed; the command is about to start.
     Ready,
     /// The command's process started (pid inside the sandbox).

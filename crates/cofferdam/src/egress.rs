@@ -86,7 +86,7 @@ impl Egress {
 pub fn record(bundle: &mut RunBundle, report: InterceptReport) {
     bundle.network.interception = Some(report.profile);
     bundle.network.intercepted = report.snapshot;
-    // What the driver saw; the filesystem dimension is not observed (absent, not zeros).
+    // What the driver saw (the filesystem dimension is the file watch's: `supervise`).
     if let Some(network) = report.network_observation {
         bundle
             .run_observation

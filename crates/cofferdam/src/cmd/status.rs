@@ -213,6 +213,8 @@ fn observation_json(a: Option<&AccessObservation>) -> serde_json::Value {
             .map(|r| json!({ "rule": r.rule, "allowed": r.allowed, "denied": r.denied }))
             .collect::<Vec<_>>(),
         "rules_omitted": a.rules_omitted,
+        "paths_listed": a.paths.len(),
+        "paths_omitted": a.paths_omitted,
     })
 }
 
@@ -307,6 +309,21 @@ fn render_observations(o: &mut String, b: &RunBundle, s: Style) {
             a.denials.len().saturating_sub(OBSERVED_SHOWN) as u64 + a.denials_omitted.unwrap_or(0);
         if more > 0 {
             let _ = writeln!(o, "    {}", s.dim(&format!("and {more} more denial(s)")));
+        }
+        for p in a.paths.iter().take(OBSERVED_SHOWN) {
+            let _ = writeln!(o, "    {} ({})", escape(&p.target), p.access.join(", "));
+        }
+        let more =
+            a.paths.len().saturating_sub(OBSERVED_SHOWN) as u64 + a.paths_omitted.unwrap_or(0);
+        if more > 0 {
+            let _ = writeln!(o, "    {}", s.dim(&format!("and {more} more path(s)")));
+        }
+        if a.allowed.is_none() && a.paths.len() >= cofferdam_record::bundle::PATHS_MAX {
+            let _ = writeln!(
+                o,
+                "    {}",
+                s.dim("and perhaps more paths: the counts are unknown")
+            );
         }
     }
 }

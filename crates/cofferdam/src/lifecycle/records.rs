@@ -221,6 +221,7 @@ pub(super) fn write_run_records(
         relay_warnings,
         egress,
         forwarder,
+        files,
         ..
     } = run;
     let job = r.job;
@@ -268,6 +269,12 @@ pub(super) fn write_run_records(
                     crate::egress::record(&mut bundle, report);
                 }
                 crate::publish::record(&mut bundle, forwarder);
+                if let Some(files) = files {
+                    bundle
+                        .run_observation
+                        .get_or_insert_with(Default::default)
+                        .filesystem = Some(files);
+                }
                 bundle.run.warnings.extend(relay_warnings);
                 // The stage is sealed and its fingerprints written: the checkpoints clients
                 // asked for are taken now (`super::ctl`), never while the workload writes.

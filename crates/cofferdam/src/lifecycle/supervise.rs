@@ -77,6 +77,8 @@ pub(super) struct Run {
     pub egress: Option<InterceptReport>,
     /// The `--publish` forwarder, stopped when the records are written.
     pub forwarder: Option<cofferdam_net::forward::Forwarder>,
+    /// What the file watch saw (`run_observation.filesystem`), when one was placed.
+    pub files: Option<cofferdam_record::bundle::AccessObservation>,
     /// Why the supervisor stopped the run, if it did.
     stop: Option<Cause>,
 }
@@ -130,7 +132,11 @@ fn fold(messages: Vec<Result<StatusMessage, String>>, started: u64, finished: u6
                 ));
                 r.ending.get_or_insert(Ending::Exited { code, signal });
             }
-            Ok(StatusMessage::Ready | StatusMessage::Stopped { .. }) => {}
+            Ok(
+                StatusMessage::Ready
+                | StatusMessage::Stopped { .. }
+                | StatusMessage::AwaitFileWatch,
+            ) => {}
             Err(line) => r.unreadable.push(line),
         }
     }
@@ -156,6 +162,7 @@ pub(super) fn collect(
         terminal: _,
         warnings: relay_warnings,
         stop,
+        files,
     } = ran.outcome;
     let reported = fold(messages, started, finished);
     let mut controls: Vec<ControlObservation> = limits.controls.clone();
@@ -168,6 +175,20 @@ pub(super) fn collect(
     controls.extend(reported.controls);
     let mut warnings: Vec<String> = store_full.into_iter().collect();
     warnings.extend(reported.unreadable);
+    let files = match files {
+        Some(Ok(tally)) => {
+            let (observation, said) = tally.observation(|rel| {
+                cofferdam_record::shown::escape_bytes(rel, cofferdam_record::shown::Keep::LINE).0
+            });
+            warnings.extend(said);
+            Some(observation)
+        }
+        Some(Err(why)) => {
+            warnings.push(format!("the run's file accesses were not observed: {why}"));
+            None
+        }
+        None => None,
+    };
     trace.append(events, "the run's controls and process events");
     let egress = ran.egress.map(|e| e.finish(&mut controls, &mut trace.log));
     let mut init = Some(init);
@@ -184,6 +205,7 @@ pub(super) fn collect(
         relay_warnings,
         egress,
         forwarder: ran.forwarder,
+        files,
         stop,
     };
     (run, ending)

@@ -16,6 +16,7 @@ mod common;
 mod docs;
 mod drop_paths;
 mod equivalence;
+mod file_watch;
 mod finished;
 mod gc;
 mod housekeeping;
