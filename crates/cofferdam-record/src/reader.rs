@@ -190,6 +190,16 @@ pub fn check_bundle(bundle: &RunBundle) -> Result<(), BundleError> {
     consistency::check_complete(bundle)
 }
 
+/// Whether one `run_observation` dimension (`filesystem` or `network`) holds what the
+/// reader asks of it, so a writer can leave out (with a warning) a dimension that would
+/// make its whole bundle unreadable.
+pub fn check_observation(
+    name: &str,
+    d: &crate::bundle::AccessObservation,
+) -> Result<(), BundleError> {
+    consistency::check_dimension(name, d)
+}
+
 /// The canonical `run-bundle.json` text: [`check_bundle`] passed, pretty-printed with two
 /// spaces, fields in declaration (spec) order, ending in a newline. Whatever this returns,
 /// [`read_bundle`] accepts.

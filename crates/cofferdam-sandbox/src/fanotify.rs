@@ -5,17 +5,18 @@
 //! overlay mounted in a user namespace cannot give); the kernel opens only regular files
 //! and directories for it, so a FIFO or a device in the workdir never blocks the reader.
 //!
-//! Owns the fanotify group, its mark (read back from `/proc/self/fdinfo` against the
-//! mount's id before the watch counts) and the reading thread. What the events mean for
-//! the record is [`tally`]'s. It never acts on what it reads: a path only feeds the tally.
+//! Owns the fanotify group, its mark (read back before the watch counts: on an overlay,
+//! the mount pid 1 named), the run's mount namespace held open while events are named
+//! (once it is gone the kernel names them from a detached mount), and the reading thread.
+//! What the events mean for the record is [`tally`]'s. It never acts on what it reads: a
+//! name only feeds the tally.
 
 pub mod tally;
 
 use rustix::event::{PollFd, PollFlags};
-use rustix::fd::{AsFd, FromRawFd, OwnedFd};
-use rustix::fs::{AtFlags, CWD, StatxFlags};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
 use rustix::io::Errno;
-use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
@@ -38,10 +39,25 @@ const METADATA_VERSION: u8 = 3;
 /// takes at most this many bytes' worth (128 events), far below the descriptor limit.
 const READ_BUF: usize = 128 * METADATA_LEN;
 
+/// `statfs.f_type` of an overlay.
+const OVERLAYFS_SUPER_MAGIC: u64 = 0x794c_7630;
+
+/// What the kernel appends to the name of a file with no name left.
+const DELETED: &[u8] = b" (deleted)";
+
 /// Why the watch could not be placed; the run goes on, without the observation.
 #[derive(Debug, thiserror::Error)]
 pub enum FanotifyError {
-    /// `fanotify_init` failed (EPERM without `CAP_SYS_ADMIN` in the initial namespace).
+    /// The workdir's mount or the run's mount namespace could not be opened.
+    #[error("open {path}: {errno}")]
+    Open {
+        /// What was opened.
+        path: PathBuf,
+        /// The error.
+        errno: Errno,
+    },
+    /// `fanotify_init` failed (EPERM without `CAP_SYS_ADMIN` in the initial namespace,
+    /// EMFILE past `fs.fanotify.max_user_groups`).
     #[error("fanotify_init: {0}")]
     Init(Errno),
     /// The mark on the mount failed.
@@ -52,7 +68,7 @@ pub enum FanotifyError {
         /// The error.
         errno: Errno,
     },
-    /// The mark read back is not the one placed.
+    /// The mark read back is not the one placed, or not on the workdir's overlay.
     #[error("the fanotify mark on {path} did not read back: {why}")]
     ReadBack {
         /// The mount's path.
@@ -70,25 +86,70 @@ pub enum FanotifyError {
 pub struct FileWatch {
     stop: Option<OwnedFd>,
     thread: Option<JoinHandle<Tally>>,
+    /// The run's mount namespace, held until the last event is named.
+    _mount_ns: OwnedFd,
 }
 
-/// Watch the mount at `mount` (a path that reaches the sandbox's workdir overlay, e.g.
-/// through `/proc/<init>/root`), whose files the kernel names below `workdir` (the
-/// workdir's path inside the sandbox).
-pub fn place(mount: &Path, workdir: &Path) -> Result<FileWatch, FanotifyError> {
+/// Watch the workdir of the sandbox whose init is `init_pid` (`workdir` is its path inside,
+/// the same as on the host); `mnt_id` is the mount id pid 1 read of it, which the mark must
+/// be on.
+pub fn place(
+    init_pid: u32,
+    workdir: &Path,
+    mnt_id: Option<u64>,
+) -> Result<FileWatch, FanotifyError> {
+    let proc = PathBuf::from(format!("/proc/{init_pid}"));
+    let mount = proc
+        .join("root")
+        .join(workdir.strip_prefix("/").unwrap_or(workdir));
+    let open = |path: &Path, flags: OFlags| {
+        rustix::fs::open(path, flags | OFlags::CLOEXEC, Mode::empty()).map_err(|errno| {
+            FanotifyError::Open {
+                path: path.to_path_buf(),
+                errno,
+            }
+        })
+    };
+    let mount_ns = open(&proc.join("ns/mnt"), OFlags::RDONLY)?;
+    // Opened once: the checks and the mark are of this directory, not of a second lookup.
+    let dir = open(
+        &mount,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+    )?;
+    let fail = |why: String| FanotifyError::ReadBack {
+        path: mount.clone(),
+        why,
+    };
+    let is = rustix::fs::fstatfs(&dir).map_err(|e| fail(format!("fstatfs: {e}")))?;
+    if is.f_type as u64 != OVERLAYFS_SUPER_MAGIC {
+        return Err(fail(format!("not an overlay (f_type {:x})", is.f_type)));
+    }
+    let here = rustix::fs::statx(&dir, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
+        .map_err(|e| fail(format!("statx: {e}")))?
+        .stx_mnt_id;
+    match mnt_id {
+        Some(id) if id == here => {}
+        other => {
+            return Err(fail(format!(
+                "mount {here:x}, but pid 1 named {}",
+                other.map_or("none".to_owned(), |i| format!("{i:x}"))
+            )));
+        }
+    }
     let fan = init()?;
-    mark(&fan, mount)?;
-    read_back(&fan, mount)?;
+    mark(&fan, dir.as_fd(), &mount)?;
+    read_back(&fan, here).map_err(fail)?;
     let (stop_r, stop_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| FanotifyError::Reader(e.into()))?;
     let prefix = workdir.as_os_str().as_bytes().to_vec();
     let thread = std::thread::Builder::new()
         .name("file-watch".into())
-        .spawn(move || read_events(&fan, &stop_r, &prefix))
+        .spawn(move || read_events(&fan, &stop_r, &Names { prefix, dir }))
         .map_err(FanotifyError::Reader)?;
     Ok(FileWatch {
         stop: Some(stop_w),
         thread: Some(thread),
+        _mount_ns: mount_ns,
     })
 }
 
@@ -96,7 +157,11 @@ impl FileWatch {
     /// Stop the reader once the run is over: it reads what is still queued, then returns
     /// what it saw.
     pub fn finish(mut self) -> Tally {
-        self.stop_thread().unwrap_or_default()
+        self.stop_thread().unwrap_or_else(|| {
+            let mut t = Tally::default();
+            t.lost_events();
+            t
+        })
     }
 
     fn stop_thread(&mut self) -> Option<Tally> {
@@ -112,6 +177,10 @@ impl Drop for FileWatch {
     }
 }
 
+fn last_errno() -> Errno {
+    Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO)
+}
+
 fn init() -> Result<OwnedFd, FanotifyError> {
     let flags = libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK;
     let event_flags =
@@ -120,62 +189,47 @@ fn init() -> Result<OwnedFd, FanotifyError> {
     // descriptor is owned by nothing else.
     let fd = unsafe { libc::fanotify_init(flags, event_flags as u32) };
     if fd < 0 {
-        return Err(FanotifyError::Init(
-            Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO),
-        ));
+        return Err(FanotifyError::Init(last_errno()));
     }
     // SAFETY: `fd` was just returned by the kernel and is owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn mark(fan: &OwnedFd, mount: &Path) -> Result<(), FanotifyError> {
-    let err = |errno| FanotifyError::Mark {
-        path: mount.to_path_buf(),
-        errno,
-    };
-    let path = CString::new(mount.as_os_str().as_bytes()).map_err(|_| err(Errno::INVAL))?;
+/// Mark the mount of the open directory `dir` (`mount` names it in errors).
+fn mark(fan: &OwnedFd, dir: BorrowedFd<'_>, mount: &Path) -> Result<(), FanotifyError> {
     if crate::mutant::active(crate::mutant::FILE_WATCH_UNMARKED) {
         return Ok(());
     }
-    use std::os::fd::AsRawFd;
-    // SAFETY: `fan` is an open fanotify descriptor for the duration of the call, and `path`
-    // a NUL-terminated string that outlives it; the call reads nothing else of ours.
+    // SAFETY: `fan` and `dir` are open descriptors for the duration of the call; a null
+    // path makes the kernel mark what `dir` refers to, and it reads nothing else of ours.
     let r = unsafe {
         libc::fanotify_mark(
             fan.as_raw_fd(),
             libc::FAN_MARK_ADD | libc::FAN_MARK_MOUNT,
             MASK,
-            libc::AT_FDCWD,
-            path.as_ptr(),
+            dir.as_raw_fd(),
+            std::ptr::null(),
         )
     };
     if r < 0 {
-        return Err(err(
-            Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO)
-        ));
+        return Err(FanotifyError::Mark {
+            path: mount.to_path_buf(),
+            errno: last_errno(),
+        });
     }
     Ok(())
 }
 
-/// The group's one mark, from `/proc/self/fdinfo`: on the mount of `mount` (its id by
-/// `statx`), with every event of [`MASK`].
-fn read_back(fan: &OwnedFd, mount: &Path) -> Result<(), FanotifyError> {
-    use std::os::fd::AsRawFd;
-    let fail = |why: String| FanotifyError::ReadBack {
-        path: mount.to_path_buf(),
-        why,
-    };
-    let want = rustix::fs::statx(CWD, mount, AtFlags::empty(), StatxFlags::MNT_ID)
-        .map_err(|e| fail(format!("statx: {e}")))?
-        .stx_mnt_id;
+/// The group's one mark, from `/proc/self/fdinfo`: on mount `want`, with every event of
+/// [`MASK`].
+fn read_back(fan: &OwnedFd, want: u64) -> Result<(), String> {
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fan.as_raw_fd()))
-        .map_err(|e| fail(format!("fdinfo: {e}")))?;
-    let marks = marks_in(&info);
-    match marks.as_slice() {
+        .map_err(|e| format!("fdinfo: {e}"))?;
+    match marks_in(&info).as_slice() {
         [(mnt, mask)] if *mnt == want && mask & MASK == MASK => Ok(()),
-        other => Err(fail(format!(
+        other => Err(format!(
             "marks {other:x?}, expected mount {want:x} with mask {MASK:x}"
-        ))),
+        )),
     }
 }
 
@@ -194,10 +248,18 @@ fn marks_in(info: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// How an event's file is named: below `prefix` (the workdir inside), checked against
+/// `dir` (the workdir's mount root, open) where the kernel's name is in doubt.
+struct Names {
+    prefix: Vec<u8>,
+    dir: OwnedFd,
+}
+
 /// The reader: every event until the stop pipe closes, then what is still queued.
-fn read_events(fan: &OwnedFd, stop: &OwnedFd, prefix: &[u8]) -> Tally {
+fn read_events(fan: &OwnedFd, stop: &OwnedFd, names: &Names) -> Tally {
     let mut tally = Tally::default();
     let mut buf = vec![0u8; READ_BUF];
+    let mut link = vec![0u8; libc::PATH_MAX as usize + DELETED.len() + 1];
     loop {
         let mut fds = [
             PollFd::new(fan, PollFlags::IN),
@@ -205,14 +267,17 @@ fn read_events(fan: &OwnedFd, stop: &OwnedFd, prefix: &[u8]) -> Tally {
         ];
         match rustix::event::poll(&mut fds, None) {
             Ok(_) | Err(Errno::INTR) => {}
-            Err(_) => return tally,
+            Err(_) => {
+                tally.lost_events();
+                return tally;
+            }
         }
         let stopping = !fds[1].revents().is_empty();
         // Everything queued now (the fd is non-blocking).
         loop {
             match rustix::io::read(fan, &mut buf) {
                 Ok(0) | Err(Errno::AGAIN) => break,
-                Ok(n) => fold(&buf[..n], prefix, &mut tally),
+                Ok(n) => fold(&buf[..n], names, &mut link, &mut tally),
                 Err(Errno::INTR) => {}
                 Err(Errno::BADF | Errno::INVAL | Errno::FAULT) => {
                     tally.lost_events();
@@ -233,7 +298,7 @@ fn read_events(fan: &OwnedFd, stop: &OwnedFd, prefix: &[u8]) -> Tally {
 }
 
 /// One read's events into `tally`; each event's descriptor is closed.
-fn fold(mut bytes: &[u8], prefix: &[u8], tally: &mut Tally) {
+fn fold(mut bytes: &[u8], names: &Names, link: &mut [u8], tally: &mut Tally) {
     while let Some(ev) = Event::parse(bytes) {
         bytes = &bytes[ev.len..];
         if ev.mask & libc::FAN_Q_OVERFLOW != 0 {
@@ -245,10 +310,14 @@ fn fold(mut bytes: &[u8], prefix: &[u8], tally: &mut Tally) {
         // SAFETY: the kernel installed this descriptor in our table for this event; nothing
         // else knows it, so it is owned here and closed on drop.
         let file = unsafe { OwnedFd::from_raw_fd(ev.fd) };
-        match name_of(&file).and_then(|p| relative(&p, prefix)) {
+        match name_of(&file, names, link) {
             Some(rel) => tally.note(&rel, kinds(ev.mask)),
             None => tally.unnamed(),
         }
+    }
+    if !bytes.is_empty() {
+        // A header this reader does not know: the rest (and their descriptors) are lost.
+        tally.lost_events();
     }
 }
 
@@ -291,18 +360,41 @@ fn kinds(mask: u64) -> u8 {
     k
 }
 
-/// The path the kernel gives the event's file (as the sandbox sees it), without the mark
-/// of a removed file.
-fn name_of(file: &OwnedFd) -> Option<Vec<u8>> {
-    use std::os::fd::AsRawFd;
-    let link = rustix::fs::readlink(format!("/proc/self/fd/{}", file.as_raw_fd()), Vec::new())
-        .ok()?
-        .into_bytes();
-    let removed = rustix::fs::fstat(file.as_fd()).is_ok_and(|st| st.st_nlink == 0);
-    Some(match link.strip_suffix(b" (deleted)") {
-        Some(name) if removed => name.to_vec(),
-        _ => link,
-    })
+/// The event's file by its name now, relative to the workdir; `None` when it has none the
+/// kernel can give (longer than `link`, outside the workdir, or removed while other names
+/// remain).
+fn name_of(file: &OwnedFd, names: &Names, link: &mut [u8]) -> Option<Vec<u8>> {
+    let n = rustix::fs::readlinkat_raw(
+        CWD,
+        format!("/proc/self/fd/{}", file.as_raw_fd()),
+        &mut *link,
+    )
+    .ok()?;
+    if n >= link.len() {
+        return None;
+    }
+    let rel = relative(&link[..n], &names.prefix)?;
+    let Some(stripped) = rel.strip_suffix(DELETED) else {
+        return Some(rel);
+    };
+    // The suffix is the kernel's for a file with no name left, or part of a real name.
+    let st = rustix::fs::fstat(file).ok()?;
+    let same = |p: &[u8]| {
+        let p = if p.is_empty() { b".".as_slice() } else { p };
+        rustix::fs::statat(
+            &names.dir,
+            std::ffi::OsStr::from_bytes(p),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|o| (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino))
+    };
+    if same(&rel) {
+        Some(rel)
+    } else if st.st_nlink == 0 {
+        Some(stripped.to_vec())
+    } else {
+        None
+    }
 }
 
 /// `path` relative to `prefix` (`.` for `prefix` itself); `None` outside it. Pure.
@@ -353,8 +445,41 @@ mod tests {
         assert!(marks_in("fanotify mnt_id:zz mask:1\n").is_empty());
     }
 
+    /// A name with the kernel's suffix is the file's own when it resolves to the file; a
+    /// removed file keeps the name it had; a removed name of a file with others left has
+    /// no name to give.
     #[test]
-    fn torn_or_foreign_headers_end_the_parse() {
+    fn the_deleted_suffix_is_believed_only_when_the_file_has_no_name_left() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = tmp.path();
+        let dir = rustix::fs::open(w, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let names = Names {
+            prefix: w.as_os_str().as_bytes().to_vec(),
+            dir,
+        };
+        let mut link = vec![0u8; 4200];
+        let open = |p: &Path| rustix::fs::open(p, OFlags::RDONLY, Mode::empty()).unwrap();
+        std::fs::write(w.join("real (deleted)"), "r").unwrap();
+        let real = open(&w.join("real (deleted)"));
+        assert_eq!(
+            name_of(&real, &names, &mut link).unwrap(),
+            b"real (deleted)"
+        );
+        std::fs::write(w.join("gone"), "g").unwrap();
+        let gone = open(&w.join("gone"));
+        std::fs::remove_file(w.join("gone")).unwrap();
+        assert_eq!(name_of(&gone, &names, &mut link).unwrap(), b"gone");
+        std::fs::write(w.join("l1"), "l").unwrap();
+        std::fs::hard_link(w.join("l1"), w.join("l2")).unwrap();
+        let l1 = open(&w.join("l1"));
+        std::fs::remove_file(w.join("l1")).unwrap();
+        assert_eq!(name_of(&l1, &names, &mut link), None);
+        // Too long for the buffer: unnamed, never cut short.
+        assert_eq!(name_of(&real, &names, &mut [0u8; 8]), None);
+    }
+
+    #[test]
+    fn torn_or_foreign_headers_end_the_parse_and_count_as_lost() {
         let mut ev = Vec::new();
         ev.extend_from_slice(&24u32.to_ne_bytes());
         ev.extend_from_slice(&[METADATA_VERSION, 0, 24, 0]);
@@ -370,13 +495,17 @@ mod tests {
         let mut long = ev.clone();
         long[0] = 200;
         assert!(Event::parse(&long).is_none());
+        let tmp = tempfile::tempdir().unwrap();
+        let names = Names {
+            prefix: b"/w".to_vec(),
+            dir: rustix::fs::open(tmp.path(), OFlags::RDONLY, Mode::empty()).unwrap(),
+        };
+        let shown = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         let mut t = Tally::default();
-        fold(&ev, b"/w", &mut t);
-        assert_eq!(
-            t.observation(|b| String::from_utf8_lossy(b).into())
-                .0
-                .allowed,
-            None
-        );
+        fold(&ev, &names, &mut [0u8; 64], &mut t);
+        assert_eq!(t.observation(shown).0.allowed, None, "an overflow");
+        let mut t = Tally::default();
+        fold(&other, &names, &mut [0u8; 64], &mut t);
+        assert_eq!(t.observation(shown).0.allowed, None, "an unknown header");
     }
 }

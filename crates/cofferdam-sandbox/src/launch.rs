@@ -610,8 +610,7 @@ impl PendingInit {
         // too: the workdir's mount is reached through the init's root.
         let file_watch = match (plan_w, self.watch_workdir.take()) {
             (Some(reply), Some(workdir)) => Some(crate::relay::FileWatchRequest {
-                mount: PathBuf::from(format!("/proc/{}/root", child.id()))
-                    .join(workdir.strip_prefix("/").unwrap_or(&workdir)),
+                init_pid: child.id(),
                 workdir,
                 reply,
             }),

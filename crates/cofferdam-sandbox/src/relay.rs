@@ -335,8 +335,8 @@ pub(crate) struct Relay {
 /// Where to place the file watch once pid 1 asks (`StatusMessage::AwaitFileWatch`), and the
 /// plan channel to tell it on.
 pub(crate) struct FileWatchRequest {
-    /// The workdir's mount, as the supervisor reaches it.
-    pub(crate) mount: std::path::PathBuf,
+    /// The init, whose root and mount namespace are the sandbox's.
+    pub(crate) init_pid: u32,
     /// The workdir's path inside the sandbox.
     pub(crate) workdir: std::path::PathBuf,
     /// The plan channel's write end.
@@ -847,8 +847,8 @@ impl Loop {
             .and_then(crate::status::next)
         {
             self.scanned += used;
-            if let Ok(StatusMessage::AwaitFileWatch) = msg {
-                self.place_file_watch();
+            if let Ok(StatusMessage::AwaitFileWatch { mnt_id }) = msg {
+                self.place_file_watch(mnt_id);
             }
             if let Ok(StatusMessage::Stopped { .. }) = msg {
                 self.stop_with_command();
@@ -858,11 +858,12 @@ impl Loop {
 
     /// Pid 1 waits before the command: place the file watch (once), then let it go on
     /// whether or not the watch could be placed (the records say which).
-    fn place_file_watch(&mut self) {
+    fn place_file_watch(&mut self, mnt_id: Option<u64>) {
         let Some(req) = self.file_watch_request.take() else {
             return;
         };
-        let placed = crate::fanotify::place(&req.mount, &req.workdir).map_err(|e| e.to_string());
+        let placed =
+            crate::fanotify::place(req.init_pid, &req.workdir, mnt_id).map_err(|e| e.to_string());
         // A write error means pid 1 is gone; its status says why.
         let _ = crate::plan_channel::send_file_watched(req.reply.as_fd());
         self.file_watch = Some(placed);

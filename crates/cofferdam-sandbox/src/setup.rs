@@ -154,7 +154,15 @@ impl Setup<'_> {
                     step: "wait for the file watch: no plan channel".into(),
                     errno: Errno::BADF,
                 })?;
-                fds::send_status(&StatusMessage::AwaitFileWatch);
+                let mnt_id = rustix::fs::statx(
+                    rustix::fs::CWD,
+                    &plan.fs.workdir,
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                    rustix::fs::StatxFlags::MNT_ID,
+                )
+                .ok()
+                .map(|st| st.stx_mnt_id);
+                fds::send_status(&StatusMessage::AwaitFileWatch { mnt_id });
                 channel.file_watched().map_err(|e| SetupError {
                     step: format!("wait for the file watch: {e}"),
                     errno: Errno::PIPE,

@@ -29,7 +29,11 @@ pub enum StatusMessage {
     },
     /// Pid 1 has mounted the workdir and waits, on the plan channel, for the supervisor to
     /// watch it (`SandboxPlan::watch_files`); sent once, before the command.
-    AwaitFileWatch,
+    AwaitFileWatch {
+        /// The workdir's mount id as pid 1 reads it (`statx`), which the supervisor's mark
+        /// must be on; `None` when it could not be read (no watch is placed then).
+        mnt_id: Option<u64>,
+    },
     /// Every control is installed; the command is about to start.
     Ready,
     /// The command's process started (pid inside the sandbox).

@@ -359,7 +359,19 @@ fn check_observations(bundle: &RunBundle) -> Result<(), BundleError> {
         return Ok(());
     };
     for (name, dim) in [("filesystem", &obs.filesystem), ("network", &obs.network)] {
-        let Some(d) = dim else { continue };
+        if let Some(d) = dim {
+            check_dimension(name, d)?;
+        }
+    }
+    Ok(())
+}
+
+/// One `run_observation` dimension (`name`): what [`check_observations`] asks of each.
+pub(super) fn check_dimension(
+    name: &str,
+    d: &crate::bundle::AccessObservation,
+) -> Result<(), BundleError> {
+    {
         let path = |field: &str| format!("run_observation.{name}.{field}");
         if d.denials.len() > DENIALS_MAX {
             return Err(inconsistent(

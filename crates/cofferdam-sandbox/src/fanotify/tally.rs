@@ -3,14 +3,16 @@
 //! fanotify merges events of one file that are still queued, so the number of events says
 //! little; what is kept is deterministic: each path once, with the kinds of access seen
 //! on it (read, write, execute). `allowed` counts those (path, kind) pairs. Owns the
-//! bounds: [`TRACKED_MAX`] distinct paths in memory, [`PATHS_MAX`] in the record.
+//! bounds: [`TRACKED_MAX`] distinct paths in memory, each by a 128-bit keyed hash (a name
+//! may be 4 KiB), the names of the first [`PATHS_MAX`] only, and as many in the record.
 
 use cofferdam_record::bundle::{AccessObservation, PATH_ACCESS_WORDS, PATHS_MAX, PathAccess};
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 
-/// At most this many distinct paths are remembered; past them the counts are not known
-/// (`allowed` is `null`), so a workload that touches millions of files cannot grow the
-/// supervisor without limit.
+/// At most this many distinct paths are remembered (under 64 bytes each); past them the
+/// counts are not known (`allowed` is `null`), so a workload that touches millions of files
+/// cannot grow the supervisor without limit.
 pub const TRACKED_MAX: usize = 200_000;
 
 /// The kinds of access, as bits in [`PATH_ACCESS_WORDS`]' order.
@@ -23,9 +25,12 @@ pub const EXECUTE: u8 = 4;
 /// The accesses seen so far.
 #[derive(Debug, Default)]
 pub struct Tally {
-    kinds: HashMap<Vec<u8>, u8>,
-    /// The first [`PATHS_MAX`] paths, in the order first seen.
-    first: Vec<Vec<u8>>,
+    /// Two independently keyed hashers (keys random per process, so a workload cannot aim
+    /// two names at one key).
+    keys: (RandomState, RandomState),
+    kinds: HashMap<u128, u8>,
+    /// The first [`PATHS_MAX`] paths, in the order first seen, with their keys.
+    first: Vec<(Vec<u8>, u128)>,
     /// Past [`TRACKED_MAX`] paths: the counts are no longer known.
     untracked: bool,
     /// The kernel's queue overflowed and events were lost.
@@ -40,7 +45,9 @@ impl Tally {
         if kinds == 0 {
             return;
         }
-        if let Some(k) = self.kinds.get_mut(rel) {
+        let key =
+            (u128::from(self.keys.0.hash_one(rel)) << 64) | u128::from(self.keys.1.hash_one(rel));
+        if let Some(k) = self.kinds.get_mut(&key) {
             *k |= kinds;
             return;
         }
@@ -49,9 +56,9 @@ impl Tally {
             return;
         }
         if self.first.len() < PATHS_MAX {
-            self.first.push(rel.to_vec());
+            self.first.push((rel.to_vec(), key));
         }
-        self.kinds.insert(rel.to_vec(), kinds);
+        self.kinds.insert(key, kinds);
     }
 
     /// The kernel dropped events (`FAN_Q_OVERFLOW`).
@@ -93,12 +100,22 @@ impl Tally {
             ));
         }
         let allowed: u64 = self.kinds.values().map(|k| u64::from(k.count_ones())).sum();
-        let paths = self
-            .first
-            .iter()
-            .map(|rel| PathAccess {
-                target: display(rel),
-                access: words(self.kinds.get(rel).copied().unwrap_or(0)),
+        // Two names can share a display form (the display escapes a newline as `\n`, and
+        // leaves a real backslash as it is): their kinds are listed once, together.
+        let mut shown: Vec<(String, u8)> = Vec::with_capacity(self.first.len());
+        for (rel, key) in &self.first {
+            let target = display(rel);
+            let k = self.kinds.get(key).copied().unwrap_or(0);
+            match shown.iter_mut().find(|(t, _)| *t == target) {
+                Some((_, had)) => *had |= k,
+                None => shown.push((target, k)),
+            }
+        }
+        let paths = shown
+            .into_iter()
+            .map(|(target, k)| PathAccess {
+                target,
+                access: words(k),
             })
             .collect();
         let omitted = self.kinds.len().saturating_sub(self.first.len()) as u64;
@@ -148,6 +165,18 @@ mod tests {
         assert_eq!(o.paths[0].access, ["read", "execute"]);
         assert_eq!(o.paths[1].access, ["write"]);
         assert_eq!(o.paths_omitted, None);
+    }
+
+    #[test]
+    fn names_shown_alike_are_listed_once_with_both_kinds() {
+        let mut t = Tally::default();
+        t.note(b"n\nx", READ);
+        t.note(br"n\nx", WRITE);
+        let escaped = |b: &[u8]| String::from_utf8_lossy(b).replace('\n', "\\n");
+        let (o, _) = t.observation(escaped);
+        assert_eq!(o.paths.len(), 1, "{o:?}");
+        assert_eq!(o.paths[0].access, ["read", "write"]);
+        assert_eq!(o.allowed, Some(2));
     }
 
     #[test]

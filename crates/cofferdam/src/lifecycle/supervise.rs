@@ -135,7 +135,7 @@ fn fold(messages: Vec<Result<StatusMessage, String>>, started: u64, finished: u6
             Ok(
                 StatusMessage::Ready
                 | StatusMessage::Stopped { .. }
-                | StatusMessage::AwaitFileWatch,
+                | StatusMessage::AwaitFileWatch { .. },
             ) => {}
             Err(line) => r.unreadable.push(line),
         }
@@ -181,7 +181,16 @@ pub(super) fn collect(
                 cofferdam_record::shown::escape_bytes(rel, cofferdam_record::shown::Keep::LINE).0
             });
             warnings.extend(said);
-            Some(observation)
+            // What the reader would refuse would cost the whole bundle: left out instead.
+            match cofferdam_record::reader::check_observation("filesystem", &observation) {
+                Ok(()) => Some(observation),
+                Err(e) => {
+                    warnings.push(format!(
+                        "the run's file accesses are left out of its record: {e}"
+                    ));
+                    None
+                }
+            }
         }
         Some(Err(why)) => {
             warnings.push(format!("the run's file accesses were not observed: {why}"));

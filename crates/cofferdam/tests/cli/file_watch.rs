@@ -186,3 +186,62 @@ fn a_watch_whose_mark_does_not_read_back_claims_nothing() {
         "{warnings}"
     );
 }
+
+/// Two names that look alike once shown (a newline is shown as `\n`, a backslash as it is)
+/// are one entry with both kinds, and the bundle is still written.
+#[test]
+fn names_shown_alike_are_one_entry_and_the_bundle_stands() {
+    if !sealed_host() || !root() {
+        return;
+    }
+    let s = Sandbox::new();
+    let b = run(
+        &s,
+        "printf x > \"$(printf 'n\\nx')\"; printf y > 'n\\nx'; cat n* >/dev/null",
+        None,
+    );
+    let fs = &b["run_observation"]["filesystem"];
+    assert_eq!(kinds_of(&b, "n\\nx").unwrap(), ["read", "write"], "{fs}");
+    // The glob read the workdir too.
+    assert_eq!(kinds_of(&b, ".").unwrap(), ["read"], "{fs}");
+    assert_eq!(paths(&b).len(), 2, "{fs}");
+    assert_eq!(fs["allowed"], 5, "two names, each read and written: {fs}");
+}
+
+/// Events still queued when the run's last process is gone are named from the run's
+/// mount namespace, which the watch holds until it has read them: none is lost or named
+/// from a detached mount.
+#[test]
+fn accesses_at_the_very_end_of_a_run_are_all_named() {
+    if !sealed_host() || !root() {
+        return;
+    }
+    let s = Sandbox::new();
+    let seg = "d".repeat(200);
+    let mut deep = s.work.path().to_path_buf();
+    for _ in 0..12 {
+        deep.push(&seg);
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    for i in 0..1500 {
+        std::fs::write(deep.join(format!("f{i}")), "x").unwrap();
+    }
+    let rel = deep
+        .strip_prefix(s.work.path())
+        .unwrap()
+        .display()
+        .to_string();
+    let b = run(
+        &s,
+        &format!(
+            "exec /usr/bin/python3 -c \"import os\nfor n in os.listdir('{rel}'):\n open('{rel}/'+n).read()\""
+        ),
+        None,
+    );
+    let fs = &b["run_observation"]["filesystem"];
+    let warnings = b["run"]["warnings"].to_string();
+    assert!(!warnings.contains("file"), "{warnings}");
+    // The 1500 files, and the directory listed.
+    assert_eq!(fs["allowed"], 1501, "{fs}");
+    assert_eq!(fs["paths_omitted"], 1501 - 64, "{fs}");
+}
