@@ -15,7 +15,7 @@ pub mod tally;
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use rustix::fs::{AtFlags, CWD, Mode, OFlags, StatxFlags};
+use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags};
 use rustix::io::Errno;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -195,33 +195,40 @@ fn close_elsewhere(fds: Vec<OwnedFd>) {
     };
     let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
     let wait = go_r.as_raw_fd();
+    let own_end = go_w.as_raw_fd();
     // What the child keeps, in order: every other descriptor (this process's pipes to its
-    // caller among them, and the write end it must not hold) it closes first.
+    // caller among them) it closes first; where close_range(2) fails, one by one up to the
+    // highest open now.
     let mut kept: Vec<u32> = raw.iter().chain([&wait]).map(|fd| *fd as u32).collect();
     kept.sort_unstable();
-    // SAFETY: the child of a process that may have other threads runs only close_range(2),
-    // read(2), close(2) and _exit(2), which are async-signal-safe, on memory set up before
-    // the fork (`raw`, `kept`, `wait`); it takes no lock and allocates nothing.
+    let highest = highest_open_fd();
+    // SAFETY: the child of a process that may have other threads runs only close(2),
+    // close_range(2), poll(2) and _exit(2), which are async-signal-safe, on memory set up
+    // before the fork (`raw`, `kept`, `wait`, `own_end`, `highest`); it takes no lock and
+    // allocates nothing.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        let mut byte = 0u8;
-        // SAFETY: as above; `byte` is a live one-byte buffer. The read ends when the parent
-        // closes its end: its own references are gone by then, so these are the last.
+        // SAFETY: as above; `pfd` is a live pollfd. The wait ends when the parent closes its
+        // end (its own references are gone then, so these are the last), or after
+        // CLOSER_WAIT_MS at the latest: the child never outlives its purpose by much.
         unsafe {
+            libc::close(own_end);
             let mut from = 0u32;
-            for fd in &kept {
-                if *fd > from {
-                    libc::syscall(libc::SYS_close_range, from, *fd - 1, 0);
+            for fd in kept.iter().copied().chain([highest.saturating_add(1)]) {
+                if fd > from && libc::syscall(libc::SYS_close_range, from, fd - 1, 0) != 0 {
+                    for each in from..fd.min(highest.saturating_add(1)) {
+                        libc::close(each as i32);
+                    }
                 }
-                from = *fd + 1;
+                from = fd.saturating_add(1);
             }
             libc::syscall(libc::SYS_close_range, from, u32::MAX, 0);
-            // EINTR retried, a bounded number of times (no errno read in the child).
-            for _ in 0..64 {
-                if libc::read(wait, (&raw mut byte).cast(), 1) >= 0 {
-                    break;
-                }
-            }
+            let mut pfd = libc::pollfd {
+                fd: wait,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            libc::poll(&raw mut pfd, 1, CLOSER_WAIT_MS);
             for fd in &raw {
                 libc::close(*fd);
             }
@@ -236,6 +243,22 @@ fn close_elsewhere(fds: Vec<OwnedFd>) {
     {
         pending.push(pid);
     }
+}
+
+/// The longest a closer child waits for this process to let go (it takes microseconds).
+const CLOSER_WAIT_MS: i32 = 5000;
+
+/// The highest descriptor this process has open now (from `/proc/self/fd`; 1023 when that
+/// cannot be read).
+fn highest_open_fd() -> u32 {
+    std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .and_then(|dir| {
+            dir.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .max()
+        })
+        .unwrap_or(1023)
 }
 
 /// Reap the closer children that have ended.
@@ -462,18 +485,25 @@ fn name_of(file: &OwnedFd, names: &Names, link: &mut [u8]) -> Option<Vec<u8>> {
     };
     // The suffix is the kernel's for a file with no name left, or part of a real name.
     let st = rustix::fs::fstat(file).ok()?;
-    let same = |p: &[u8]| {
-        let p = if p.is_empty() { b".".as_slice() } else { p };
-        rustix::fs::statat(
-            &names.dir,
-            std::ffi::OsStr::from_bytes(p),
-            AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .is_ok_and(|o| (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino))
-    };
-    if same(&rel) {
+    // The name is the workload's: it is resolved beneath the workdir only, through no
+    // symlink (one could point the supervisor's lookup at the host's tree) and no other
+    // mount.
+    let resolve = ResolveFlags::BENEATH
+        | ResolveFlags::NO_SYMLINKS
+        | ResolveFlags::NO_MAGICLINKS
+        | ResolveFlags::NO_XDEV;
+    let same = rustix::fs::openat2(
+        &names.dir,
+        std::ffi::OsStr::from_bytes(&rel),
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve,
+    )
+    .and_then(rustix::fs::fstat)
+    .is_ok_and(|o| (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino));
+    if same {
         Some(rel)
-    } else if st.st_nlink == 0 {
+    } else if st.st_nlink == 0 && !stripped.is_empty() {
         Some(stripped.to_vec())
     } else {
         None
@@ -588,6 +618,17 @@ mod tests {
         let l1 = open(&w.join("l1"));
         std::fs::remove_file(w.join("l1")).unwrap();
         assert_eq!(name_of(&l1, &names, &mut link), None);
+        // A name checked through a symlink the workload planted would be the host's: the
+        // check goes through none, so a file whose other name lies outside stays unnamed.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(w.join("d")).unwrap();
+        std::fs::write(w.join("d/f"), "f").unwrap();
+        std::fs::hard_link(w.join("d/f"), outside.path().join("f (deleted)")).unwrap();
+        let f = open(&w.join("d/f"));
+        std::fs::remove_file(w.join("d/f")).unwrap();
+        std::fs::remove_dir(w.join("d")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), w.join("d")).unwrap();
+        assert_eq!(name_of(&f, &names, &mut link), None);
         // Too long for the buffer: unnamed, never cut short.
         assert_eq!(name_of(&real, &names, &mut [0u8; 8]), None);
     }

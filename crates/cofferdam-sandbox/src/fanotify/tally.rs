@@ -25,8 +25,8 @@ pub const EXECUTE: u8 = 4;
 /// The accesses seen so far.
 #[derive(Debug, Default)]
 pub struct Tally {
-    /// Two independently keyed hashers (keys random per process, so a workload cannot aim
-    /// two names at one key).
+    /// Two keyed hashers, 128 bits between them (keys random per process, so a workload
+    /// cannot aim two names at one key).
     keys: (RandomState, RandomState),
     kinds: HashMap<u128, u8>,
     /// The first [`PATHS_MAX`] paths, in the order first seen, with their keys.
