@@ -138,8 +138,13 @@ pub fn place(
         }
     }
     let fan = init()?;
-    mark(&fan, dir.as_fd(), &mount)?;
-    read_back(&fan, here).map_err(fail)?;
+    // A group that is not used is still let go of off this path (it may hold a mark).
+    if let Err(e) =
+        mark(&fan, dir.as_fd(), &mount).and_then(|()| read_back(&fan, here).map_err(fail))
+    {
+        close_elsewhere(vec![fan]);
+        return Err(e);
+    }
     let (stop_r, stop_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| FanotifyError::Reader(e.into()))?;
     let prefix = workdir.as_os_str().as_bytes().to_vec();
