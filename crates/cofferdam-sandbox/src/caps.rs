@@ -400,7 +400,7 @@ pub(crate) fn close_range(first: u32, last: u32) -> Result<(), Errno> {
 /// Read with `getdents64` into a buffer on the stack, knowing the listing's own descriptor:
 /// `std::fs::read_dir` (libc's `opendir`) allocates a 32 KiB buffer and left an `fcntl` per
 /// descriptor to tell the listing's own apart. `None` when the directory cannot be read.
-fn open_fds() -> Option<Vec<RawFd>> {
+pub(crate) fn open_fds() -> Option<Vec<RawFd>> {
     let dir = rustix::fs::open(
         "/proc/self/fd",
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,

@@ -183,6 +183,12 @@ impl FileWatch {
     }
 }
 
+impl Drop for FileWatch {
+    fn drop(&mut self) {
+        let _ = self.stop_thread();
+    }
+}
+
 /// Let go of the group and the namespace without waiting for the kernel: the last close of
 /// a fanotify group waits for its marks' destruction (an SRCU grace period, 6.6 ms measured
 /// here, as long as the rest of a run), and the namespace's the unmount of its tree. A
@@ -201,16 +207,17 @@ fn close_elsewhere(fds: Vec<OwnedFd>) {
     let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
     let wait = go_r.as_raw_fd();
     let own_end = go_w.as_raw_fd();
-    // What the child keeps, in order: every other descriptor (this process's pipes to its
-    // caller among them) it closes first; where close_range(2) fails, one by one up to the
-    // highest open now.
-    let mut kept: Vec<u32> = raw.iter().chain([&wait]).map(|fd| *fd as u32).collect();
-    kept.sort_unstable();
-    let highest = highest_open_fd();
+    // The child keeps `raw` and `wait` and closes every other descriptor first (this
+    // process's pipes to its caller among them): the ranges from 3 the sandbox's init closes
+    // too (`caps::ranges_to_close`), then 0 to 2 one by one; where close_range(2) fails, each
+    // descriptor open now (`caps::open_fds`).
+    let kept: Vec<i32> = raw.iter().copied().chain([wait]).collect();
+    let ranges = crate::caps::ranges_to_close(&kept);
+    let listed = crate::caps::open_fds().unwrap_or_default();
     // SAFETY: the child of a process that may have other threads runs only close(2),
     // close_range(2), poll(2) and _exit(2), which are async-signal-safe, on memory set up
-    // before the fork (`raw`, `kept`, `wait`, `own_end`, `highest`); it takes no lock and
-    // allocates nothing.
+    // before the fork (`raw`, `kept`, `ranges`, `listed`, `wait`, `own_end`); it takes no
+    // lock and allocates nothing.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // SAFETY: as above; `pfd` is a live pollfd. The wait ends when the parent closes its
@@ -218,16 +225,17 @@ fn close_elsewhere(fds: Vec<OwnedFd>) {
         // CLOSER_WAIT_MS at the latest: the child never outlives its purpose by much.
         unsafe {
             libc::close(own_end);
-            let mut from = 0u32;
-            for fd in kept.iter().copied().chain([highest.saturating_add(1)]) {
-                if fd > from && libc::syscall(libc::SYS_close_range, from, fd - 1, 0) != 0 {
-                    for each in from..fd.min(highest.saturating_add(1)) {
-                        libc::close(each as i32);
-                    }
-                }
-                from = fd.saturating_add(1);
+            for fd in (0..3).filter(|fd| !kept.contains(fd)) {
+                libc::close(fd);
             }
-            libc::syscall(libc::SYS_close_range, from, u32::MAX, 0);
+            let closed = ranges
+                .iter()
+                .all(|(first, last)| crate::caps::close_range(*first, *last).is_ok());
+            if !closed {
+                for fd in listed.iter().filter(|fd| !kept.contains(fd)) {
+                    libc::close(*fd);
+                }
+            }
             let mut pfd = libc::pollfd {
                 fd: wait,
                 events: libc::POLLIN,
@@ -253,19 +261,6 @@ fn close_elsewhere(fds: Vec<OwnedFd>) {
 /// The longest a closer child waits for this process to let go (it takes microseconds).
 const CLOSER_WAIT_MS: i32 = 5000;
 
-/// The highest descriptor this process has open now (from `/proc/self/fd`; 1023 when that
-/// cannot be read).
-fn highest_open_fd() -> u32 {
-    std::fs::read_dir("/proc/self/fd")
-        .ok()
-        .and_then(|dir| {
-            dir.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .max()
-        })
-        .unwrap_or(1023)
-}
-
 /// Reap the closer children that have ended.
 fn reap_closers(pending: &std::sync::Mutex<Vec<i32>>) {
     let Ok(mut pending) = pending.lock() else {
@@ -280,12 +275,6 @@ fn reap_closers(pending: &std::sync::Mutex<Vec<i32>>) {
             )
         })
     });
-}
-
-impl Drop for FileWatch {
-    fn drop(&mut self) {
-        let _ = self.stop_thread();
-    }
 }
 
 fn last_errno() -> Errno {

@@ -371,63 +371,61 @@ pub(super) fn check_dimension(
     name: &str,
     d: &crate::bundle::AccessObservation,
 ) -> Result<(), BundleError> {
-    {
-        let path = |field: &str| format!("run_observation.{name}.{field}");
-        if d.denials.len() > DENIALS_MAX {
-            return Err(inconsistent(
-                path("denials"),
-                format!(
-                    "lists {} denials, more than the {DENIALS_MAX} a bundle holds",
-                    d.denials.len()
-                ),
-            ));
-        }
-        if d.rules.len() > RULES_MAX {
-            return Err(inconsistent(
-                path("rules"),
-                format!(
-                    "lists {} rules, more than the {RULES_MAX} a bundle holds",
-                    d.rules.len()
-                ),
-            ));
-        }
-        let listed = d.denials.len() as u64 + d.denials_omitted.unwrap_or(0);
-        if listed > 0 && d.denied.is_none_or(|n| n < listed) {
-            return Err(inconsistent(
-                path("denied"),
-                format!(
-                    "is {} but {listed} denial(s) are listed or counted as omitted",
-                    d.denied.map_or("null".to_owned(), |n| n.to_string())
-                ),
-            ));
-        }
-        let by_rules = |f: fn(&crate::bundle::RuleCounter) -> u64| {
-            d.rules.iter().map(f).fold(0u64, u64::saturating_add)
-        };
-        for (field, total, sum) in [
-            ("allowed", d.allowed, by_rules(|r| r.allowed)),
-            ("denied", d.denied, by_rules(|r| r.denied)),
-        ] {
-            if sum > 0 && total.is_none_or(|n| n < sum) {
-                return Err(inconsistent(
-                    path(field),
-                    format!(
-                        "is {} but the rules count {sum}",
-                        total.map_or("null".to_owned(), |n| n.to_string())
-                    ),
-                ));
-            }
-        }
-        for (i, r) in d.rules.iter().enumerate() {
-            if d.rules[..i].iter().any(|o| o.rule == r.rule) {
-                return Err(inconsistent(
-                    format!("run_observation.{name}.rules[{i}].rule"),
-                    format!("`{}` is listed twice", r.rule),
-                ));
-            }
-        }
-        check_paths(name, d)?;
+    let path = |field: &str| format!("run_observation.{name}.{field}");
+    if d.denials.len() > DENIALS_MAX {
+        return Err(inconsistent(
+            path("denials"),
+            format!(
+                "lists {} denials, more than the {DENIALS_MAX} a bundle holds",
+                d.denials.len()
+            ),
+        ));
     }
+    if d.rules.len() > RULES_MAX {
+        return Err(inconsistent(
+            path("rules"),
+            format!(
+                "lists {} rules, more than the {RULES_MAX} a bundle holds",
+                d.rules.len()
+            ),
+        ));
+    }
+    let listed = d.denials.len() as u64 + d.denials_omitted.unwrap_or(0);
+    if listed > 0 && d.denied.is_none_or(|n| n < listed) {
+        return Err(inconsistent(
+            path("denied"),
+            format!(
+                "is {} but {listed} denial(s) are listed or counted as omitted",
+                d.denied.map_or("null".to_owned(), |n| n.to_string())
+            ),
+        ));
+    }
+    let by_rules = |f: fn(&crate::bundle::RuleCounter) -> u64| {
+        d.rules.iter().map(f).fold(0u64, u64::saturating_add)
+    };
+    for (field, total, sum) in [
+        ("allowed", d.allowed, by_rules(|r| r.allowed)),
+        ("denied", d.denied, by_rules(|r| r.denied)),
+    ] {
+        if sum > 0 && total.is_none_or(|n| n < sum) {
+            return Err(inconsistent(
+                path(field),
+                format!(
+                    "is {} but the rules count {sum}",
+                    total.map_or("null".to_owned(), |n| n.to_string())
+                ),
+            ));
+        }
+    }
+    for (i, r) in d.rules.iter().enumerate() {
+        if d.rules[..i].iter().any(|o| o.rule == r.rule) {
+            return Err(inconsistent(
+                format!("run_observation.{name}.rules[{i}].rule"),
+                format!("`{}` is listed twice", r.rule),
+            ));
+        }
+    }
+    check_paths(name, d)?;
     Ok(())
 }
 
